@@ -1,0 +1,58 @@
+"""What the node core knows about a client connection (no I/O here).
+
+The server's connection class extends ClientState and overrides ``send``,
+``resume`` and ``close``; tests use ClientState itself and read
+``client.sent``.
+"""
+
+from __future__ import annotations
+
+
+class Block:
+    """Why and until when a client is blocked (GETJOB or synchronous ADDJOB)."""
+
+    __slots__ = ("kind", "queues", "deadline", "count", "withcounters", "job_id", "last_repl")
+
+    GETJOB = 1
+    ADDJOB = 2
+
+    def __init__(self, kind: int, deadline: int) -> None:
+        self.kind = kind
+        self.deadline = deadline  # unix ms, 0 = never
+        self.queues: list = []
+        self.count = 1
+        self.withcounters = False
+        self.job_id: bytes | None = None
+        self.last_repl = 0  # ms when a replication target was last added
+
+
+class ClientState:
+    """Per-connection state used by command handlers."""
+
+    __slots__ = ("id", "addr", "name", "authenticated", "blocked", "monitor",
+                 "close_after_reply", "last_cmd", "ctime", "atime", "sent", "reply_mode")
+
+    def __init__(self, client_id: int = 0, addr: str = "", now_ms: int = 0) -> None:
+        self.id = client_id
+        self.addr = addr
+        self.name = b""
+        self.authenticated = False
+        self.blocked: Block | None = None
+        self.monitor = False
+        self.close_after_reply = False
+        self.last_cmd = b"NULL"
+        self.ctime = now_ms
+        self.atime = now_ms
+        self.sent: list[bytes] = []
+        self.reply_mode = 0  # CLIENT REPLY: 0 on, 1 off, 2 skip next
+
+    def send(self, data: bytes) -> None:
+        """Deliver a reply outside the request/response flow (unblocking, MONITOR)."""
+        self.sent.append(data)
+
+    def resume(self) -> None:
+        """The client was unblocked: continue with its buffered commands."""
+
+    def close(self) -> None:
+        """Close the connection as soon as pending output is written."""
+        self.close_after_reply = True

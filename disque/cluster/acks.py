@@ -1,0 +1,62 @@
+"""Acknowledgement propagation and garbage collection: SETACK, GOTACK, DELJOB.
+
+spec: cluster-bus.md §6.6. A mixin of Node; the GC attempt itself is in
+``disque.jobs.lifecycle`` because the job timer drives it.
+"""
+
+from __future__ import annotations
+
+from disque.cluster import messages as m
+from disque.jobs.job import ACKED, WAIT_REPL
+
+
+class AckPropagation:
+    """Receivers of the ACK messages (mixed into Node)."""
+
+    def on_setack(self, sender: bytes, msg: dict) -> None:
+        """Another node acked a job: ack it here and confirm (§6.6)."""
+        job_id = msg[m.ID]
+        may_have = msg.get(m.MAY_HAVE, 0)
+        job = self.jobs.get(job_id)
+        if job is not None and job.state == WAIT_REPL:
+            self.replication_achieved(job)
+            job = self.jobs.get(job_id)
+        if job is not None:
+            self.ack_job(job)
+        if job is None or len(job.delivered) <= may_have:
+            self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: int(job is not None)})
+            return
+        if may_have == 0:
+            self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
+        self.gc_attempt(job)  # this node knows more holders: it takes over the GC
+
+    def on_gotack(self, sender: bytes, msg: dict) -> None:
+        """A node confirmed it holds the ACK (§6.6)."""
+        job = self.jobs.get(msg[m.ID])
+        if job is None or job.state != ACKED:
+            return
+        known = bool(msg.get(m.KNOWN))
+        dummy = not job.delivered
+        if dummy and known:
+            self.delete_job(job)  # a real holder will finish the GC
+            return
+        if known or sender in job.delivered:
+            job.add_delivered(sender)
+            if job.confirmed is not None:
+                job.confirmed.add(sender)
+        if dummy:
+            if job.confirmed is None:
+                job.confirmed = {self.id}
+            job.confirmed.add(sender)
+            if len(job.confirmed) >= len(self.membership.nodes):
+                self.delete_job(job)  # nobody knows this job
+            return
+        if job.confirmed is not None and job.confirmed.issuperset(job.delivered):
+            self.send_to_holders(job, m.job_message(m.DELJOB, job.id))
+            self.delete_job(job)
+
+    def on_deljob(self, sender: bytes, msg: dict) -> None:
+        """Forget a job whatever its state (GC completion, FASTACK, failed ADDJOB)."""
+        job = self.jobs.get(msg[m.ID])
+        if job is not None:
+            self.delete_job(job)

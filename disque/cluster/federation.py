@@ -1,0 +1,115 @@
+"""Federation: moving queued jobs to the nodes where consumers wait.
+
+spec: cluster-bus.md §6.7. A mixin of Node. A node with waiting consumers
+asks others for jobs (NEEDJOBS); nodes with queued jobs answer with a
+batch (YOURJOBS). Broadcast requests back off from 2 s to 30 s, requests
+to nodes that recently supplied jobs from 25 ms to 2 s.
+"""
+
+from __future__ import annotations
+
+from disque.cluster import messages as m
+from disque.jobs.codec import BadJobPayload, from_bus, to_bus
+from disque.jobs.job import ACKED, BCAST_QUEUED, Job
+from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO
+from disque.queues.queue import PAUSE_OUT, Queue
+
+MIN_REQUEST = 5
+MAX_REQUEST = 100
+BCAST_DELAY_MS = 2000
+BCAST_MAX_DELAY_MS = 30000
+ADHOC_DELAY_MS = 25
+ADHOC_MAX_DELAY_MS = 2000
+RESPONDER_VALIDITY_S = 5
+
+
+class Federation:
+    """NEEDJOBS / YOURJOBS (mixed into Node)."""
+
+    def need_jobs(self, queue: Queue, reason: int) -> None:
+        """Ask other nodes for jobs of ``queue`` if the backoff allows it."""
+        if self.membership.leaving or len(self.membership.nodes) == 1:
+            return
+        now = self.now
+        rate = queue.import_rate(now)
+        if reason == REACHED_ZERO and rate == 0:
+            return
+        responders = queue.responders
+        if responders:
+            oldest = now // 1000 - RESPONDER_VALIDITY_S
+            for node_id in [n for n, t in responders.items() if t < oldest]:
+                del responders[node_id]
+        sources = len(responders) if responders else 0
+        to_fetch = rate // sources if sources else MIN_REQUEST
+        to_fetch = min(max(to_fetch, MIN_REQUEST), MAX_REQUEST)
+        bcast_delay = min(BCAST_DELAY_MS << min(queue.needjobs_bcast_attempt, 5), BCAST_MAX_DELAY_MS)
+        if now - queue.needjobs_bcast_time > bcast_delay:
+            queue.needjobs_bcast_time = now
+            queue.needjobs_bcast_attempt += 1
+            self.broadcast({m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: 1})
+        if sources:
+            adhoc_delay = min(ADHOC_DELAY_MS << min(queue.needjobs_adhoc_attempt, 7),
+                              ADHOC_MAX_DELAY_MS)
+            if reason == REACHED_ZERO or now - queue.needjobs_adhoc_time > adhoc_delay:
+                queue.needjobs_adhoc_time = now
+                queue.needjobs_adhoc_attempt += 1
+                msg = {m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: to_fetch}
+                for node_id in list(responders):
+                    self.send_to(node_id, msg)
+
+    def ask_jobs_for_blocked(self) -> None:
+        """Client cron: keep asking for the queues blocked consumers wait on."""
+        seen = set()
+        for client in self.blocked_clients:
+            block = client.blocked
+            for queue in block.queues:
+                if queue.name not in seen and queue.name in self.queues:
+                    seen.add(queue.name)
+                    self.need_jobs(queue, CLIENTS_WAITING)
+
+    def on_needjobs(self, sender: bytes, msg: dict) -> None:
+        """Give a batch of queued jobs to a node whose consumers wait (§6.7)."""
+        queue = self.queues.get(msg[m.QUEUE])
+        if (queue is None or not queue.jobs or queue.paused & PAUSE_OUT
+                or queue.import_rate(self.now) > 0 or not self.has_link(sender)):
+            return
+        count = msg.get(m.COUNT, 1)
+        if type(count) is not int or count < 1:
+            count = 1
+        qlen = len(queue.jobs)
+        n = count if qlen >= 2 * count else qlen // 2
+        n = min(max(n, 1), MAX_REQUEST)
+        jobs = [self.pop_job(queue) for _ in range(n)]
+        self.send_to(sender, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, self.now) for j in jobs]})
+        for job in jobs:
+            if job.retry == 0:
+                self.delete_job(job)  # an at-most-once job must live in one place only
+
+    def on_yourjobs(self, sender: bytes, msg: dict) -> None:
+        """Queue jobs received from another node (§6.7)."""
+        now = self.now
+        for payload in msg.get(m.JOBS) or ():
+            try:
+                received = from_bus(payload, now, self.membership.nodes)
+            except BadJobPayload:
+                break
+            job: Job = self.jobs.get(received.id)
+            if job is None:
+                job = received
+                self.set_received_qtime(job)
+                self.register_job(job)
+            elif job.state == ACKED:
+                continue  # spec decision 5: never resurrect an acked job
+            job.flags &= ~BCAST_QUEUED
+            if job.retry == 0:
+                job.qtime = 1  # spec decision 1: a RETRY 0 job is queued exactly once here
+            if not self.enqueue_job(job):
+                continue
+            queue = self.queues[job.queue]
+            if queue.responders is None:
+                queue.responders = {}
+            if sender not in queue.responders:
+                queue.needjobs_bcast_attempt = 0
+            queue.responders[sender] = now // 1000
+            queue.count_import(now)
+            queue.needjobs_adhoc_attempt = 0

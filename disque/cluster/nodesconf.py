@@ -1,0 +1,70 @@
+"""The cluster config file (nodes.conf): text ↔ node table, no I/O.
+
+spec: cluster-bus.md §2. Same line format as CLUSTER NODES; handshake
+nodes are not saved; ``myself`` marks this node's own line.
+"""
+
+from __future__ import annotations
+
+from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
+                                       PFAIL, ClusterNode, Membership)
+
+_PERSISTED_FLAGS = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
+
+
+class NodesConfError(ValueError):
+    """The file cannot be used; the server refuses to start."""
+
+
+def render(membership: Membership) -> str:
+    """File content for the current table."""
+    return "".join(n.render() + "\n" for n in membership.nodes.values()
+                   if not n.flags & HANDSHAKE)
+
+
+def parse(text: str, now_ms: int) -> list[ClusterNode]:
+    """Nodes listed in ``text``; exactly one carries MYSELF."""
+    nodes = []
+    seen_myself = False
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if not fields or fields[0] == "vars":
+            continue
+        if len(fields) != 6 or len(fields[0]) != 40:
+            raise NodesConfError("Unrecoverable error: corrupted cluster config file, line %d"
+                                 % number)
+        node_id, addr, flag_words, ping_sent, pong_received, _ = fields
+        host, sep, port = addr.rpartition(":")
+        if not sep or not port.isdigit():
+            raise NodesConfError("Invalid address in cluster config file, line %d" % number)
+        flags = 0
+        if flag_words != "noflags":
+            for word in flag_words.split(","):
+                if word not in FLAGS_BY_NAME:
+                    raise NodesConfError("Unknown flag in cluster config file: %s" % word)
+                flags |= FLAGS_BY_NAME[word]
+        flags &= _PERSISTED_FLAGS
+        node = ClusterNode(node_id.encode(), host, int(port), flags, now_ms)
+        node.ping_sent = now_ms if ping_sent != "0" else 0
+        node.pong_received = now_ms if pong_received != "0" else 0
+        if flags & MYSELF:
+            if seen_myself:
+                raise NodesConfError("Two 'myself' lines in the cluster config file")
+            seen_myself = True
+        nodes.append(node)
+    if nodes and not seen_myself:
+        raise NodesConfError("Myself node definition not found in cluster config file")
+    return nodes
+
+
+def restore(membership: Membership, nodes: list[ClusterNode], port: int) -> None:
+    """Load parsed nodes into a fresh table; self keeps its IP, takes the current port."""
+    for node in nodes:
+        if node.flags & MYSELF:
+            myself = membership.myself
+            myself.ip = node.ip
+            myself.flags = node.flags
+            myself.port = port
+        else:
+            membership.add(node)
+    membership.update_reachable()

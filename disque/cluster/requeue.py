@@ -1,0 +1,70 @@
+"""Requeue coordination: WILLQUEUE, QUEUED and WORKING, plus PAUSE.
+
+spec: cluster-bus.md §6.5 and §6.8. A mixin of Node. Normally one node
+queues a job when its retry time comes: the others hear QUEUED and
+postpone; when two queue it at once, the job ID decides who keeps it.
+"""
+
+from __future__ import annotations
+
+from disque.cluster import messages as m
+from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
+from disque.queues.queue import PAUSE_BY_NAME
+
+
+def node_order_key(node_id: bytes, job_id: bytes) -> bytes:
+    """Node ID mixed with the job's random part: the winner differs per job."""
+    rand = job_id[11:35]
+    return bytes(c ^ rand[i % 24] for i, c in enumerate(node_id))
+
+
+class RequeueCoordination:
+    """Receivers of requeue-related messages (mixed into Node)."""
+
+    def _setack_reply(self, sender: bytes, job: Job) -> None:
+        self.send_to(sender, {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(job.delivered)})
+
+    def on_willqueue(self, sender: bytes, msg: dict) -> None:
+        """A holder is about to requeue: if it is queued here, say so."""
+        job = self.jobs.get(msg[m.ID])
+        if job is None:
+            return
+        if job.state == ACKED:
+            self._setack_reply(sender, job)
+            return
+        if job.state in (ACTIVE, QUEUED):
+            job.add_delivered(sender)
+            if job.state == QUEUED:
+                self.send_to_holders(job, m.job_message(m.QUEUED, job.id))
+
+    def on_queued(self, sender: bytes, msg: dict) -> None:
+        """Another node queued the job (or a consumer is working on it)."""
+        job = self.jobs.get(msg[m.ID])
+        if job is None:
+            return
+        state = job.state
+        if state == ACKED:
+            self._setack_reply(sender, job)
+            return
+        if state not in (WAIT_REPL, ACTIVE, QUEUED):
+            return
+        working = msg[m.TYPE] == m.WORKING
+        if state == QUEUED and (working or node_order_key(sender, job.id)
+                                > node_order_key(self.id, job.id)):
+            self.dequeue_job(job)
+        self.postpone_job(job)
+        if not working:
+            mflags = msg.get(m.MFLAGS, 0)
+            if mflags & m.MFLAG_INCR_NACKS:
+                job.nacks = (job.nacks + 1) & 0xFFFF
+            if mflags & m.MFLAG_INCR_DELIV:
+                job.adeliv = (job.adeliv + 1) & 0xFFFF
+
+    on_working = on_queued
+
+    def on_pause(self, sender: bytes, msg: dict) -> None:
+        """Set a queue's pause flags to exactly what the sender broadcast."""
+        flags = PAUSE_BY_NAME.get(msg.get(m.PAUSE_STATE))
+        queue = msg.get(m.QUEUE)
+        if flags is not None and type(queue) is bytes:
+            self.set_pause(queue, flags)

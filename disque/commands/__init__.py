@@ -1,0 +1,63 @@
+"""The command table: name → handler, arity and flags (spec: commands.md §0).
+
+Handlers take ``(node, client, argv)`` and return the encoded reply, or
+None when the client blocked. Each family of commands lives in its own
+module and lists its entries in a ``TABLE``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from disque import errors
+
+FLAG_WORDS = (("w", b"write"), ("r", b"readonly"), ("m", b"denyoom"), ("a", b"admin"),
+              ("l", b"loading"), ("F", b"fast"))
+
+
+class Command:
+    """One entry of the command table, with its call statistics."""
+
+    __slots__ = ("name", "lname", "arity", "flags", "handler", "calls", "usec", "write",
+                 "denyoom", "loading_ok", "monitored", "fast", "is_auth", "is_ping",
+                 "arity_error")
+
+    def __init__(self, name: str, arity: int, flags: str,
+                 handler: Callable[..., bytes | None]) -> None:
+        self.name = name
+        self.lname = name.encode()
+        self.arity = arity
+        self.flags = flags
+        self.handler = handler
+        self.calls = 0
+        self.usec = 0
+        self.write = "w" in flags
+        self.denyoom = "m" in flags
+        self.loading_ok = "l" in flags
+        self.monitored = "a" not in flags
+        self.fast = "F" in flags
+        self.is_auth = name == "auth"
+        self.is_ping = name == "ping"
+        self.arity_error = errors.wrong_arity(name)
+
+    def flag_words(self) -> list[bytes]:
+        """COMMAND's flag list, in the spec's order."""
+        return [word for letter, word in FLAG_WORDS if letter in self.flags]
+
+
+def unique_commands(table: dict[bytes, Command]) -> list[Command]:
+    """Each command once (the table holds lower- and upper-case keys)."""
+    return list({id(c): c for c in table.values()}.values())
+
+
+def build_command_table() -> dict[bytes, Command]:
+    """A fresh table (each node keeps its own call statistics)."""
+    from disque.commands import admin, cluster, info, jobs, monitor, queues
+    table: dict[bytes, Command] = {}
+    for module in (jobs, queues, admin, info, monitor, cluster):
+        for name, arity, flags, handler in module.TABLE:
+            cmd = Command(name, arity, flags, handler)
+            table[name.encode()] = cmd
+            table[name.upper().encode()] = cmd
+    return table
+

@@ -1,0 +1,47 @@
+"""Argument parsing shared by the command handlers (spec: commands.md §0)."""
+
+from __future__ import annotations
+
+_INT64_MAX = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
+_UINT64 = 1 << 64
+
+
+def parse_int(arg: bytes) -> int | None:
+    """Signed 64-bit decimal with an optional sign; None when invalid.
+
+    Quirk kept from the original: an empty argument parses as 0.
+    """
+    if arg.isdigit():
+        if len(arg) < 19:
+            return int(arg)
+        value = int(arg)
+        return value if value <= _INT64_MAX else None
+    if not arg:
+        return 0
+    sign = arg[:1]
+    if (sign == b"-" or sign == b"+") and arg[1:].isdigit():
+        value = int(arg)
+        return value if _INT64_MIN <= value <= _INT64_MAX else None
+    return None
+
+
+def parse_uint(arg: bytes) -> int | None:
+    """Unsigned 64-bit (scan cursors): negative values wrap like strtoull."""
+    value = parse_int(arg)
+    if value is None:
+        if arg.isdigit() and int(arg) < _UINT64:
+            return int(arg)
+        return None
+    return value % _UINT64
+
+
+def parse_float(arg: bytes) -> float | None:
+    """A finite float, or None."""
+    try:
+        value = float(arg)
+    except ValueError:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    return value

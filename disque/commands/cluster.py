@@ -1,0 +1,100 @@
+"""HELLO and CLUSTER (spec: commands.md §3)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from disque.cluster.membership import MYSELF
+from disque.commands.args import parse_int
+from disque.resp import OK, bulk, encode, error, status
+
+CLUSTER_SYNTAX = error("ERR Wrong CLUSTER subcommand or number of arguments")
+INVALID_NODE_ID = error("ERR Invalid node identifier")
+FORGET_MYSELF = error("ERR I tried hard but I can't forget myself...")
+LEAVING_SYNTAX = error("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
+MAX_MEET_PORT = 55535
+
+
+def hello(node, client, argv: list[bytes]) -> bytes:
+    """HELLO: format version, own ID, then [id, ip, port, priority] per node."""
+    entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
+               for n in node.membership.nodes.values()]
+    return encode([1, node.id] + entries)
+
+
+def _meet(node, argv: list[bytes]) -> bytes:
+    ip = argv[2].decode("latin-1")
+    port_arg = argv[3]
+    port = parse_int(port_arg)
+    if port is None:
+        return error("ERR Invalid TCP port specified: %s" % port_arg.decode("latin-1"))
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        address = None
+    if address is None or port <= 0 or port > MAX_MEET_PORT:
+        return error("ERR Invalid node address specified: %s:%s"
+                     % (ip, port_arg.decode("latin-1")))
+    node.cluster_meet(str(address), port)
+    return OK
+
+
+def _forget(node, node_id: bytes) -> bytes:
+    if len(node_id) != 40:
+        return INVALID_NODE_ID
+    target = node.membership.nodes.get(node_id)
+    if target is None:
+        return error("ERR Unknown node %s" % node_id.decode("latin-1"))
+    if target.flags & MYSELF:
+        return FORGET_MYSELF
+    node.cluster_forget(node_id)
+    return OK
+
+
+def _leaving(node, argv: list[bytes]) -> bytes:
+    if len(argv) == 2:
+        return status(b"yes" if node.membership.leaving else b"no")
+    value = argv[2].lower()
+    if value not in (b"yes", b"no"):
+        return LEAVING_SYNTAX
+    node.set_leaving(value == b"yes")
+    return OK
+
+
+def cluster(node, client, argv: list[bytes]) -> bytes:
+    """CLUSTER MEET | NODES | MYID | INFO | SAVECONFIG | FORGET | RESET | LEAVING."""
+    sub = argv[1].upper()
+    n = len(argv)
+    if sub == b"MEET" and n == 4:
+        return _meet(node, argv)
+    if sub == b"NODES" and n == 2:
+        return bulk(node.membership.render_nodes())
+    if sub == b"MYID" and n == 2:
+        return bulk(node.id)
+    if sub == b"INFO" and n == 2:
+        return bulk(node.membership.render_info())
+    if sub == b"SAVECONFIG" and n == 2:
+        problem = node.host.save_cluster_config()
+        if problem:
+            return error("ERR error saving the cluster node config: %s" % problem)
+        return OK
+    if sub == b"FORGET" and n == 3:
+        return _forget(node, argv[2])
+    if sub == b"RESET" and n in (2, 3):
+        hard = False
+        if n == 3:
+            mode = argv[2].upper()
+            if mode not in (b"SOFT", b"HARD"):
+                return error("ERR syntax error")
+            hard = mode == b"HARD"
+        node.cluster_reset(hard)
+        return OK
+    if sub == b"LEAVING" and n in (2, 3):
+        return _leaving(node, argv)
+    return CLUSTER_SYNTAX
+
+
+TABLE = (
+    ("hello", 1, "rF", hello),
+    ("cluster", -2, "ar", cluster),
+)

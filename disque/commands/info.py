@@ -1,0 +1,96 @@
+"""INFO (spec: commands.md INFO): sections in a fixed order, ``key:value`` lines.
+
+Node-level values come from the node; process-level ones (pid, RSS, CPU,
+network counters, AOF state) from the host. A field neither provides is
+reported as 0 so the keys clients look for always exist.
+"""
+
+from __future__ import annotations
+
+from disque import errors
+from disque.commands import unique_commands
+from disque.memory import format_human
+from disque.resp import bulk
+
+SECTIONS = (
+    ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
+                "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id",
+                "tcp_port", "uptime_in_seconds", "uptime_in_days", "hz", "executable",
+                "config_file")),
+    ("Clients", ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
+                 "blocked_clients")),
+    ("Memory", ("used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",
+                "used_memory_peak_human", "mem_fragmentation_ratio", "mem_allocator")),
+    ("Jobs", ("registered_jobs",)),
+    ("Queues", ("registered_queues",)),
+    ("Persistence", None),  # the host lists its own fields: they depend on the AOF state
+    ("Stats", ("total_connections_received", "total_commands_processed",
+               "instantaneous_ops_per_sec", "total_net_input_bytes", "total_net_output_bytes",
+               "instantaneous_input_kbps", "instantaneous_output_kbps", "rejected_connections",
+               "latest_fork_usec")),
+    ("CPU", ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")),
+)
+_SECTION_NAMES = {name.lower() for name, _ in SECTIONS}
+_COMMANDSTATS = "commandstats"
+
+
+def _node_fields(node, section: str) -> dict:
+    if section == "server":
+        return {"hz": node.config.hz, "tcp_port": node.config.port}
+    if section == "clients":
+        return {"blocked_clients": len(node.blocked_clients)}
+    if section == "memory":
+        node.used_memory_peak = max(node.used_memory_peak, node.used_memory)
+        return {"used_memory": node.used_memory,
+                "used_memory_human": format_human(node.used_memory),
+                "used_memory_peak": node.used_memory_peak,
+                "used_memory_peak_human": format_human(node.used_memory_peak)}
+    if section == "jobs":
+        return {"registered_jobs": len(node.jobs)}
+    if section == "queues":
+        return {"registered_queues": len(node.queues)}
+    if section == "stats":
+        return {"total_commands_processed": node.stats.commands_processed,
+                "instantaneous_ops_per_sec": node.stats.ops_per_sec()}
+    return {}
+
+
+def _section_text(node, title: str, keys) -> str:
+    section = title.lower()
+    host_fields = node.host.info_fields(section)
+    values = dict(host_fields)
+    values.update(_node_fields(node, section))
+    if keys is None:
+        keys = [k for k, _ in host_fields]
+    lines = ["# %s\r\n" % title]
+    lines.extend("%s:%s\r\n" % (key, values.get(key, 0)) for key in keys)
+    return "".join(lines)
+
+
+def _commandstats_text(node) -> str:
+    lines = ["# Commandstats\r\n"]
+    for cmd in unique_commands(node.commands):
+        if cmd.calls:
+            lines.append("cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f\r\n"
+                         % (cmd.name, cmd.calls, cmd.usec, cmd.usec / cmd.calls))
+    return "".join(lines)
+
+
+def info(node, client, argv: list[bytes]) -> bytes:
+    """INFO [section]."""
+    if len(argv) > 2:
+        return errors.SYNTAX
+    wanted = argv[1].decode("latin-1").lower() if len(argv) == 2 else "default"
+    parts = []
+    if wanted in ("default", "all") or wanted in _SECTION_NAMES:
+        for title, keys in SECTIONS:
+            if wanted in ("default", "all") or wanted == title.lower():
+                parts.append(_section_text(node, title, keys))
+    if wanted in ("all", _COMMANDSTATS):
+        parts.append(_commandstats_text(node))
+    return bulk("\r\n".join(parts).encode())
+
+
+TABLE = (
+    ("info", -1, "rl", info),
+)

@@ -1,0 +1,367 @@
+"""Job commands: ADDJOB, GETJOB, ACKJOB, FASTACK, WORKING, NACK, ENQUEUE,
+DEQUEUE, DELJOB, SHOW, LOADJOB (spec: commands.md §1)."""
+
+from __future__ import annotations
+
+from disque import errors
+from disque.cluster import messages as m
+from disque.commands.args import parse_int
+from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
+from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, WAIT_REPL, Job
+from disque.jobs.replies import encode_job_info, job_entry
+from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO
+from disque.queues.queue import PAUSE_IN, PAUSE_OUT
+from disque.resp import NIL, NIL_ARRAY, integer
+
+DEFAULT_TTL = 86400
+MAX_DEFAULT_RETRY = 300
+MAX_REPLICATE = 65535
+
+_REPLICATE = b"REPLICATE"
+_DELAY = b"DELAY"
+_RETRY = b"RETRY"
+_TTL = b"TTL"
+_MAXLEN = b"MAXLEN"
+_ASYNC = b"ASYNC"
+_NOHANG = b"NOHANG"
+_TIMEOUT = b"TIMEOUT"
+_COUNT = b"COUNT"
+_WITHCOUNTERS = b"WITHCOUNTERS"
+_FROM = b"FROM"
+
+
+def _parse_addjob_options(argv: list[bytes]):
+    """Options after the timeout; returns an error reply or the values."""
+    repl = ttl = retry = maxlen = None
+    delay = 0
+    async_ = False
+    i = 4
+    n = len(argv)
+    while i < n:
+        opt = argv[i].upper()
+        if opt == _ASYNC:
+            async_ = True
+            i += 1
+            continue
+        if i + 1 >= n:
+            return errors.SYNTAX
+        value = parse_int(argv[i + 1])
+        if opt == _REPLICATE:
+            if value is None or not 0 < value <= MAX_REPLICATE:
+                return errors.REPLICATE_RANGE
+            repl = value
+        elif opt == _DELAY:
+            if value is None or value < 0:
+                return errors.DELAY_RANGE
+            delay = value
+        elif opt == _RETRY:
+            if value is None or value < 0:
+                return errors.RETRY_RANGE
+            retry = value
+        elif opt == _TTL:
+            if value is None or value <= 0:
+                return errors.TTL_RANGE
+            ttl = value
+        elif opt == _MAXLEN:
+            if value is None or value <= 0:
+                return errors.MAXLEN_RANGE
+            maxlen = value
+        else:
+            return errors.SYNTAX
+        i += 2
+    return repl, ttl, retry, delay, maxlen, async_
+
+
+def addjob(node, client, argv: list[bytes]) -> bytes | None:
+    """ADDJOB queue body ms-timeout [options]."""
+    if len(argv) == 4:
+        repl = ttl = retry = maxlen = None
+        delay = 0
+        async_ = False
+    else:
+        parsed = _parse_addjob_options(argv)
+        if type(parsed) is bytes:
+            return parsed
+        repl, ttl, retry, delay, maxlen, async_ = parsed
+    timeout = parse_int(argv[3])
+    if timeout is None:
+        return errors.TIMEOUT_NOT_INTEGER
+    if timeout < 0:
+        return errors.TIMEOUT_NEGATIVE
+    membership = node.membership
+    if repl is None:
+        repl = membership.size if membership.size < 3 else 3
+    if repl > 1 and retry == 0:
+        return errors.RETRY0_REPLICATE
+    if ttl is None:
+        ttl = DEFAULT_TTL
+        if retry is None:
+            retry = MAX_DEFAULT_RETRY
+    if delay >= ttl:
+        return errors.DELAY_TTL
+    if retry is None:
+        retry = ttl // 10 if ttl < 10 * MAX_DEFAULT_RETRY else MAX_DEFAULT_RETRY
+        if not retry:
+            retry = 1
+    leaving = membership.leaving
+    extrepl = leaving or node.used_memory > node.mem_warn_threshold
+    additional = repl if extrepl else repl - 1
+    if additional > len(membership.reachable):
+        if extrepl and additional - 1 == len(membership.reachable):
+            return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
+        return errors.NOREPL_UNREACHABLE
+    queue_name = argv[1]
+    queue = node.queues.get(queue_name)
+    if queue is not None:
+        if maxlen is not None and len(queue.jobs) >= maxlen:
+            return errors.MAXLEN_EXCEEDED
+        if queue.paused & PAUSE_IN:
+            return errors.PAUSED
+    now = node.now
+    job = Job(node.ids.new_id(ttl, retry), queue_name, argv[2], repl, node.new_ctime(),
+              now // 1000 + ttl, delay, retry)
+    job.qtime = now + (delay or retry) * 1000
+    reply = b"+" + job.id + b"\r\n"
+    if not extrepl:
+        job.delivered = node.self_delivered
+        if async_ or repl == 1:
+            node.register_job(job, delay != 0)
+            if delay == 0:
+                node.enqueue_job(job)
+            if repl > 1:
+                node.replicate(job, repl - 1, True)
+            if node.aof is not None:
+                node.aof.loadjob(job)  # spec decision 14: after replication, real holders
+            return reply
+    if async_:
+        # Externally replicated and asynchronous: never registered here.
+        node.replicate(job, repl, True)
+        holders = [n for n in job.delivered if n != node.id]
+        if holders:
+            target = holders[node.rng.randrange(len(holders))]
+            node.send_to(target, {m.TYPE: m.ENQUEUE, m.ID: job.id, m.DELAY: delay})
+        return reply
+    job.state = WAIT_REPL
+    job.confirmed = set() if extrepl else {node.id}
+    node.register_job(job)
+    node.replicate(job, additional, False)
+    node.block_for_replication(client, job.id, now + timeout if timeout else 0)
+    return None
+
+
+def getjob(node, client, argv: list[bytes]) -> bytes | None:
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue..."""
+    nohang = withcounters = False
+    timeout = 0
+    count = 1
+    names = None
+    i = 1
+    n = len(argv)
+    while i < n:
+        opt = argv[i].upper()
+        if opt == _FROM:
+            names = argv[i + 1:]
+            break
+        if opt == _NOHANG:
+            nohang = True
+        elif opt == _WITHCOUNTERS:
+            withcounters = True
+        elif opt == _TIMEOUT and i + 1 < n:
+            i += 1
+            timeout = parse_int(argv[i])
+            if timeout is None:
+                return errors.TIMEOUT_NOT_INTEGER
+            if timeout < 0:
+                return errors.TIMEOUT_NEGATIVE
+        elif opt == _COUNT and i + 1 < n:
+            i += 1
+            count = parse_int(argv[i])
+            if count is None or count <= 0:
+                return errors.COUNT_RANGE
+        else:
+            return errors.SYNTAX
+        i += 1
+    if not names:
+        return errors.SYNTAX
+    found = _collect_jobs(node, names, count)
+    if found:
+        return b"*%d\r\n" % len(found) + b"".join(job_entry(j, withcounters) for j in found)
+    if nohang:
+        return NIL_ARRAY
+    if node.membership.leaving:
+        return errors.LEAVING
+    node.block_for_jobs(client, names, node.now + timeout if timeout else 0, count, withcounters)
+    return None
+
+
+def _collect_jobs(node, names: list[bytes], count: int) -> list[Job]:
+    """Round-robin over the queues, one job per queue per round (spec: GETJOB)."""
+    found: list[Job] = []
+    queues = node.queues
+    while True:
+        progress = False
+        for name in names:
+            queue = queues.get(name)
+            if queue is None or not queue.jobs or queue.paused & PAUSE_OUT:
+                if queue is None:
+                    queue = node.create_queue(name)
+                node.need_jobs(queue, CLIENTS_WAITING)
+                continue
+            found.append(node.pop_job(queue))
+            if not queue.jobs:
+                node.need_jobs(queue, REACHED_ZERO)
+            if len(found) == count:
+                return found
+            progress = True
+        if not progress:
+            return found
+
+
+def _all_valid(ids: list[bytes]) -> bool:
+    for job_id in ids:
+        if not is_valid_job_id(job_id):
+            return False
+    return True
+
+
+def ackjob(node, client, argv: list[bytes]) -> bytes:
+    """ACKJOB id...: count of jobs moved to acked."""
+    ids = argv[1:]
+    if not _all_valid(ids):
+        return errors.BADID
+    acked = 0
+    jobs = node.jobs
+    for job_id in ids:
+        job = jobs.get(job_id)
+        if job is None:
+            membership = node.membership
+            if (membership.size == 1 or membership.leaving
+                    or is_at_most_once_id(job_id)):
+                continue
+            job = Job(job_id, None, None, 0, 0,
+                      node.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
+            job.state = ACKED
+            node.register_job(job)
+        elif node.ack_job(job):
+            acked += 1
+        node.gc_attempt(job)
+    return integer(acked)
+
+
+def fastack(node, client, argv: list[bytes]) -> bytes:
+    """FASTACK id...: delete everywhere, best effort."""
+    ids = argv[1:]
+    if not _all_valid(ids):
+        return errors.BADID
+    deleted = 0
+    for job_id in ids:
+        job = node.jobs.get(job_id)
+        msg = m.job_message(m.DELJOB, job_id)
+        if job is None:
+            node.broadcast(msg)
+            continue
+        node.send_to_holders(job, msg)
+        node.delete_job(job)
+        deleted += 1
+    return integer(deleted)
+
+
+def working(node, client, argv: list[bytes]) -> bytes:
+    """WORKING id: postpone the next requeue, reply with the retry period."""
+    job_id = argv[1]
+    if not is_valid_job_id(job_id):
+        return errors.BADID
+    job = node.jobs.get(job_id)
+    if job is None:
+        return errors.NOJOB
+    now = node.now
+    created_ms = job.ctime // 1_000_000
+    life = job.etime * 1000 - created_ms
+    if life > 0 and now - created_ms > life / 2:
+        return errors.TOOLATE
+    node.dequeue_job(job)
+    job.flags |= BCAST_WILLQUEUE
+    if job.retry and job.qtime:
+        job.qtime = now + job.retry * 1000 + node.jitter()
+    if job.state != ACKED:
+        node.schedule_job(job)
+    node.send_to_holders(job, m.job_message(m.WORKING, job.id))
+    return integer(job.retry)
+
+
+def _requeue(node, argv: list[bytes], nack: bool) -> bytes:
+    ids = argv[1:]
+    if not _all_valid(ids):
+        return errors.BADID
+    queued = 0
+    for job_id in ids:
+        job = node.jobs.get(job_id)
+        if job is not None and job.state == ACTIVE and node.enqueue_job(job, nack):
+            queued += 1
+    return integer(queued)
+
+
+def nack(node, client, argv: list[bytes]) -> bytes:
+    """NACK id...: put back in the queue now, counting a failed delivery."""
+    return _requeue(node, argv, True)
+
+
+def enqueue(node, client, argv: list[bytes]) -> bytes:
+    """ENQUEUE id...: put active jobs back in their queue."""
+    return _requeue(node, argv, False)
+
+
+def dequeue(node, client, argv: list[bytes]) -> bytes:
+    """DEQUEUE id...: take queued jobs out of their queue."""
+    ids = argv[1:]
+    if not _all_valid(ids):
+        return errors.BADID
+    count = 0
+    for job_id in ids:
+        job = node.jobs.get(job_id)
+        if job is not None and node.dequeue_job(job):
+            count += 1
+    return integer(count)
+
+
+def deljob(node, client, argv: list[bytes]) -> bytes:
+    """DELJOB id...: forget jobs on this node only."""
+    ids = argv[1:]
+    if not _all_valid(ids):
+        return errors.BADID
+    count = 0
+    for job_id in ids:
+        job = node.jobs.get(job_id)
+        if job is not None:
+            node.delete_job(job)
+            count += 1
+    return integer(count)
+
+
+def show(node, client, argv: list[bytes]) -> bytes:
+    """SHOW id: the job's fields, or nil."""
+    job_id = argv[1]
+    if not is_valid_job_id(job_id):
+        return errors.BADID
+    job = node.jobs.get(job_id)
+    return NIL if job is None else encode_job_info(job, node.now)
+
+
+def loadjob(node, client, argv: list[bytes]) -> bytes:
+    """LOADJOB exists only inside the AOF."""
+    return errors.LOADJOB_FROM_CLIENT
+
+
+TABLE = (
+    ("addjob", -4, "wmF", addjob),
+    ("getjob", -2, "wF", getjob),
+    ("ackjob", -1, "wF", ackjob),
+    ("fastack", -1, "wF", fastack),
+    ("deljob", -1, "wF", deljob),
+    ("show", 2, "rF", show),
+    ("loadjob", 2, "w", loadjob),
+    ("enqueue", -1, "mwF", enqueue),
+    ("nack", -1, "mwF", nack),
+    ("dequeue", -1, "wF", dequeue),
+    ("working", 2, "wF", working),
+)

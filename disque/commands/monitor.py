@@ -1,0 +1,26 @@
+"""MONITOR: stream every command processed by the node."""
+
+from __future__ import annotations
+
+from disque.argsplit import quote_arg
+from disque.resp import OK
+
+
+def format_monitor_line(now_us: int, client, argv: list[bytes]) -> bytes:
+    """``+<sec>.<usec> [<addr>] "arg" ...`` as a status reply."""
+    args = " ".join(quote_arg(a) for a in argv)
+    return ("+%d.%06d [%s] %s\r\n" % (now_us // 1_000_000, now_us % 1_000_000, client.addr,
+                                      args)).encode()
+
+
+def monitor(node, client, argv: list[bytes]) -> bytes:
+    """Turn this connection into a monitor."""
+    if not client.monitor:
+        client.monitor = True
+        node.monitors[client] = None
+    return OK
+
+
+TABLE = (
+    ("monitor", 1, "ar", monitor),
+)

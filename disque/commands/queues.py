@@ -1,0 +1,240 @@
+"""Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2)."""
+
+from __future__ import annotations
+
+from disque import errors
+from disque.cluster import messages as m
+from disque.commands.args import parse_int, parse_uint
+from disque.jobs.job import STATES_BY_NAME
+from disque.jobs.replies import job_entry, job_info
+from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
+from disque.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
+
+DEFAULT_SCAN_COUNT = 100
+SCAN_EFFORT = 10  # slots visited per requested element before returning
+
+_BUSYLOOP = b"BUSYLOOP"
+_COUNT = b"COUNT"
+_MINLEN = b"MINLEN"
+_MAXLEN = b"MAXLEN"
+_IMPORTRATE = b"IMPORTRATE"
+_QUEUE = b"QUEUE"
+_STATE = b"STATE"
+_REPLY = b"REPLY"
+_REPLY_ALL = b"ALL"
+_REPLY_ID = b"ID"
+_PAUSE_OPTIONS = {b"IN": PAUSE_IN, b"OUT": PAUSE_OUT, b"ALL": PAUSE_ALL, b"NONE": PAUSE_NONE}
+_PAUSE_STATE = b"STATE"
+_PAUSE_BCAST = b"BCAST"
+
+
+def qlen(node, client, argv: list[bytes]) -> bytes:
+    """QLEN queue."""
+    queue = node.queues.get(argv[1])
+    return integer(len(queue.jobs) if queue is not None else 0)
+
+
+def qpeek(node, client, argv: list[bytes]) -> bytes:
+    """QPEEK queue count: oldest first, or newest first for a negative count."""
+    count = parse_int(argv[2])
+    if count is None:
+        return errors.NOT_INTEGER
+    queue = node.queues.get(argv[1])
+    if queue is None or count == 0:
+        return EMPTY_ARRAY
+    source = queue.jobs.iter_from_head() if count > 0 else queue.jobs.iter_from_tail()
+    entries = []
+    for job in source:
+        entries.append(job_entry(job))
+        if len(entries) == abs(count):
+            break
+    return b"*%d\r\n" % len(entries) + b"".join(entries)
+
+
+def qstat(node, client, argv: list[bytes]) -> bytes:
+    """QSTAT queue: the queue's counters, or a null array."""
+    queue = node.queues.get(argv[1])
+    if queue is None:
+        return NIL_ARRAY
+    now_s = node.now // 1000
+    responders = list(queue.responders) if queue.responders else []
+    return encode([
+        b"name", queue.name,
+        b"len", len(queue.jobs),
+        b"age", max(0, now_s - queue.ctime),
+        b"idle", max(0, now_s - queue.atime),
+        b"blocked", queue.blocked_count,
+        b"import-from", responders,
+        b"import-rate", queue.import_rate(node.now),
+        b"jobs-in", queue.jobs_in,
+        b"jobs-out", queue.jobs_out,
+        b"pause", PAUSE_NAMES[queue.paused],
+    ])
+
+
+def _scan(index, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, list]:
+    """Walk a scan index from ``cursor`` collecting items accepted by ``keep``."""
+    found = []
+    effort = count * SCAN_EFFORT
+    while True:
+        cursor, items = index.scan(cursor, count)
+        effort -= count
+        found.extend(item for item in items if keep(item))
+        if cursor == 0 or (not busyloop and (len(found) >= count or effort <= 0)):
+            return cursor, found
+
+
+def _scan_reply(cursor: int, elements: list) -> bytes:
+    return encode([str(cursor).encode(), elements])
+
+
+class _OptionError(Exception):
+    def __init__(self, reply: bytes) -> None:
+        super().__init__()
+        self.reply = reply
+
+
+def _parse_scan_args(argv: list[bytes], options: dict) -> tuple[int, int, bool, dict] | bytes:
+    """Common QSCAN/JSCAN parsing: a cursor anywhere, COUNT, BUSYLOOP and
+    the command's own ``options`` (keyword -> parser returning a value or
+    an error reply). Values of repeatable options are collected in lists."""
+    cursor = None
+    count = DEFAULT_SCAN_COUNT
+    busyloop = False
+    values: dict = {}
+    i = 1
+    n = len(argv)
+    while i < n:
+        opt = argv[i].upper()
+        has_value = i + 1 < n
+        if opt == _BUSYLOOP:
+            busyloop = True
+            i += 1
+            continue
+        if opt == _COUNT and has_value:
+            count = parse_int(argv[i + 1])
+            if count is None:
+                return errors.NOT_INTEGER
+            count = max(count, 1)
+            i += 2
+            continue
+        parser = options.get(opt)
+        if parser is not None and has_value:
+            try:
+                value = parser(argv[i + 1])
+            except _OptionError as exc:
+                return exc.reply
+            values.setdefault(opt, []).append(value)
+            i += 2
+            continue
+        if cursor is not None:
+            return errors.SYNTAX
+        cursor = parse_uint(argv[i])
+        if cursor is None:
+            return errors.INVALID_CURSOR
+        i += 1
+    return cursor or 0, count, busyloop, values
+
+
+def _int_option(arg: bytes):
+    value = parse_int(arg)
+    if value is None:
+        raise _OptionError(errors.NOT_INTEGER)
+    return value
+
+
+_QSCAN_OPTIONS = {_MINLEN: _int_option, _MAXLEN: _int_option, _IMPORTRATE: _int_option}
+
+
+def qscan(node, client, argv: list[bytes]) -> bytes:
+    """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE n]."""
+    parsed = _parse_scan_args(argv, _QSCAN_OPTIONS)
+    if type(parsed) is bytes:
+        return parsed
+    cursor, count, busyloop, values = parsed
+    minlen = values.get(_MINLEN, [None])[-1]
+    maxlen = values.get(_MAXLEN, [None])[-1]
+    rate = values.get(_IMPORTRATE, [None])[-1]
+    now = node.now
+
+    def keep(queue) -> bool:
+        size = len(queue.jobs)
+        return ((minlen is None or size >= minlen) and (maxlen is None or size <= maxlen)
+                and (rate is None or queue.import_rate(now) >= rate))
+
+    cursor, queues = _scan(node.queue_scan, cursor, count, busyloop, keep)
+    return _scan_reply(cursor, [q.name for q in queues])
+
+
+def _state_option(arg: bytes):
+    state = STATES_BY_NAME.get(arg.lower())
+    if state is None:
+        raise _OptionError(errors.INVALID_STATE)
+    return state
+
+
+def _reply_option(arg: bytes):
+    kind = arg.upper()
+    if kind not in (_REPLY_ALL, _REPLY_ID):
+        raise _OptionError(errors.INVALID_REPLY_TYPE)
+    return kind
+
+
+_JSCAN_OPTIONS = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
+
+
+def jscan(node, client, argv: list[bytes]) -> bytes:
+    """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]."""
+    parsed = _parse_scan_args(argv, _JSCAN_OPTIONS)
+    if type(parsed) is bytes:
+        return parsed
+    cursor, count, busyloop, values = parsed
+    queue = values.get(_QUEUE, [None])[-1]
+    states = frozenset(values.get(_STATE, ()))
+    reply_all = values.get(_REPLY, [_REPLY_ID])[-1] == _REPLY_ALL
+
+    def keep(job) -> bool:
+        return (job.queue is not None and (queue is None or job.queue == queue)
+                and (not states or job.state in states))
+
+    cursor, jobs = _scan(node.job_scan, cursor, count, busyloop, keep)
+    if reply_all:
+        elements = [job_info(job, node.now) for job in jobs]
+    else:
+        elements = [Status(job.id) for job in jobs]
+    return _scan_reply(cursor, elements)
+
+
+def pause(node, client, argv: list[bytes]) -> bytes:
+    """PAUSE queue option...: set or read a queue's pause state."""
+    name = argv[1]
+    flags = PAUSE_NONE
+    changed = False
+    bcast = False
+    for arg in argv[2:]:
+        opt = arg.upper()
+        bits = _PAUSE_OPTIONS.get(opt)
+        if bits is not None:
+            flags = flags | bits if bits else PAUSE_NONE
+            changed = True
+        elif opt == _PAUSE_BCAST:
+            bcast = True
+        elif opt != _PAUSE_STATE:
+            return errors.SYNTAX
+    if changed:
+        node.set_pause(name, flags)
+    queue = node.queues.get(name)
+    current = queue.paused if queue is not None else PAUSE_NONE
+    if bcast:
+        node.broadcast({m.TYPE: m.PAUSE, m.QUEUE: name, m.PAUSE_STATE: PAUSE_NAMES[current]})
+    return status(PAUSE_NAMES[current])
+
+
+TABLE = (
+    ("qlen", 2, "rF", qlen),
+    ("qpeek", 3, "r", qpeek),
+    ("qstat", 2, "rF", qstat),
+    ("qscan", -1, "r", qscan),
+    ("jscan", -1, "r", jscan),
+    ("pause", -3, "rF", pause),
+)

@@ -1,0 +1,241 @@
+"""One client connection: bytes in, commands to the node, replies out.
+
+Pipelined commands of one read are executed in order and answered with
+one ``transport.write``. A blocked client (GETJOB, synchronous ADDJOB)
+stops executing until the node unblocks it; reading pauses meanwhile,
+and also while the transport's write buffer is above its high-water mark,
+so a slow reader cannot make the node buffer replies without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from disque import errors
+from disque.clients import ClientState
+from disque.log import logger
+from disque.resp import ProtocolError, RequestParser, error
+
+MONITOR_BUFFER_CAP = 64 * 1024 * 1024  # a stuck MONITOR never grows past this
+WRITE_HIGH_WATER = 256 * 1024
+
+
+class ClientConnection(asyncio.Protocol, ClientState):
+    """asyncio protocol for one client."""
+
+    __slots__ = ("server", "node", "transport", "parser", "pending", "fd", "reading",
+                 "paused_for_output", "soft_limit_since", "closing")
+
+    def __init__(self, server) -> None:
+        ClientState.__init__(self, server.next_client_id(), "", server.node.now)
+        self.server = server
+        self.node = server.node
+        self.transport: asyncio.Transport | None = None
+        self.parser = RequestParser(server.config.proto_max_bulk_len)
+        self.pending: list | None = None  # commands read while blocked
+        self.fd = -1
+        self.reading = True
+        self.paused_for_output = False
+        self.soft_limit_since = 0
+        self.closing = False
+
+    # ------------------------------------------------------------ asyncio
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        server = self.server
+        server.connections_received += 1
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
+        if isinstance(peer, tuple):
+            host = peer[0]
+            self.addr = ("[%s]:%d" % (host, peer[1])) if ":" in host else "%s:%d" % peer[:2]
+        else:
+            self.addr = "%s:0" % (server.config.unixsocket or "unix")
+        if len(server.clients) >= server.config.maxclients:
+            server.rejected_connections += 1
+            transport.write(errors.MAX_CLIENTS)
+            transport.close()
+            self.closing = True
+            return
+        server.clients[self.id] = self
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            server.tune_tcp_socket(sock)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        server = self.server
+        if server.clients.pop(self.id, None) is None:
+            self.transport = None
+            return
+        node = self.node
+        node.monitors.pop(self, None)
+        node.client_gone(self)
+        server.arm_timer()
+        self.transport = None  # break the protocol <-> transport cycle (the GC may not)
+
+    def pause_writing(self) -> None:
+        self.paused_for_output = True
+        self._set_reading(False)
+
+    def resume_writing(self) -> None:
+        self.paused_for_output = False
+        if self.blocked is None and self.pending is None:
+            self._set_reading(True)
+
+    def data_received(self, data: bytes) -> None:
+        server = self.server
+        server.net_input_bytes += len(data)
+        self.atime = self.node.now
+        commands: list = []
+        try:
+            self.parser.feed(data, commands)
+        except ProtocolError as exc:
+            if commands:
+                self._execute(commands)
+            self._protocol_error(str(exc))
+            return
+        if commands:
+            if self.blocked is not None or self.pending is not None:
+                self.pending = (self.pending or []) + commands
+            else:
+                self._execute(commands)
+
+    # ----------------------------------------------------------- commands
+
+    def _execute(self, commands: list) -> None:
+        call = self.node.call
+        if len(commands) == 1 and not self.reply_mode:
+            reply = call(self, commands[0])
+            if reply is None:
+                self._blocked([])
+            elif reply:
+                self._write(reply)
+        else:
+            out = []
+            for i, argv in enumerate(commands):
+                mode = self.reply_mode
+                reply = call(self, argv)
+                if reply is None:
+                    self._blocked(commands[i + 1:])
+                    break
+                if mode:
+                    reply = self._filter_reply(mode, reply)
+                if reply:
+                    out.append(reply)
+                if self.close_after_reply:
+                    break
+            if out:
+                self._write(b"".join(out))
+        if self.close_after_reply and not self.closing:
+            self.closing = True
+            self.transport.close()
+        self.server.arm_timer()
+
+    def _filter_reply(self, mode: int, reply: bytes) -> bytes:
+        """CLIENT REPLY OFF / SKIP (``mode`` is the one before the command ran)."""
+        if mode == 2:
+            if self.reply_mode == 2:
+                self.reply_mode = 0
+            return b""
+        return b"" if self.reply_mode == 1 else reply
+
+    def _blocked(self, rest: list) -> None:
+        self.pending = rest
+        self._set_reading(False)
+
+    def resume(self) -> None:
+        """Unblocked by the node: run what was read meanwhile, then read again."""
+        if not self.closing:
+            asyncio.get_running_loop().call_soon(self._resume_pending)
+
+    def _resume_pending(self) -> None:
+        if self.closing or self.blocked is not None:
+            return
+        pending = self.pending
+        self.pending = None
+        if pending:
+            self._execute(pending)
+        if self.blocked is None and self.pending is None and not self.paused_for_output:
+            self._set_reading(True)
+
+    def _set_reading(self, on: bool) -> None:
+        if on != self.reading and not self.closing:
+            self.reading = on
+            if on:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
+
+    def _protocol_error(self, message: str) -> None:
+        logger.log(15, "Protocol error from client %s: %s", self.addr, message)
+        self._write(error("ERR " + message))
+        self.closing = True
+        self.transport.close()
+
+    # ------------------------------------------------------------- output
+
+    def _write(self, data: bytes) -> None:
+        if self.closing:
+            return
+        server = self.server
+        server.net_output_bytes += len(data)
+        self.transport.write(data)
+        if server.output_limited or self.monitor:
+            self._check_output_limits()
+
+    def _check_output_limits(self) -> None:
+        hard, soft, soft_seconds = self.server.config.client_output_buffer_limit
+        size = self.transport.get_write_buffer_size()
+        if self.monitor and size > MONITOR_BUFFER_CAP:
+            hard = MONITOR_BUFFER_CAP
+        over_soft = soft and size > soft
+        if over_soft and not self.soft_limit_since:
+            self.soft_limit_since = self.node.now
+        elif not over_soft:
+            self.soft_limit_since = 0
+        if (hard and size > hard) or (
+                over_soft and self.node.now - self.soft_limit_since > soft_seconds * 1000):
+            logger.warning("Client %s closed for overcoming of output buffer limits.", self.addr)
+            self.closing = True
+            self.transport.abort()
+
+    def send(self, data: bytes) -> None:
+        """Asynchronous reply (unblocked client, MONITOR line)."""
+        if data and (self.reply_mode != 1 or self.monitor):
+            self._write(data)
+
+    def close(self) -> None:
+        """Close once pending output is written (CLIENT KILL, idle timeout)."""
+        if not self.closing:
+            self.closing = True
+            self.transport.close()
+
+    # ------------------------------------------------------------ reports
+
+    def describe(self, now_ms: int) -> str:
+        """One CLIENT LIST line."""
+        flags = ""
+        if self.monitor:
+            flags += "O"
+        if self.blocked is not None:
+            flags += "b"
+        if self.close_after_reply or self.closing:
+            flags += "c"
+        if self.fd >= 0 and self.addr.startswith(self.server.config.unixsocket or "\0"):
+            flags += "U"
+        qbuf = self.parser.buffered()
+        omem = self.transport.get_write_buffer_size() if self.transport else 0
+        events = "r" if self.reading else ""
+        if omem:
+            events += "w"
+        return ("id=%d addr=%s fd=%d name=%s age=%d idle=%d flags=%s qbuf=%d qbuf-free=%d "
+                "obl=0 oll=0 omem=%d events=%s cmd=%s" % (
+                    self.id, self.addr, self.fd, self.name.decode("latin-1"),
+                    (now_ms - self.ctime) // 1000, (now_ms - self.atime) // 1000,
+                    flags or "N", qbuf, max(0, 32768 - qbuf), omem, events,
+                    self.last_cmd.decode("latin-1")))

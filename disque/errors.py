@@ -1,0 +1,66 @@
+"""Every error reply text the spec names, written once (spec: commands.md).
+
+Values are complete RESP error replies, ready to send.
+"""
+
+from disque.resp import error
+
+SYNTAX = error("ERR syntax error")
+NOT_INTEGER = error("ERR value is not an integer or out of range")
+NOAUTH = error("NOAUTH Authentication required.")
+AUTH_NOT_SET = error("ERR Client sent AUTH, but no password is set")
+INVALID_PASSWORD = error("ERR invalid password")
+OOM = error("OOM command not allowed when used memory > 'maxmemory'.")
+LOADING = error("LOADING Disque is loading the dataset in memory")
+MAX_CLIENTS = error("ERR max number of clients reached")
+
+BADID = error("BADID Invalid Job ID format.")
+NOJOB = error("NOJOB Job not known in the context of this node.")
+TOOLATE = error("TOOLATE Half of job TTL already elapsed, you are no longer allowed "
+                "to postpone the next delivery.")
+LEAVING = error("LEAVING This node is leaving the cluster, please connect to a different one")
+PAUSED = error("PAUSED Queue paused in input, try later")
+MAXLEN_EXCEEDED = error("MAXLEN Queue is already longer than the specified MAXLEN count")
+LOADJOB_FROM_CLIENT = error("ERR LOADJOB is a special command only processed from AOF")
+
+REPLICATE_RANGE = error("ERR REPLICATE must be between 1 and 65535")
+TTL_RANGE = error("ERR TTL must be a number > 0")
+RETRY_RANGE = error("ERR RETRY time must be a non negative number")
+DELAY_RANGE = error("ERR DELAY time must be a non negative number")
+MAXLEN_RANGE = error("ERR MAXLEN must be a positive number")
+TIMEOUT_NOT_INTEGER = error("ERR timeout is not an integer or out of range")
+TIMEOUT_NEGATIVE = error("ERR timeout is negative")
+RETRY0_REPLICATE = error("ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 "
+                         "(at-most-once delivery)")
+DELAY_TTL = error("ERR The specified DELAY is greater than TTL. Job refused since would "
+                  "never be delivered")
+COUNT_RANGE = error("ERR COUNT must be a number greater than zero")
+
+NOREPL_UNREACHABLE = error("NOREPL Not enough reachable nodes for the requested replication level")
+_NOREPL_NO_COPY = ("NOREPL Not enough reachable nodes for the requested replication level, "
+                   "since I'm unable to hold a copy of the message for the following reason: ")
+NOREPL_LEAVING = error(_NOREPL_NO_COPY + "I'm leaving the cluster")
+NOREPL_OOM = error(_NOREPL_NO_COPY + "I'm out of memory")
+NOREPL_TIMEOUT = error("NOREPL Timeout reached before replicating to the requested number of nodes")
+NOREPL_REMOVED = error("NOREPL job removed (expired?) before the requested replication level "
+                       "was achieved")
+
+INVALID_CURSOR = error("ERR invalid cursor or option name")
+INVALID_STATE = error("ERR Invalid job state name")
+INVALID_REPLY_TYPE = error("ERR Invalid REPLY type, try ID or ALL")
+
+
+def unknown_command(name: bytes) -> bytes:
+    """``-ERR unknown command '<name as sent>'`` (newlines made spaces, at most 128 bytes)."""
+    name = name[:128].replace(b"\r", b" ").replace(b"\n", b" ")
+    return b"-ERR unknown command '" + name + b"'\r\n"
+
+
+def wrong_arity(name: str) -> bytes:
+    """``-ERR wrong number of arguments for '<name>' command``."""
+    return error("ERR wrong number of arguments for '%s' command" % name)
+
+
+def misconf(reason: str) -> bytes:
+    """The reply while the last AOF write failed."""
+    return error("MISCONF Errors writing to the AOF file: " + reason)

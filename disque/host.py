@@ -1,0 +1,65 @@
+"""What the node core asks of the process around it.
+
+The server (``disque.server``) subclasses Host with real sockets, files
+and process data. This base class is the host of unit tests and of the
+simulator: no connections, no files, and every operation that needs the
+operating system reports that it could not be done.
+"""
+
+from __future__ import annotations
+
+
+class Host:
+    """Process-level services for admin commands."""
+
+    def time_us(self, now_ms: int) -> int:
+        """Unix time in microseconds for TIME."""
+        return now_ms * 1000
+
+    def info_fields(self, section: str) -> list[tuple[str, object]]:
+        """Process-level INFO fields of ``section`` (server, clients, memory,
+        persistence, stats, cpu); the node adds its own."""
+        return []
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT: reset process-level counters."""
+
+    def client_list(self, node) -> bytes:
+        """CLIENT LIST text."""
+        return b""
+
+    def kill_clients(self, caller, *, addr: str | None = None, client_id: int | None = None,
+                     skip_caller: bool = True) -> int:
+        """Close matching client connections; return how many."""
+        return 0
+
+    def pause_clients(self, ms: int) -> None:
+        """CLIENT PAUSE: stop reading from normal clients for ``ms``."""
+
+    def shutdown(self, rewrite_aof: bool) -> bool:
+        """Prepare to exit (flush AOF, optionally rewrite it); False on failure."""
+        return False
+
+    def rewrite_config(self) -> None:
+        """CONFIG REWRITE; raises disque.config.ConfigSetError."""
+        from disque.config import ConfigSetError
+        raise ConfigSetError("ERR The server is running without a config file")
+
+    def bgrewriteaof(self) -> bytes:
+        """Start a background AOF rewrite; return the reply."""
+        return b"-ERR Background append only file rewriting not available\r\n"
+
+    def debug_sleep(self, seconds: float) -> None:
+        """DEBUG SLEEP: block the whole process."""
+
+    def debug_reload_aof(self) -> bool:
+        """DEBUG LOADAOF: flush, then reload the AOF."""
+        return False
+
+    def debug_restart(self, delay_ms: int, graceful: bool) -> bool:
+        """DEBUG RESTART / CRASH-AND-RECOVER: re-exec the server."""
+        return False
+
+    def save_cluster_config(self) -> str | None:
+        """Persist nodes.conf; return an error text on failure."""
+        return None

@@ -1,0 +1,76 @@
+"""The job record (spec: jobs-and-ids.md §3-§4)."""
+
+from __future__ import annotations
+
+WAIT_REPL = 0
+ACTIVE = 1
+QUEUED = 2
+ACKED = 3
+
+STATE_NAMES = {WAIT_REPL: b"wait-repl", ACTIVE: b"active", QUEUED: b"queued", ACKED: b"acked"}
+STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
+
+# Local flags.
+BCAST_QUEUED = 1  # the next local queueing must announce itself with QUEUED
+BCAST_WILLQUEUE = 2  # send WILLQUEUE 500 ms before qtime
+DELIVERED = 4  # this node handed the job to a consumer at least once
+
+
+class Job:
+    """One job as held by one node.
+
+    Times are integers: ``ctime`` in ms × 10^6 (+ tie counter), ``etime`` in
+    unix seconds, ``qtime`` and ``awakeme`` in unix ms (0 = not set).
+    ``delivered`` is a tuple of node IDs (tuples are small and shared by
+    every single-node job); ``confirmed`` is a set only while it matters.
+    The last three slots belong to the scan index and the queue skiplist.
+    """
+
+    __slots__ = (
+        "id", "queue", "body", "state", "repl", "ctime", "etime", "delay",
+        "retry", "nacks", "adeliv", "delivered", "confirmed", "qtime",
+        "awakeme", "gc_retry", "flags", "seq", "_sl", "_slprev",
+    )
+
+    def __init__(self, job_id: bytes, queue: bytes | None, body: bytes | None,
+                 repl: int, ctime: int, etime: int, delay: int, retry: int) -> None:
+        self.id = job_id
+        self.queue = queue
+        self.body = body
+        self.state = ACTIVE
+        self.repl = repl
+        self.ctime = ctime
+        self.etime = etime
+        self.delay = delay
+        self.retry = retry
+        self.nacks = 0
+        self.adeliv = 0
+        self.delivered: tuple[bytes, ...] = ()
+        self.confirmed: set[bytes] | None = None
+        self.qtime = 0
+        self.awakeme = 0
+        self.gc_retry = 0
+        self.flags = 0
+        self.seq = -1
+        self._sl: list | None = None
+        self._slprev = None
+
+    @property
+    def is_dummy_ack(self) -> bool:
+        """A placeholder ACK for a job this node never held."""
+        return self.queue is None
+
+    def add_delivered(self, node_id: bytes) -> None:
+        """Add one node to nodes-delivered."""
+        if node_id not in self.delivered:
+            self.delivered = self.delivered + (node_id,)
+
+    def merge_delivered(self, node_ids) -> None:
+        """Union nodes-delivered with ``node_ids``."""
+        current = self.delivered
+        extra = tuple(n for n in node_ids if n not in current)
+        if extra:
+            self.delivered = current + tuple(dict.fromkeys(extra))
+
+    def __repr__(self) -> str:
+        return "<Job %s %s>" % (self.id.decode("latin-1"), STATE_NAMES[self.state].decode())

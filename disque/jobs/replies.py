@@ -1,0 +1,57 @@
+"""RESP encodings of jobs: queue entries and the SHOW / JSCAN job info."""
+
+from __future__ import annotations
+
+from disque.jobs.job import STATE_NAMES
+from disque.resp import NIL, Status, encode
+
+_NACKS = b"$5\r\nnacks\r\n"
+_ADELIV = b"$21\r\nadditional-deliveries\r\n"
+
+
+def job_entry(job, withcounters: bool = False) -> bytes:
+    """``[queue, id, body]``, or the 7-element WITHCOUNTERS form."""
+    queue = job.queue
+    body = job.body
+    if withcounters:
+        return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
+            len(queue), queue, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
+    return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(queue), queue, job.id, len(body), body)
+
+
+def job_info(job, now_ms: int) -> list:
+    """The 30-element SHOW array as a value for ``resp.encode``."""
+    now_s = now_ms // 1000
+    qtime = job.qtime
+    awake = job.awakeme
+    return [
+        b"id", job.id,
+        b"queue", job.queue,
+        b"state", STATE_NAMES[job.state],
+        b"repl", job.repl,
+        b"ttl", max(0, job.etime - now_s),
+        b"ctime", job.ctime,
+        b"delay", job.delay,
+        b"retry", job.retry,
+        b"nacks", job.nacks,
+        b"additional-deliveries", job.adeliv,
+        b"nodes-delivered", list(job.delivered),
+        b"nodes-confirmed", sorted(job.confirmed) if job.confirmed else [],
+        b"next-requeue-within", max(0, qtime - now_ms) if qtime else None,
+        b"next-awake-within", max(0, awake - now_ms) if awake else None,
+        b"body", job.body,
+    ]
+
+
+def encode_job_info(job, now_ms: int) -> bytes:
+    """SHOW reply bytes."""
+    return encode(job_info(job, now_ms))
+
+
+def job_id_status(job) -> Status:
+    """A job ID as JSCAN REPLY id sends it: a status reply."""
+    return Status(job.id)
+
+
+NO_JOB = NIL

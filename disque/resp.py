@@ -1,0 +1,285 @@
+"""RESP2: request parsing (hiredis + pure-Python fallback) and reply encoding.
+
+hiredis parses well-formed multibulk requests quickly, but it is a reply
+parser: it accepts things a request must not contain (integers, nested
+arrays, status strings), rejects inline commands, and cannot say where a
+half-received command starts. So it only ever sees data from a command
+boundary, and the small incremental parser below takes over for inline
+commands, for a command split across reads, and for any input hiredis
+rejects, which it diagnoses with the exact Redis error texts.
+"""
+
+from __future__ import annotations
+
+import hiredis
+
+from disque.argsplit import UnbalancedQuotes, split_args
+
+CRLF = b"\r\n"
+OK = b"+OK\r\n"
+PONG = b"+PONG\r\n"
+NIL = b"$-1\r\n"
+NIL_ARRAY = b"*-1\r\n"
+EMPTY_ARRAY = b"*0\r\n"
+EMPTY_BULK = b"$0\r\n\r\n"
+ZERO = b":0\r\n"
+ONE = b":1\r\n"
+
+MAX_MULTIBULK_COUNT = 1024 * 1024
+MAX_INLINE_SIZE = 64 * 1024
+DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024
+
+ERR_MULTIBULK_LENGTH = "Protocol error: invalid multibulk length"
+ERR_BULK_LENGTH = "Protocol error: invalid bulk length"
+ERR_EXPECTED_DOLLAR = "Protocol error: expected '$', got '%s'"
+ERR_BIG_MBULK_COUNT = "Protocol error: too big mbulk count string"
+ERR_BIG_BULK_COUNT = "Protocol error: too big bulk count string"
+ERR_BIG_INLINE = "Protocol error: too big inline request"
+ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
+
+_STAR = 42
+_DOLLAR = 36
+_SMALL_INTS = [b":%d\r\n" % i for i in range(1024)]
+
+
+# ---------------------------------------------------------------- encoding
+
+def status(text: bytes) -> bytes:
+    """Encode a status reply (``+text``)."""
+    return b"+" + text + CRLF
+
+
+def error(text: str) -> bytes:
+    """Encode an error reply; ``text`` carries its own prefix (``ERR ...``)."""
+    return b"-" + text.encode() + CRLF
+
+
+def integer(n: int) -> bytes:
+    """Encode an integer reply."""
+    if 0 <= n < 1024:
+        return _SMALL_INTS[n]
+    return b":%d\r\n" % n
+
+
+def bulk(data: bytes | None) -> bytes:
+    """Encode a bulk string, or the null bulk for None."""
+    if data is None:
+        return NIL
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def array_header(n: int) -> bytes:
+    """Encode the header of an array of ``n`` elements."""
+    return b"*%d\r\n" % n
+
+
+class Status(bytes):
+    """Marks a bytes value that ``encode`` must send as a status reply."""
+
+    __slots__ = ()
+
+
+def encode(value: object) -> bytes:
+    """Encode a nested Python value: bytes→bulk, str→bulk, int→integer,
+    None→null bulk, list/tuple→array, Status→status."""
+    out = bytearray()
+    _encode_into(out, value)
+    return bytes(out)
+
+
+def _encode_into(out: bytearray, value: object) -> None:
+    t = type(value)
+    if t is bytes:
+        out += b"$%d\r\n%b\r\n" % (len(value), value)
+    elif t is int:
+        out += b":%d\r\n" % value
+    elif t is list or t is tuple:
+        out += b"*%d\r\n" % len(value)
+        for item in value:
+            _encode_into(out, item)
+    elif value is None:
+        out += NIL
+    elif t is Status:
+        out += b"+" + value + CRLF
+    elif t is str:
+        data = value.encode()
+        out += b"$%d\r\n%b\r\n" % (len(data), data)
+    elif t is bool:
+        out += b":1\r\n" if value else b":0\r\n"
+    else:
+        raise TypeError("cannot encode %r" % (t,))
+
+
+# ----------------------------------------------------------------- parsing
+
+class ProtocolError(Exception):
+    """The client sent bytes that are not a valid request; close after replying."""
+
+
+class _HiredisFallback(Exception):
+    """hiredis produced something a request may not contain."""
+
+
+_SENTINEL = b"*0\r\n"
+
+
+def _parse_count(digits: bytes) -> int | None:
+    """Parse a RESP length the way Redis' string2ll does (no '+', no leading zeros)."""
+    if digits.isdigit():
+        if digits[0] == 48 and len(digits) > 1:
+            return None
+    elif not (digits[:1] == b"-" and digits[1:].isdigit() and digits[1] != 48):
+        return None
+    if len(digits) > 20:
+        return None
+    value = int(digits)
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+class RequestParser:
+    """Turns a client's byte stream into commands (lists of bytes)."""
+
+    __slots__ = ("max_bulk_len", "_reader", "_pending", "_args", "_left", "_need")
+
+    def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
+        self.max_bulk_len = max_bulk_len
+        self._reader = hiredis.Reader()
+        self._pending: bytearray | None = None  # unparsed bytes held by the Python parser
+        self._args: list[bytes] | None = None  # multibulk being assembled
+        self._left = 0  # bulk arguments still expected
+        self._need = 0  # bytes the pending buffer must reach before parsing again
+
+    def feed(self, data: bytes, commands: list) -> None:
+        """Append every complete command found in ``data`` to ``commands``.
+
+        Raises ProtocolError, after appending the commands that preceded the
+        malformed one, when the stream is invalid.
+        """
+        if self._pending is not None:
+            pending = self._pending
+            pending += data
+            if len(pending) < self._need:
+                return  # still inside a large bulk argument
+            buf = bytes(pending)
+            self._pending = None
+        else:
+            buf = data
+        pos = 0
+        n = len(buf)
+        python = self._args is not None  # the Python parser owns the next command
+        while pos < n:
+            if python or buf[pos] != _STAR:
+                pos = self._parse_one(buf, pos, n, commands)
+                if pos < 0:
+                    return
+                python = False
+            elif self._parse_hiredis(buf, pos, commands):
+                return
+            else:
+                python = True  # hiredis refused: the Python parser takes this command
+
+    def _parse_hiredis(self, buf: bytes, pos: int, commands: list) -> bool:
+        """Parse ``buf[pos:]`` with hiredis; False if it must be re-parsed in Python.
+
+        A sentinel ``*0`` fed after the data comes back as an empty command
+        only if hiredis ended at a command boundary, which is how a command
+        cut by the end of the read is told apart from a complete one.
+        """
+        reader = self._reader
+        reader.feed(buf, pos)
+        reader.feed(_SENTINEL)
+        first = len(commands)
+        append = commands.append
+        try:
+            while True:
+                cmd = reader.gets()
+                if type(cmd) is not list:
+                    raise _HiredisFallback
+                if not cmd:
+                    if reader.gets() is False:
+                        return True  # the sentinel: everything before it was complete
+                    raise _HiredisFallback  # an empty command sent by the client
+                for arg in cmd:
+                    if type(arg) is not bytes:
+                        raise _HiredisFallback
+                append(cmd)
+        except (hiredis.ProtocolError, MemoryError, _HiredisFallback):
+            self._reader = hiredis.Reader()
+            del commands[first:]
+            return False
+
+    def _parse_one(self, buf: bytes, pos: int, n: int, commands: list) -> int:
+        """Parse one command at ``pos``; return the next position, or -1 when
+        the command is incomplete (the rest of ``buf`` is then kept)."""
+        if self._args is None:
+            if buf[pos] != _STAR:
+                return self._parse_inline(buf, pos, n, commands)
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > MAX_INLINE_SIZE:
+                    raise ProtocolError(ERR_BIG_MBULK_COUNT)
+                return self._keep(buf, pos, 0)
+            count = _parse_count(buf[pos + 1:eol])
+            if count is None or count > MAX_MULTIBULK_COUNT:
+                raise ProtocolError(ERR_MULTIBULK_LENGTH)
+            pos = eol + 2
+            if count <= 0:
+                return pos
+            self._args = []
+            self._left = count
+        args = self._args
+        append = args.append
+        left = self._left
+        while left:
+            if pos >= n:
+                break
+            if buf[pos] != _DOLLAR:
+                raise ProtocolError(ERR_EXPECTED_DOLLAR % chr(buf[pos]))
+            eol = buf.find(b"\r\n", pos)
+            if eol < 0:
+                if n - pos > MAX_INLINE_SIZE:
+                    raise ProtocolError(ERR_BIG_BULK_COUNT)
+                break
+            length = _parse_count(buf[pos + 1:eol])
+            if length is None or length < 0 or length > self.max_bulk_len:
+                raise ProtocolError(ERR_BULK_LENGTH)
+            start = eol + 2
+            end = start + length
+            if end + 2 > n:
+                self._left = left
+                return self._keep(buf, pos, end + 2 - pos)
+            append(buf[start:end])
+            pos = end + 2
+            left -= 1
+        if left:
+            self._left = left
+            return self._keep(buf, pos, 0)
+        self._args = None
+        commands.append(args)
+        return pos
+
+    def _keep(self, buf: bytes, pos: int, need: int) -> int:
+        self._pending = bytearray(buf[pos:])
+        self._need = need
+        return -1
+
+    def _parse_inline(self, buf: bytes, pos: int, n: int, commands: list) -> int:
+        eol = buf.find(b"\n", pos)
+        if eol < 0:
+            if n - pos > MAX_INLINE_SIZE:
+                raise ProtocolError(ERR_BIG_INLINE)
+            return self._keep(buf, pos, 0)
+        line = buf[pos:eol]
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        try:
+            argv = split_args(line)
+        except UnbalancedQuotes:
+            raise ProtocolError(ERR_UNBALANCED) from None
+        if argv:
+            commands.append(argv)
+        return eol + 1
+
+    def buffered(self) -> int:
+        """Bytes held for an incomplete command (for CLIENT LIST qbuf)."""
+        return len(self._pending) if self._pending is not None else 0

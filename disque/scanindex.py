@@ -1,0 +1,82 @@
+"""Stateless cursors for QSCAN and JSCAN.
+
+Every item gets a sequence number when it is added; slots live in pages
+of 1024. A cursor is the next sequence number to look at, so an item
+present for the whole iteration is returned exactly once (spec:
+commands.md QSCAN, index.md decision 8). Emptied pages are dropped.
+"""
+
+from __future__ import annotations
+
+_PAGE_BITS = 10
+_PAGE_SIZE = 1 << _PAGE_BITS
+_PAGE_MASK = _PAGE_SIZE - 1
+
+
+class ScanIndex:
+    """Items with a writable ``seq`` attribute."""
+
+    __slots__ = ("_pages", "_live", "_next")
+
+    def __init__(self) -> None:
+        self._pages: dict[int, list] = {}
+        self._live: dict[int, int] = {}
+        self._next = 1  # cursor 0 means "start", so numbering starts at 1
+
+    def add(self, item) -> None:
+        """Give ``item`` the next sequence number."""
+        seq = self._next
+        self._next = seq + 1
+        page_no = seq >> _PAGE_BITS
+        page = self._pages.get(page_no)
+        if page is None:
+            page = self._pages[page_no] = [None] * _PAGE_SIZE
+            self._live[page_no] = 0
+        page[seq & _PAGE_MASK] = item
+        self._live[page_no] += 1
+        item.seq = seq
+
+    def remove(self, item) -> None:
+        """Forget ``item``."""
+        seq = item.seq
+        page_no = seq >> _PAGE_BITS
+        page = self._pages.get(page_no)
+        if page is None or page[seq & _PAGE_MASK] is not item:
+            return
+        page[seq & _PAGE_MASK] = None
+        item.seq = -1
+        live = self._live[page_no] - 1
+        if live or page_no == self._next >> _PAGE_BITS:
+            self._live[page_no] = live
+        else:
+            del self._pages[page_no]
+            del self._live[page_no]
+
+    def clear(self) -> None:
+        """Forget everything (sequence numbers keep growing)."""
+        self._pages.clear()
+        self._live.clear()
+
+    def scan(self, cursor: int, budget: int) -> tuple[int, list]:
+        """Return (next cursor, items) visiting at most ``budget`` slots.
+
+        Cursor 0 starts; a returned cursor of 0 means the end was reached.
+        """
+        seq = max(cursor, 1)
+        end = self._next
+        items = []
+        pages = self._pages
+        while seq < end and budget > 0:
+            page = pages.get(seq >> _PAGE_BITS)
+            if page is None:
+                seq = ((seq >> _PAGE_BITS) + 1) << _PAGE_BITS
+                budget -= 1
+                continue
+            stop = min(end, ((seq >> _PAGE_BITS) + 1) << _PAGE_BITS, seq + budget)
+            for i in range(seq & _PAGE_MASK, (stop - 1 & _PAGE_MASK) + 1):
+                item = page[i]
+                if item is not None:
+                    items.append(item)
+            budget -= stop - seq
+            seq = stop
+        return (0 if seq >= end else seq), items

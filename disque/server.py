@@ -1,0 +1,639 @@
+"""The disque-server process: listeners, clients, cron, shutdown.
+
+Everything that touches sockets, files and the operating system for the
+node lives here (with ``connection``, ``cluster.bus`` and ``aof``); the
+node core in ``disque.node`` only sees commands, messages and time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import gc
+import os
+import platform
+import random
+import resource
+import signal
+import socket
+import sys
+import time
+
+import uvloop
+
+from disque import __version__, log
+from disque.cluster import nodesconf
+from disque.cluster.gossip import random_node_id
+from disque.commands import build_command_table, unique_commands
+from disque.config import Config, ConfigError, ConfigSetError
+from disque.connection import ClientConnection
+from disque.host import Host
+from disque.jobs.timers import NEVER
+from disque.log import logger
+from disque.node import Node
+
+USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
+       ./disque-server - (read config from stdin)
+       ./disque-server -v or --version
+       ./disque-server -h or --help
+
+Examples:
+       ./disque-server (run the server with default conf)
+       ./disque-server /etc/disque/7711.conf
+       ./disque-server --port 7777
+       ./disque-server /etc/mydisque.conf --loglevel verbose
+"""
+NO_CONFIG_WARNING = ("Warning: no config file specified, using the default config. In order "
+                     "to specify a config file use disque-server /path/to/disque.conf")
+RESERVED_FDS = 32
+TIMER_SLACK_MS = 1
+FULL_GC_INTERVAL_S = 300
+FULL_GC_MAX_OBJECTS = 2_000_000
+
+
+def wall_clock_ms() -> int:
+    """Unix time in milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def notify_systemd(state: str) -> bool:
+    """Send ``state`` (e.g. READY=1) to $NOTIFY_SOCKET; False if there is none."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address[0] == "@":
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(state.encode())
+    except OSError as exc:
+        logger.warning("Can't notify systemd (%s): %s", state.split("=")[0], exc)
+        return False
+    return True
+
+
+def daemonize() -> None:
+    """Detach from the terminal like the original (fork, setsid, stdio to /dev/null)."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
+class GarbageCollector:
+    """Cyclic GC tuned for a heap of long-lived jobs.
+
+    CPython's generational GC re-traverses every tracked object each time
+    the old generation grows by 25 %, which with a million queued jobs
+    doubles the cost of ADDJOB and causes long pauses. Jobs never need the
+    cycle collector (their skiplist links are cut when they leave a queue),
+    so young objects are collected every cron tick and survivors frozen;
+    a full collection runs every few minutes while the heap is small
+    enough for it to be quick.
+    """
+
+    def __init__(self) -> None:
+        gc.disable()
+        self.last_full = time.monotonic()
+
+    def tick(self) -> None:
+        """Called from the cron."""
+        gc.collect(1)
+        gc.freeze()
+        now = time.monotonic()
+        if now - self.last_full > FULL_GC_INTERVAL_S:
+            self.last_full = now
+            if gc.get_freeze_count() < FULL_GC_MAX_OBJECTS:
+                gc.unfreeze()
+                gc.collect()
+                gc.freeze()
+
+
+def atomic_write(path: str, data: str) -> None:
+    """Write a file so that a crash leaves either the old or the new content."""
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dirfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+class StartupError(Exception):
+    """The server cannot start; the message says why."""
+
+
+class Server(Host):
+    """A running node: the process around ``disque.node.Node``."""
+
+    def __init__(self, config: Config, argv: list[str]) -> None:
+        self.config = config
+        self.argv = argv
+        self.clients: dict[int, ClientConnection] = {}
+        self.client_id = 0
+        self.connections_received = 0
+        self.rejected_connections = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.net_samples: list[tuple[float, int, int]] = []
+        self.start_time = time.time()
+        self.run_id = "%040x" % random.SystemRandom().getrandbits(160)
+        self.listeners: list[asyncio.AbstractServer] = []
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.timer_handle: asyncio.TimerHandle | None = None
+        self.timer_at = NEVER
+        self.cron_handle: asyncio.TimerHandle | None = None
+        self.stopped: asyncio.Future | None = None
+        self.exit_code = 0
+        self.paused_until = 0.0
+        self.lock_fd = -1
+        self.pidfile_written = False
+        self.gc = GarbageCollector()
+        self.output_limited = any(config.client_output_buffer_limit)
+        self.node: Node = self._create_node()
+
+    # ------------------------------------------------------------ startup
+
+    def _create_node(self) -> Node:
+        rng = random.Random(os.urandom(32))
+        nodes = self._load_cluster_config()
+        myself = next((n for n in nodes if n.flags & 1), None)
+        node_id = myself.id if myself is not None else random_node_id(rng)
+        node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
+                    perf_ns=time.perf_counter_ns)
+        nodesconf.restore(node.membership, nodes, self.config.port)
+        for old, new in self.config.rename_commands:
+            node.rename_command(old, new)
+        self._apply_stats_config(node)
+        if myself is None:
+            logger.info("No cluster configuration found, I'm %s", node_id.decode())
+            self.node = node
+            problem = self.save_cluster_config()
+            if problem:
+                raise StartupError("Can't write the cluster config file: %s" % problem)
+        else:
+            logger.info("Node configuration loaded, I'm %s", node_id.decode())
+        return node
+
+    def _load_cluster_config(self) -> list:
+        path = self.config.cluster_config_file
+        self.lock_fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise StartupError(
+                "Sorry, the cluster configuration file %s is already used by a different "
+                "Disque node. Please make sure that different nodes use different cluster "
+                "configuration files." % path) from None
+        try:
+            with open(path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise StartupError("Can't read the cluster config file %s: %s" % (path, exc)) from None
+        try:
+            return nodesconf.parse(text, wall_clock_ms())
+        except nodesconf.NodesConfError as exc:
+            raise StartupError(str(exc)) from None
+
+    def save_cluster_config(self) -> str | None:
+        """Rewrite nodes.conf atomically; return the error text on failure."""
+        try:
+            atomic_write(self.config.cluster_config_file, nodesconf.render(self.node.membership))
+        except OSError as exc:
+            logger.warning("Could not save the cluster config file: %s", exc)
+            return exc.strerror or str(exc)
+        return None
+
+    def _apply_stats_config(self, node: Node) -> None:
+        stats = node.stats
+        stats.slowlog_threshold_us = self.config.slowlog_log_slower_than
+        stats.slowlog_max_len = self.config.slowlog_max_len
+        stats.latency_threshold_ms = self.config.latency_monitor_threshold
+
+    def _watch_config(self) -> None:
+        config = self.config
+        node = self.node
+        stats_fields = ("slowlog-log-slower-than", "slowlog-max-len", "latency-monitor-threshold")
+        for name in stats_fields:
+            config.on_change(name, lambda old, new: self._apply_stats_config(node))
+        config.on_change("maxmemory", self._maxmemory_changed)
+        config.on_change("loglevel", lambda old, new: log.set_level(new))
+        config.on_change("maxclients", self._maxclients_changed)
+        config.on_change("hz", lambda old, new: self._schedule_cron())
+        config.on_change("proto-max-bulk-len", self._max_bulk_changed)
+        config.on_change("client-output-buffer-limit",
+                         lambda old, new: setattr(self, "output_limited", any(new)))
+
+    def _maxmemory_changed(self, old: int, new: int) -> None:
+        self.node.update_memory_limits()
+        if new:
+            self.node.free_memory()
+
+    def _maxclients_changed(self, old: int, new: int) -> None:
+        allowed = self.raise_fd_limit(new)
+        if allowed < new:
+            raise ConfigSetError("ERR The operating system is not able to handle the specified "
+                                 "number of clients, try with %d" % allowed)
+
+    def _max_bulk_changed(self, old: int, new: int) -> None:
+        for client in self.clients.values():
+            client.parser.max_bulk_len = new
+
+    @staticmethod
+    def raise_fd_limit(maxclients: int) -> int:
+        """Make room for ``maxclients`` descriptors; return how many clients fit."""
+        wanted = maxclients + RESERVED_FDS
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft >= wanted:
+            return maxclients
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):
+            target = soft
+        return max(1, target - RESERVED_FDS)
+
+    async def start(self) -> None:
+        """Open listeners and start the cron."""
+        self.loop = asyncio.get_running_loop()
+        self.stopped = self.loop.create_future()
+        config = self.config
+        allowed = self.raise_fd_limit(config.maxclients)
+        if allowed < config.maxclients:
+            logger.warning("You requested maxclients of %d requiring at least %d max file "
+                           "descriptors; maxclients lowered to %d.",
+                           config.maxclients, config.maxclients + RESERVED_FDS, allowed)
+            config.maxclients = allowed
+        self._watch_config()
+        factory = lambda: ClientConnection(self)  # noqa: E731
+        if config.port:
+            hosts = config.bind or None
+            try:
+                self.listeners.append(await self.loop.create_server(
+                    factory, hosts, config.port, backlog=config.tcp_backlog, reuse_address=True))
+            except OSError as exc:
+                raise StartupError("Creating Server TCP listening socket %s:%d: %s" % (
+                    ",".join(config.bind) or "*", config.port, exc.strerror or exc)) from None
+        if config.unixsocket:
+            try:
+                os.unlink(config.unixsocket)
+            except FileNotFoundError:
+                pass
+            try:
+                self.listeners.append(await self.loop.create_unix_server(
+                    factory, config.unixsocket, backlog=config.tcp_backlog))
+            except OSError as exc:
+                raise StartupError("Opening Unix socket %s: %s" % (config.unixsocket, exc)) from None
+            if config.unixsocketperm:
+                os.chmod(config.unixsocket, config.unixsocketperm)
+        self.loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
+        self.loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
+        self._schedule_cron()
+        logger.info("Server started, Disque version %s", __version__)
+        if config.port:
+            logger.info("The server is now ready to accept connections on port %d", config.port)
+        if config.unixsocket:
+            logger.info("The server is now ready to accept connections at %s", config.unixsocket)
+        self._notify("READY=1")
+
+    def _notify(self, state: str) -> None:
+        supervised = self.config.supervised
+        if supervised == "systemd" or (supervised == "auto" and "NOTIFY_SOCKET" in os.environ):
+            if not notify_systemd(state) and supervised == "systemd" and state == "READY=1":
+                logger.warning("systemd supervision requested, but NOTIFY_SOCKET not found")
+
+    def write_pidfile(self) -> None:
+        """Write the pid file (when daemonized)."""
+        try:
+            with open(self.config.pidfile, "w") as f:
+                f.write("%d\n" % os.getpid())
+            self.pidfile_written = True
+        except OSError as exc:
+            logger.warning("Can't write the pid file %s: %s", self.config.pidfile, exc)
+
+    # -------------------------------------------------------------- timers
+
+    def next_client_id(self) -> int:
+        """Monotonic client IDs for CLIENT ID / LIST / KILL ID."""
+        self.client_id += 1
+        return self.client_id
+
+    def arm_timer(self) -> None:
+        """Make sure the single timer handle fires at the node's next due time."""
+        due = self.node.next_timer()
+        if due >= self.timer_at:
+            return
+        handle = self.timer_handle
+        if handle is not None:
+            handle.cancel()
+        self.timer_at = due
+        delay = max(0.0, (due - wall_clock_ms() + TIMER_SLACK_MS) / 1000)
+        self.timer_handle = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer_handle = None
+        self.timer_at = NEVER
+        self.node.run_timers()
+        self.arm_timer()
+
+    def _schedule_cron(self) -> None:
+        if self.cron_handle is not None:
+            self.cron_handle.cancel()
+        self.cron_handle = self.loop.call_later(1 / self.config.hz, self._cron)
+
+    def _cron(self) -> None:
+        self.cron_handle = None
+        node = self.node
+        try:
+            node.cron()
+            now = node.now
+            node.stats.sample_ops(now)
+            self._sample_network()
+            self._close_idle_clients(now)
+            self.gc.tick()
+        except Exception:  # the cron must survive any bug in one pass
+            logger.exception("Error in server cron")
+        self._schedule_cron()
+        self.arm_timer()
+
+    def _sample_network(self) -> None:
+        samples = self.net_samples
+        samples.append((time.monotonic(), self.net_input_bytes, self.net_output_bytes))
+        if len(samples) > 16:
+            del samples[0]
+
+    def _close_idle_clients(self, now: int) -> None:
+        timeout = self.config.timeout
+        if not timeout:
+            return
+        limit = now - timeout * 1000
+        for client in list(self.clients.values()):
+            if client.atime < limit and client.blocked is None and not client.monitor:
+                logger.log(15, "Closing idle client %s", client.addr)
+                client.close()
+
+    def tune_tcp_socket(self, sock: socket.socket) -> None:
+        """TCP_NODELAY always; keepalive probes when tcp-keepalive is set."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            interval = self.config.tcp_keepalive
+            if interval > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, interval // 3))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ shutdown
+
+    def _signal_shutdown(self, name: str) -> None:
+        logger.warning("Received %s scheduling shutdown...", name)
+        if not self.shutdown(False):
+            logger.warning("SHUTDOWN failed, exiting anyway")
+            self._stop(1)
+
+    def shutdown(self, rewrite_aof: bool) -> bool:
+        """Prepare to exit, then stop the loop on its next turn."""
+        logger.warning("User requested shutdown...")
+        self._notify("STOPPING=1")
+        for listener in self.listeners:
+            listener.close()
+        if self.config.unixsocket:
+            try:
+                os.unlink(self.config.unixsocket)
+            except OSError:
+                pass
+        self.save_cluster_config()
+        if self.pidfile_written:
+            try:
+                os.unlink(self.config.pidfile)
+            except OSError:
+                pass
+        logger.warning("Disque is now ready to exit, bye bye...")
+        self._stop(0)
+        return True
+
+    def _stop(self, code: int) -> None:
+        self.exit_code = code
+        if self.stopped is not None and not self.stopped.done():
+            self.stopped.set_result(code)
+
+    # --------------------------------------------------- admin host calls
+
+    def time_us(self, now_ms: int) -> int:
+        return time.time_ns() // 1000
+
+    def reset_stats(self) -> None:
+        self.connections_received = 0
+        self.rejected_connections = 0
+        self.net_input_bytes = 0
+        self.net_output_bytes = 0
+        self.net_samples.clear()
+
+    def client_list(self, node) -> bytes:
+        now = node.now
+        return "".join(c.describe(now) + "\n" for c in self.clients.values()).encode()
+
+    def kill_clients(self, caller, *, addr=None, client_id=None, skip_caller=True) -> int:
+        killed = 0
+        for client in list(self.clients.values()):
+            if addr is not None and client.addr != addr:
+                continue
+            if client_id is not None and client.id != client_id:
+                continue
+            if client is caller and skip_caller:
+                continue
+            if client is caller:
+                client.close_after_reply = True
+            else:
+                client.close()
+            killed += 1
+        return killed
+
+    def pause_clients(self, ms: int) -> None:
+        until = time.monotonic() + ms / 1000
+        for client in self.clients.values():
+            client.transport.pause_reading()
+        self.loop.call_later(ms / 1000, self._resume_clients)
+        self.paused_until = until
+
+    def _resume_clients(self) -> None:
+        if time.monotonic() + 0.001 < self.paused_until:
+            return
+        for client in self.clients.values():
+            if client.reading and not client.closing:
+                client.transport.resume_reading()
+
+    def rewrite_config(self) -> None:
+        self.config.rewrite()
+
+    def debug_sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def debug_restart(self, delay_ms: int, graceful: bool) -> bool:
+        if graceful:
+            try:
+                if self.config.config_file:
+                    self.config.rewrite()
+            except ConfigSetError as exc:
+                logger.warning("DEBUG RESTART: config rewrite failed: %s", exc)
+                return False
+            self.save_cluster_config()
+        for listener in self.listeners:
+            listener.close()
+        if delay_ms:
+            time.sleep(delay_ms / 1000)
+        if self.lock_fd >= 0:
+            os.close(self.lock_fd)
+        logger.warning("Restarting the server with %s", " ".join(self.argv))
+        try:
+            os.execv(sys.executable, [sys.executable, "-m", "disque.server"] + self.argv[1:])
+        except OSError as exc:
+            logger.warning("Can't restart: %s", exc)
+            return False
+        return True
+
+    def info_fields(self, section: str) -> list[tuple[str, object]]:
+        if section == "server":
+            return self._info_server()
+        if section == "clients":
+            biggest = max((c.parser.buffered() for c in self.clients.values()), default=0)
+            return [("connected_clients", len(self.clients)),
+                    ("client_longest_output_list", 0),
+                    ("client_biggest_input_buf", biggest)]
+        if section == "memory":
+            rss = self._rss()
+            used = self.node.used_memory
+            return [("used_memory_rss", rss),
+                    ("mem_fragmentation_ratio", "%.2f" % (rss / used if used else 0)),
+                    ("mem_allocator", "pymalloc")]
+        if section == "persistence":
+            return self._info_persistence()
+        if section == "stats":
+            in_kbps, out_kbps = self._kbps()
+            return [("total_connections_received", self.connections_received),
+                    ("total_net_input_bytes", self.net_input_bytes),
+                    ("total_net_output_bytes", self.net_output_bytes),
+                    ("instantaneous_input_kbps", "%.2f" % in_kbps),
+                    ("instantaneous_output_kbps", "%.2f" % out_kbps),
+                    ("rejected_connections", self.rejected_connections),
+                    ("latest_fork_usec", 0)]
+        if section == "cpu":
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return [("used_cpu_sys", "%.2f" % usage.ru_stime),
+                    ("used_cpu_user", "%.2f" % usage.ru_utime),
+                    ("used_cpu_sys_children", "%.2f" % children.ru_stime),
+                    ("used_cpu_user_children", "%.2f" % children.ru_utime)]
+        return []
+
+    def _info_server(self) -> list[tuple[str, object]]:
+        uname = platform.uname()
+        uptime = int(time.time() - self.start_time)
+        compiler = platform.python_compiler().split()
+        return [("disque_version", __version__),
+                ("disque_git_sha1", "00000000"),
+                ("disque_git_dirty", 0),
+                ("disque_build_id", "%016x" % (hash(__version__) & 0xFFFFFFFFFFFFFFFF)),
+                ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
+                ("arch_bits", 64 if sys.maxsize > 2 ** 32 else 32),
+                ("multiplexing_api", "epoll" if sys.platform.startswith("linux") else "kqueue"),
+                ("gcc_version", compiler[1] if len(compiler) > 1 else "0.0.0"),
+                ("process_id", os.getpid()),
+                ("run_id", self.run_id),
+                ("uptime_in_seconds", uptime),
+                ("uptime_in_days", uptime // 86400),
+                ("executable", os.path.abspath(self.argv[0])),
+                ("config_file", self.config.config_file or "")]
+
+    def _info_persistence(self) -> list[tuple[str, object]]:
+        return [("loading", int(self.node.loading)),
+                ("aof_enabled", int(self.config.appendonly)),
+                ("aof_state", "on" if self.config.appendonly else "off"),
+                ("aof_rewrite_in_progress", 0),
+                ("aof_rewrite_scheduled", 0),
+                ("aof_last_rewrite_time_sec", -1),
+                ("aof_current_rewrite_time_sec", -1),
+                ("aof_last_bgrewrite_status", "ok"),
+                ("aof_last_write_status", "ok")]
+
+    def _kbps(self) -> tuple[float, float]:
+        samples = self.net_samples
+        if len(samples) < 2:
+            return 0.0, 0.0
+        (t0, in0, out0), (t1, in1, out1) = samples[0], samples[-1]
+        elapsed = max(t1 - t0, 1e-3)
+        return (in1 - in0) / 1024 / elapsed, (out1 - out0) / 1024 / elapsed
+
+    @staticmethod
+    def _rss() -> int:
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+async def _serve(server: Server) -> int:
+    await server.start()
+    code = await server.stopped
+    for client in list(server.clients.values()):
+        client.transport.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``disque-server [config] [--directive value ...]``."""
+    argv = list(sys.argv if argv is None else argv)
+    args = argv[1:]
+    if args and args[0] in ("-v", "--version"):
+        print("Disque server v=%s sha=00000000:0 malloc=pymalloc bits=64" % __version__)
+        return 0
+    if args and args[0] in ("-h", "--help"):
+        sys.stderr.write(USAGE)
+        return 1
+    path = None
+    if args and not args[0].startswith("--"):
+        path = args.pop(0)
+    try:
+        names = [c.name for c in unique_commands(build_command_table())]
+        config = Config.load(path, args, commands=names)
+    except ConfigError as exc:
+        sys.stderr.write(str(exc))
+        return 1
+    if config.daemonize:
+        daemonize()
+    log.configure(config.logfile, config.loglevel, config.syslog_enabled, config.syslog_ident,
+                  config.syslog_facility)
+    if path is None:
+        logger.warning(NO_CONFIG_WARNING)
+    try:
+        server = Server(config, argv)
+        if config.daemonize:
+            server.write_pidfile()
+        uvloop.install()
+        return asyncio.run(_serve(server))
+    except StartupError as exc:
+        logger.warning(str(exc))
+        if config.logfile:
+            sys.stderr.write(str(exc) + "\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

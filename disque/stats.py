@@ -1,0 +1,96 @@
+"""Command statistics, the slow log and the latency monitor.
+
+spec: commands.md INFO (Stats, Commandstats), SLOWLOG, LATENCY.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+SLOWLOG_MAX_ARGS = 32
+SLOWLOG_MAX_ARG_LEN = 128
+LATENCY_HISTORY = 160
+
+
+class SlowlogEntry:
+    """One slow command."""
+
+    __slots__ = ("id", "time", "duration", "argv")
+
+    def __init__(self, entry_id: int, when: int, duration: int, argv: list[bytes]) -> None:
+        self.id = entry_id
+        self.time = when
+        self.duration = duration
+        self.argv = argv
+
+
+def _trim_argv(argv: list[bytes]) -> list[bytes]:
+    kept = []
+    for i, arg in enumerate(argv[:SLOWLOG_MAX_ARGS]):
+        if i == SLOWLOG_MAX_ARGS - 1 and len(argv) > SLOWLOG_MAX_ARGS:
+            kept.append(b"... (%d more arguments)" % (len(argv) - SLOWLOG_MAX_ARGS + 1))
+            break
+        if len(arg) > SLOWLOG_MAX_ARG_LEN:
+            arg = arg[:SLOWLOG_MAX_ARG_LEN] + b"... (%d more bytes)" % (len(arg) - SLOWLOG_MAX_ARG_LEN)
+        kept.append(arg)
+    return kept
+
+
+class Stats:
+    """Counters kept by the node; the server adds network counters."""
+
+    def __init__(self) -> None:
+        self.commands_processed = 0
+        self.slowlog: deque[SlowlogEntry] = deque()
+        self.slowlog_next_id = 0
+        self.slowlog_threshold_us = 10000
+        self.slowlog_max_len = 128
+        self.latency_threshold_ms = 0
+        self.latency: dict[str, deque] = {}  # event -> (unix s, ms) samples
+        self.latency_max: dict[str, int] = {}
+        self.ops_samples: deque = deque(maxlen=16)
+
+    def command_slow(self, cmd, argv: list[bytes], usec: int, now_ms: int) -> None:
+        """Slow log and latency monitor for a command that may deserve them."""
+        threshold = self.slowlog_threshold_us
+        if threshold >= 0 and usec >= threshold:
+            self.log_slow(argv, usec, now_ms)
+        if self.latency_threshold_ms and usec >= self.latency_threshold_ms * 1000:
+            self.add_latency("fast-command" if cmd.fast else "command", usec // 1000, now_ms)
+
+    def log_slow(self, argv: list[bytes], usec: int, now_ms: int) -> None:
+        """Add a slow log entry, keeping at most slowlog-max-len."""
+        self.slowlog.appendleft(SlowlogEntry(self.slowlog_next_id, now_ms // 1000, usec,
+                                             _trim_argv(argv)))
+        self.slowlog_next_id += 1
+        while len(self.slowlog) > max(self.slowlog_max_len, 0):
+            self.slowlog.pop()
+
+    def add_latency(self, event: str, ms: int, now_ms: int) -> None:
+        """Record a latency sample for ``event`` (one per second kept)."""
+        samples = self.latency.get(event)
+        if samples is None:
+            samples = self.latency[event] = deque(maxlen=LATENCY_HISTORY)
+        when = now_ms // 1000
+        if samples and samples[-1][0] == when:
+            if ms > samples[-1][1]:
+                samples[-1] = (when, ms)
+        else:
+            samples.append((when, ms))
+        self.latency_max[event] = max(self.latency_max.get(event, 0), ms)
+
+    def sample_ops(self, now_ms: int) -> None:
+        """Cron: remember the command counter for instantaneous_ops_per_sec."""
+        self.ops_samples.append((now_ms, self.commands_processed))
+
+    def ops_per_sec(self) -> int:
+        """Commands per second over the recent samples."""
+        if len(self.ops_samples) < 2:
+            return 0
+        (t0, c0), (t1, c1) = self.ops_samples[0], self.ops_samples[-1]
+        return int((c1 - c0) * 1000 / (t1 - t0)) if t1 > t0 else 0
+
+    def reset(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.commands_processed = 0
+        self.ops_samples.clear()
