@@ -36,7 +36,7 @@ class Command:
         self.loading_ok = "l" in flags
         self.monitored = "a" not in flags
         self.fast = "F" in flags
-        self.is_auth = name == "auth"
+        self.is_auth = name in ("auth", "hello")  # HELLO may carry AUTH
         self.is_ping = name == "ping"
         self.arity_error = errors.wrong_arity(name)
 

@@ -127,6 +127,11 @@ def client_cmd(node, client, argv: list[bytes]) -> bytes | None:
         return OK
     if sub == b"GETNAME" and n == 2:
         return bulk(client.name) if client.name else NIL
+    if sub == b"SETINFO" and n == 4:
+        # Modern client libraries announce themselves; accepted and ignored.
+        if argv[2].upper() in (b"LIB-NAME", b"LIB-VER"):
+            return OK
+        return errors.SYNTAX
     if sub == b"ID" and n == 2:
         return integer(client.id)
     if sub == b"PAUSE" and n == 3:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 
+from disque import __version__, errors
 from disque.cluster.membership import MYSELF
+from disque.commands.admin import auth
 from disque.commands.args import parse_int
 from disque.resp import OK, bulk, encode, error, status
 
@@ -16,10 +18,51 @@ MAX_MEET_PORT = 55535
 
 
 def hello(node, client, argv: list[bytes]) -> bytes:
-    """HELLO: format version, own ID, then [id, ip, port, priority] per node."""
-    entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
-               for n in node.membership.nodes.values()]
-    return encode([1, node.id] + entries)
+    """HELLO: format version, own ID, then [id, ip, port, priority] per node.
+
+    ``HELLO <protover> [AUTH user pass] [SETNAME name]`` is the handshake
+    Redis 6+ clients (redis-py 8 by default) send on connect; it is
+    accepted so those clients work, and replies stay RESP2-encoded, which
+    RESP3 parsers read too.
+    """
+    if len(argv) == 1:
+        if node.config.requirepass and not client.authenticated:
+            return errors.NOAUTH
+        entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
+                   for n in node.membership.nodes.values()]
+        return encode([1, node.id] + entries)
+    return _client_handshake(node, client, argv)
+
+
+def _client_handshake(node, client, argv: list[bytes]) -> bytes:
+    protover = parse_int(argv[1])
+    if protover is None or not argv[1]:
+        return errors.wrong_arity("hello")
+    if protover not in (2, 3):
+        return error("NOPROTO sorry, this protocol version is not supported")
+    i = 2
+    while i < len(argv):
+        opt = argv[i].upper()
+        if opt == b"AUTH" and i + 2 < len(argv):
+            if argv[i + 1] != b"default":
+                return error("WRONGPASS invalid username-password pair")
+            reply = auth(node, client, [b"AUTH", argv[i + 2]])
+            if reply != OK:
+                return reply
+            i += 3
+        elif opt == b"SETNAME" and i + 1 < len(argv):
+            client.name = argv[i + 1]
+            i += 2
+        else:
+            return error("ERR Syntax error in HELLO option '%s'" % argv[i].decode("latin-1"))
+    if node.config.requirepass and not client.authenticated:
+        return errors.NOAUTH
+    fields = [(b"server", b"disque"), (b"version", __version__.encode()), (b"proto", protover),
+              (b"id", client.id), (b"mode", b"cluster"), (b"role", b"master"),
+              (b"modules", [])]
+    if protover == 3:
+        return b"%%%d\r\n" % len(fields) + b"".join(encode(k) + encode(v) for k, v in fields)
+    return encode([item for pair in fields for item in pair])
 
 
 def _meet(node, argv: list[bytes]) -> bytes:
@@ -95,6 +138,6 @@ def cluster(node, client, argv: list[bytes]) -> bytes:
 
 
 TABLE = (
-    ("hello", 1, "rF", hello),
+    ("hello", -1, "rlF", hello),
     ("cluster", -2, "ar", cluster),
 )
