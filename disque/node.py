@@ -21,6 +21,7 @@ from disque.cluster.gossip import Gossip
 from disque.cluster.membership import Membership
 from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
+from disque.cluster.transport import BusTransport
 from disque.commands import Command, build_command_table, unique_commands
 from disque.commands.monitor import format_monitor_line
 from disque.config import Config
@@ -36,13 +37,7 @@ from disque.resp import OK
 from disque.scanindex import ScanIndex
 from disque.stats import Stats
 
-Outbox = Callable[[bytes, dict], None]
-
 _QUIT = b"QUIT"
-
-
-def _no_outbox(node_id: bytes, msg: dict) -> None:
-    """A node without a bus (unit tests) drops its messages."""
 
 
 class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropagation,
@@ -51,14 +46,14 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
 
     def __init__(self, config: Config, node_id: bytes, *, clock: Callable[[], int],
                  rng: random.Random, host: Host | None = None,
-                 outbox: Outbox = _no_outbox,
+                 bus: BusTransport | None = None,
                  perf_ns: Callable[[], int] | None = None) -> None:
         self.config = config
         self.clock = clock
         self.rng = rng
         self.random = rng.random
         self.host = host if host is not None else Host()
-        self.outbox = outbox
+        self.bus = bus if bus is not None else BusTransport()
         self.perf_ns = perf_ns if perf_ns is not None else (lambda: 0)
         self.now = clock()
         self.id = node_id
@@ -70,6 +65,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         self.aof_error: str | None = None  # last failed AOF write, for MISCONF
         self.used_memory_peak = 0
         self.forget_blacklist: dict[bytes, int] = {}
+        self.cluster_config_dirty = False
+        self.last_random_ping = 0
         self.loading = False
         self.monitors: dict = {}
         self.self_delivered = (node_id,)  # shared nodes-delivered of local-only jobs
@@ -181,6 +178,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
     def cron(self) -> None:
         """Periodic housekeeping, ``hz`` times per second."""
         self.now = self.clock()
+        self.cluster_cron()
         if self.membership.leaving and self.blocked_clients:
             self.unblock_all_leaving()
         if self.repl_waiters:
@@ -195,14 +193,9 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
     # ----------------------------------------------------------------- bus
 
     def receive(self, sender: bytes, msg: dict) -> None:
-        """Handle one decoded bus message from node ``sender``."""
-        self.now = self.clock()
-        self.membership.messages_received += 1
-        handler = self.bus_handlers.get(msg.get(m.TYPE))
-        if handler is not None and sender in self.membership.nodes:
-            handler(self, sender, msg)
-        if self.ready_queues:
-            self.serve_ready_queues()
+        """Dispatch a validated job message from a known node."""
+        if sender in self.membership.nodes:
+            self.bus_handlers[msg[m.TYPE]](self, sender, msg)
 
     bus_handlers = {
         m.REPLJOB: Replication.on_repljob,
@@ -224,12 +217,25 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         node = self.membership.nodes.get(node_id)
         return node is not None and node.link
 
+    def _stamp(self, msg: dict) -> dict:
+        """Add the common header (spec: cluster-bus.md §1)."""
+        msg[m.VERSION] = m.PROTOCOL_VERSION
+        msg[m.SENDER] = self.id
+        msg[m.PORT] = self.config.port
+        myself = self.membership.myself
+        msg[m.FLAGS] = myself.flags
+        if myself.bport:
+            msg[m.BPORT] = myself.bport
+        return msg
+
     def send_to(self, node_id: bytes, msg: dict) -> None:
         """Send to one node; skipped silently when there is no link (best effort)."""
         node = self.membership.nodes.get(node_id)
         if node is not None and node.link and node_id != self.id:
             self.membership.messages_sent += 1
-            self.outbox(node_id, msg)
+            if m.SENDER not in msg:
+                self._stamp(msg)
+            self.bus.send(node_id, msg)
 
     def send_to_holders(self, job, msg: dict) -> None:
         """Send to every other node that may hold a copy of ``job``."""

@@ -23,6 +23,8 @@ import uvloop
 
 from disque import __version__, log
 from disque.cluster import nodesconf
+from disque.cluster.bus import ClusterBus
+from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.commands import build_command_table, unique_commands
 from disque.config import Config, ConfigError, ConfigSetError
@@ -161,6 +163,7 @@ class Server(Host):
         self.lock_fd = -1
         self.pidfile_written = False
         self.gc = GarbageCollector()
+        self.bus: ClusterBus | None = None
         self.output_limited = any(config.client_output_buffer_limit)
         self.node: Node = self._create_node()
 
@@ -279,6 +282,7 @@ class Server(Host):
                            config.maxclients, config.maxclients + RESERVED_FDS, allowed)
             config.maxclients = allowed
         self._watch_config()
+        await self._start_bus()
         factory = lambda: ClientConnection(self)  # noqa: E731
         if config.port:
             hosts = config.bind or None
@@ -309,6 +313,26 @@ class Server(Host):
         if config.unixsocket:
             logger.info("The server is now ready to accept connections at %s", config.unixsocket)
         self._notify("READY=1")
+
+    async def _start_bus(self) -> None:
+        """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
+        config = self.config
+        bus = ClusterBus(self.node, self.loop, after_bus=self.arm_timer)
+        self.node.bus = bus
+        self.bus = bus
+        if not config.port:
+            return
+        port = config.cluster_bus_port or config.port + BUS_PORT_OFFSET
+        if port > 65535:
+            raise StartupError("Port %d is too high: the cluster bus would need port %d. Use a "
+                               "port <= 55535 or set cluster-bus-port." % (config.port, port))
+        if port != config.port + BUS_PORT_OFFSET:
+            self.node.membership.myself.bport = port
+        try:
+            await bus.listen(config.bind, port, config.tcp_backlog)
+        except OSError as exc:
+            raise StartupError("Creating the cluster bus listening socket %s:%d: %s" % (
+                ",".join(config.bind) or "*", port, exc.strerror or exc)) from None
 
     def _notify(self, state: str) -> None:
         supervised = self.config.supervised
@@ -413,6 +437,8 @@ class Server(Host):
         self._notify("STOPPING=1")
         for listener in self.listeners:
             listener.close()
+        if self.bus is not None:
+            self.bus.shutdown()
         if self.config.unixsocket:
             try:
                 os.unlink(self.config.unixsocket)

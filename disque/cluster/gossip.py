@@ -1,11 +1,23 @@
-"""Membership changes: MEET, FORGET, RESET, LEAVING; later handshake, gossip
-and failure detection (spec: cluster-bus.md §2-§4). A mixin of Node."""
+"""Membership protocol: handshake, gossip, failure detection, and the
+CLUSTER MEET / FORGET / RESET / LEAVING commands' effects.
+
+spec: cluster-bus.md §2-§4, §7. A mixin of Node. The transport opens the
+links this module asks for and hands back every decoded message together
+with the link it arrived on.
+"""
 
 from __future__ import annotations
 
-from disque.cluster.membership import HANDSHAKE, LEAVING, MEET, ClusterNode
+from disque.cluster import messages as m
+from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MEET, MYSELF, NOADDR, PFAIL,
+                                       ClusterNode)
+from disque.cluster.transport import Link
+from disque.log import logger
 
 FORGET_BLACKLIST_MS = 60_000
+RANDOM_PING_INTERVAL_MS = 1000
+RANDOM_PING_SAMPLE = 5
+MIN_HANDSHAKE_TIMEOUT_MS = 1000
 
 
 def random_node_id(rng) -> bytes:
@@ -16,39 +28,41 @@ def random_node_id(rng) -> bytes:
 class Gossip:
     """Cluster membership (mixed into Node)."""
 
+    # ------------------------------------------------------------ commands
+
     def cluster_meet(self, ip: str, port: int) -> None:
-        """Start a handshake with ip:port unless one is already running."""
+        """CLUSTER MEET, and gossip about an unknown node: greet it with MEET."""
+        self._start_handshake(ip, port, MEET)
+
+    def _start_handshake(self, ip: str, port: int, extra_flags: int, bport: int = 0) -> None:
+        """Add a handshake node for ip:port unless one is already in handshake."""
         for other in self.membership.nodes.values():
             if other.flags & HANDSHAKE and other.ip == ip and other.port == port:
                 return
-        node = ClusterNode(random_node_id(self.rng), ip, port, HANDSHAKE | MEET, self.now)
+        node = ClusterNode(random_node_id(self.rng), ip, port, HANDSHAKE | extra_flags, self.now)
+        node.bport = bport
         self.membership.add(node)
 
     def cluster_forget(self, node_id: bytes) -> None:
         """Remove a node and keep gossip from re-adding it for a minute."""
-        self.membership.remove(node_id)
+        self._delete_node(node_id)
         self.forget_blacklist[node_id] = self.now + FORGET_BLACKLIST_MS
         self.membership.update_reachable()
         self.host.save_cluster_config()
 
     def cluster_reset(self, hard: bool) -> None:
         """Forget every other node and flush all data; HARD also takes a new ID."""
-        membership = self.membership
-        for node_id in [n for n in membership.nodes if n != self.id]:
-            membership.remove(node_id)
+        for node_id in [n for n in self.membership.nodes if n != self.id]:
+            self._delete_node(node_id)
         if hard:
             self.set_node_id(random_node_id(self.rng))
-        membership.update_reachable()
+        self.membership.update_reachable()
         self.flush_all()
         self.host.save_cluster_config()
 
     def set_node_id(self, node_id: bytes) -> None:
         """Adopt a new node ID (CLUSTER RESET HARD)."""
-        membership = self.membership
-        myself = membership.myself
-        del membership.nodes[myself.id]
-        myself.id = node_id
-        membership.nodes[node_id] = myself
+        self.membership.rename(self.id, node_id)
         self.id = node_id
         self.self_delivered = (node_id,)
         self.ids.set_node_id(node_id)
@@ -61,3 +75,260 @@ class Gossip:
         else:
             myself.flags &= ~LEAVING
         self.host.save_cluster_config()
+
+    def _delete_node(self, node_id: bytes) -> None:
+        self.membership.remove(node_id)
+        self.bus.close(node_id)
+        for other in self.membership.nodes.values():
+            other.fail_reports.pop(node_id, None)
+
+    # --------------------------------------------------------------- links
+
+    def link_up(self, node_id: bytes, link: Link) -> None:
+        """The transport connected the outbound link of ``node_id``: say hello."""
+        self.now = self.clock()
+        node = self.membership.nodes.get(node_id)
+        if node is None:
+            self.bus.close(node_id)
+            return
+        node.link = True
+        node.connecting = False
+        node.link_time = self.now
+        if node.flags & MEET:
+            node.flags &= ~MEET
+            self._send_ping(node, m.MEET)
+        else:
+            self._send_ping(node, m.PING)
+
+    def link_down(self, node_id: bytes) -> None:
+        """The outbound link of ``node_id`` closed or could not be opened."""
+        self.now = self.clock()
+        node = self.membership.nodes.get(node_id)
+        if node is None:
+            return
+        node.link = False
+        node.connecting = False
+        if not node.ping_sent and not node.flags & HANDSHAKE:
+            node.ping_sent = self.now  # keeps failure detection going while unreachable
+
+    # ------------------------------------------------------------- gossip
+
+    def _gossip_entries(self, exclude: bytes | None) -> list[dict]:
+        """A few random peers' state for a PING/PONG/MEET (failing ones first)."""
+        candidates = [n for n in self.membership.nodes.values()
+                      if not n.flags & (MYSELF | HANDSHAKE | NOADDR) and n.link
+                      and n.id != exclude]
+        total = len(self.membership.nodes)
+        wanted = min(max(3, total // 10), max(total - 2, 0))
+        if not candidates or not wanted:
+            return []
+        failing = [n for n in candidates if n.flags & (PFAIL | FAIL)]
+        healthy = [n for n in candidates if not n.flags & (PFAIL | FAIL)]
+        self.rng.shuffle(healthy)
+        chosen = (failing + healthy)[:wanted]
+        return [{m.G_ID: n.id, m.G_PING: n.ping_sent, m.G_PONG: n.pong_received,
+                 m.G_IP: n.ip, m.G_PORT: n.port, m.G_FLAGS: n.flags, m.G_BPORT: n.bport}
+                for n in chosen]
+
+    def _send_ping(self, node: ClusterNode, kind: str) -> None:
+        if kind != m.PONG and not node.ping_sent:
+            node.ping_sent = self.now
+        self.send_to(node.id, {m.TYPE: kind, m.GOSSIP: self._gossip_entries(node.id)})
+
+    def receive_bus(self, link: Link, msg) -> bool:
+        """Handle one decoded bus message; False if it was malformed."""
+        self.now = self.clock()
+        problem = m.problem(msg)
+        if problem is not None:
+            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+            return False
+        self.membership.messages_received += 1
+        kind = msg[m.TYPE]
+        if kind in (m.PING, m.PONG, m.MEET):
+            self._on_ping(link, msg)
+        elif kind == m.FAIL:
+            self._on_fail(msg)
+        else:
+            self.receive(msg[m.SENDER], msg)
+        if self.ready_queues:
+            self.serve_ready_queues()
+        return True
+
+    def _on_ping(self, link: Link, msg: dict) -> None:
+        kind = msg[m.TYPE]
+        sender_id = msg[m.SENDER]
+        port = msg[m.PORT]
+        membership = self.membership
+        myself = membership.myself
+        if sender_id == self.id:
+            # We reached ourselves (e.g. CLUSTER MEET with our own address).
+            if link.node_id is not None and link.node_id != self.id:
+                self._delete_node(link.node_id)
+            if kind != m.PONG:
+                self.bus.reply(link, self._stamp({m.TYPE: m.PONG, m.GOSSIP: []}))
+            return
+        if (kind == m.MEET or not myself.ip) and link.local_ip and myself.ip != link.local_ip:
+            myself.ip = link.local_ip
+            self.cluster_config_dirty = True
+        sender = membership.nodes.get(sender_id)
+        bport = msg.get(m.BPORT, 0)
+        if kind == m.MEET and sender is None:
+            self._start_handshake(link.peer_ip, port, 0, bport)
+        if kind != m.PONG:
+            pong = self._stamp({m.TYPE: m.PONG, m.GOSSIP: self._gossip_entries(sender_id)})
+            self.membership.messages_sent += 1
+            self.bus.reply(link, pong)
+        outbound = membership.nodes.get(link.node_id) if link.node_id is not None else None
+        if outbound is not None:
+            if outbound.flags & HANDSHAKE:
+                if sender is not None:
+                    self._update_address(sender, link.peer_ip, port, bport)
+                    self._delete_node(outbound.id)
+                    return
+                self._complete_handshake(outbound, sender_id)
+                sender = outbound
+            elif outbound.id != sender_id:
+                logger.warning("Node at %s:%d is not %s any more: marking it noaddr",
+                               outbound.ip, outbound.port, outbound.id.decode())
+                outbound.flags |= NOADDR
+                outbound.ip = ""
+                outbound.port = 0
+                outbound.link = False
+                self.bus.close(outbound.id)
+                self.cluster_config_dirty = True
+                return
+        if sender is None:
+            return  # unknown sender: only a PONG is owed
+        if (kind == m.PING and link.node_id != sender_id and not sender.flags & HANDSHAKE):
+            self._update_address(sender, link.peer_ip, port, bport)
+        elif sender.bport != bport:
+            sender.bport = bport
+            self.cluster_config_dirty = True
+        if kind == m.PONG and link.node_id == sender_id:
+            sender.pong_received = self.now
+            sender.ping_sent = 0
+            if sender.flags & (PFAIL | FAIL):
+                if sender.flags & FAIL:
+                    logger.info("Clear FAIL state for node %s: is reachable again.",
+                                sender_id.decode())
+                sender.flags &= ~(PFAIL | FAIL)
+                self.cluster_config_dirty = True
+        leaving = msg[m.FLAGS] & LEAVING
+        if leaving != sender.flags & LEAVING:
+            sender.flags ^= LEAVING
+            self.cluster_config_dirty = True
+        self._process_gossip(sender, msg[m.GOSSIP])
+
+    def _complete_handshake(self, node: ClusterNode, real_id: bytes) -> None:
+        old_id = node.id
+        self.membership.rename(old_id, real_id)
+        node.flags &= ~(HANDSHAKE | MEET)
+        self.membership.recount()
+        self.bus.rename(old_id, real_id)
+        self.cluster_config_dirty = True
+        logger.info("Handshake with node %s completed.", real_id.decode())
+
+    def _update_address(self, node: ClusterNode, ip: str, port: int, bport: int) -> None:
+        if ip and (node.ip != ip or node.port != port or node.bport != bport):
+            node.ip = ip
+            node.port = port
+            node.bport = bport
+            node.flags &= ~NOADDR
+            if node.link:
+                node.link = False
+                self.bus.close(node.id)
+            self.cluster_config_dirty = True
+
+    def _process_gossip(self, sender: ClusterNode, entries: list) -> None:
+        nodes = self.membership.nodes
+        for entry in entries:
+            if m.gossip_problem(entry) is not None:
+                continue
+            node_id = entry[m.G_ID]
+            if node_id == self.id:
+                continue
+            node = nodes.get(node_id)
+            flags = entry[m.G_FLAGS]
+            if node is not None:
+                if flags & (PFAIL | FAIL):
+                    node.fail_reports[sender.id] = self.now
+                    self._check_failure(node)
+                else:
+                    node.fail_reports.pop(sender.id, None)
+                if (node.flags & (PFAIL | FAIL) and entry[m.G_IP]
+                        and (node.ip != entry[m.G_IP] or node.port != entry[m.G_PORT])):
+                    self._start_handshake(entry[m.G_IP], entry[m.G_PORT], MEET,
+                                          entry.get(m.G_BPORT, 0))
+            elif (not flags & NOADDR and entry[m.G_IP] and 0 < entry[m.G_PORT] <= 55535
+                  and self.forget_blacklist.get(node_id, 0) <= self.now):
+                self._start_handshake(entry[m.G_IP], entry[m.G_PORT], MEET,
+                                      entry.get(m.G_BPORT, 0))
+
+    # ---------------------------------------------------- failure detection
+
+    def _check_failure(self, node: ClusterNode) -> None:
+        """Promote PFAIL to FAIL when a majority agrees (spec §4)."""
+        if not node.flags & PFAIL or node.flags & FAIL:
+            return
+        oldest = self.now - 2 * self.config.cluster_node_timeout
+        reports = node.fail_reports
+        for reporter in [r for r, t in reports.items() if t < oldest]:
+            del reports[reporter]
+        if len(reports) + 1 >= self.membership.size // 2 + 1:
+            node.flags = (node.flags & ~PFAIL) | FAIL
+            logger.info("Marking node %s as failing (quorum reached).", node.id.decode())
+            self.broadcast({m.TYPE: m.FAIL, m.NODE: node.id})
+            self.cluster_config_dirty = True
+
+    def _on_fail(self, msg: dict) -> None:
+        if msg[m.SENDER] not in self.membership.nodes:
+            return
+        node = self.membership.nodes.get(msg[m.NODE])
+        if node is not None and not node.flags & (MYSELF | FAIL):
+            node.flags = (node.flags & ~PFAIL) | FAIL
+            self.cluster_config_dirty = True
+
+    def cluster_cron(self) -> None:
+        """Connect, ping, detect failures, expire handshakes (every ~100 ms)."""
+        now = self.now
+        timeout = self.config.cluster_node_timeout
+        membership = self.membership
+        handshake_timeout = max(timeout, MIN_HANDSHAKE_TIMEOUT_MS)
+        for node in list(membership.nodes.values()):
+            if node.flags & (MYSELF | NOADDR):
+                continue
+            if node.flags & HANDSHAKE and now - node.ctime > handshake_timeout:
+                self._delete_node(node.id)
+                continue
+            if not node.link and not node.connecting:
+                node.connecting = True
+                self.bus.connect(node.id, node.ip, node.bus_port)
+        if now - self.last_random_ping >= RANDOM_PING_INTERVAL_MS:
+            self.last_random_ping = now
+            others = [n for n in membership.nodes.values()
+                      if not n.flags & (MYSELF | HANDSHAKE | NOADDR)]
+            sample = self.rng.sample(others, min(RANDOM_PING_SAMPLE, len(others)))
+            idle = [n for n in sample if n.link and not n.ping_sent]
+            if idle:
+                self._send_ping(min(idle, key=lambda n: n.pong_received), m.PING)
+        for node in list(membership.nodes.values()):
+            if node.flags & (MYSELF | NOADDR | HANDSHAKE):
+                continue
+            ping_sent = node.ping_sent
+            if (node.link and now - node.link_time > timeout and ping_sent
+                    and node.pong_received < ping_sent and now - ping_sent > timeout // 2):
+                node.link = False
+                self.bus.close(node.id)
+            if node.link and not ping_sent and now - node.pong_received > timeout // 2:
+                self._send_ping(node, m.PING)
+            if ping_sent and now - ping_sent > timeout and not node.flags & (PFAIL | FAIL):
+                node.flags |= PFAIL
+                self.cluster_config_dirty = True
+        membership.update_reachable()
+        blacklist = self.forget_blacklist
+        if blacklist:
+            for node_id in [n for n, until in blacklist.items() if until <= now]:
+                del blacklist[node_id]
+        if self.cluster_config_dirty:
+            self.cluster_config_dirty = False
+            self.host.save_cluster_config()

@@ -18,6 +18,7 @@ _FLAG_NAMES = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE,
                (NOADDR, "noaddr"), (LEAVING, "leaving"))
 FLAGS_BY_NAME = {name: flag for flag, name in _FLAG_NAMES}
 UNREACHABLE = HANDSHAKE | LEAVING | PFAIL | FAIL
+BUS_PORT_OFFSET = 10000  # the bus listens on the client port + 10000 unless told otherwise
 
 PRIORITY_OK = b"1"
 PRIORITY_NO_LINK = b"5"
@@ -35,7 +36,7 @@ class ClusterNode:
     """What this node knows about one node of the cluster (itself included)."""
 
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "link",
-                 "fail_reports", "ctime")
+                 "connecting", "link_time", "fail_reports", "ctime", "bport")
 
     def __init__(self, node_id: bytes, ip: str, port: int, flags: int, now_ms: int = 0) -> None:
         self.id = node_id
@@ -45,8 +46,16 @@ class ClusterNode:
         self.ping_sent = 0
         self.pong_received = 0
         self.link = False  # an outbound bus link is established
+        self.connecting = False  # the transport is opening that link
+        self.link_time = 0
         self.fail_reports: dict[bytes, int] = {}
         self.ctime = now_ms
+        self.bport = 0  # bus port when it is not port + 10000
+
+    @property
+    def bus_port(self) -> int:
+        """Where this node's bus listens."""
+        return self.bport or self.port + BUS_PORT_OFFSET
 
     @property
     def is_reachable(self) -> bool:
@@ -64,12 +73,15 @@ class ClusterNode:
             return PRIORITY_NO_LINK
         return PRIORITY_OK
 
-    def render(self) -> str:
-        """One CLUSTER NODES / nodes.conf line, without the newline."""
+    def render(self, with_bus_port: bool = False) -> str:
+        """One CLUSTER NODES line (nodes.conf adds ``@busport`` when not the default)."""
         own = self.flags & MYSELF
         link = "connected" if own or self.link else "disconnected"
-        return "%s %s:%d %s %d %d %s" % (
-            self.id.decode(), self.ip, self.port, render_flags(self.flags),
+        addr = "%s:%d" % (self.ip, self.port)
+        if with_bus_port and self.bport:
+            addr += "@%d" % self.bport
+        return "%s %s %s %d %d %s" % (
+            self.id.decode(), addr, render_flags(self.flags),
             0 if own else self.ping_sent, 0 if own else self.pong_received, link)
 
 
@@ -99,6 +111,12 @@ class Membership:
         node = self.nodes.pop(node_id)
         self.recount()
         return node
+
+    def rename(self, old_id: bytes, new_id: bytes) -> None:
+        """A node's ID changed (handshake completed, CLUSTER RESET HARD)."""
+        node = self.nodes.pop(old_id)
+        node.id = new_id
+        self.nodes[new_id] = node
 
     def recount(self) -> None:
         """Refresh ``size`` after nodes were added, removed or left handshake."""

@@ -35,6 +35,7 @@ SENDER = "sender"
 PORT = "port"
 FLAGS = "flags"
 MFLAGS = "mflags"
+BPORT = "bport"  # sender's bus port when it is not port + 10000 (optional)
 
 # Per-message flags.
 MFLAG_NOREPLY = 1
@@ -60,3 +61,95 @@ def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
     if mflags:
         return {TYPE: kind, ID: job_id, MFLAGS: mflags}
     return {TYPE: kind, ID: job_id}
+
+# Gossip entry keys.
+G_ID = "id"
+G_PING = "ping"
+G_PONG = "pong"
+G_IP = "ip"
+G_PORT = "port"
+G_FLAGS = "flags"
+G_BPORT = "bport"
+
+_JOB_ID = "job id"  # a 40-byte job ID (validated with is_valid_job_id)
+_NODE_ID = "node id"  # 40 bytes
+
+BODY_SCHEMAS: dict[str, dict[str, object]] = {
+    PING: {GOSSIP: list},
+    PONG: {GOSSIP: list},
+    MEET: {GOSSIP: list},
+    FAIL: {NODE: _NODE_ID},
+    REPLJOB: {JOB: list},
+    GOTJOB: {ID: _JOB_ID},
+    ENQUEUE: {ID: _JOB_ID, DELAY: int},
+    QUEUED: {ID: _JOB_ID},
+    WORKING: {ID: _JOB_ID},
+    WILLQUEUE: {ID: _JOB_ID},
+    SETACK: {ID: _JOB_ID, MAY_HAVE: int},
+    GOTACK: {ID: _JOB_ID, KNOWN: int},
+    DELJOB: {ID: _JOB_ID},
+    NEEDJOBS: {QUEUE: bytes, COUNT: int},
+    YOURJOBS: {JOBS: list},
+    PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
+}
+
+
+def _is_job_id(value) -> bool:
+    return (type(value) is bytes and len(value) == 40 and value[0] == 68 and value[1] == 45
+            and value[10] == 45 and value[35] == 45)
+
+
+def problem(msg) -> str | None:
+    """Why a decoded message cannot be processed, or None if it is well formed.
+
+    Handlers trust what passes this check, so a peer sending garbage is
+    logged and ignored instead of reaching the state machine.
+    """
+    if type(msg) is not dict:
+        return "not a map"
+    if msg.get(VERSION) != PROTOCOL_VERSION:
+        return "unsupported bus protocol version %r" % (msg.get(VERSION),)
+    kind = msg.get(TYPE)
+    schema = BODY_SCHEMAS.get(kind)
+    if schema is None:
+        return "unknown message type %r" % (kind,)
+    sender = msg.get(SENDER)
+    if type(sender) is not bytes or len(sender) != 40:
+        return "bad sender"
+    port = msg.get(PORT)
+    if type(port) is not int or not 0 <= port <= 65535:
+        return "bad port"
+    if type(msg.get(FLAGS, 0)) is not int or type(msg.get(MFLAGS, 0)) is not int:
+        return "bad flags"
+    bport = msg.get(BPORT, 0)
+    if type(bport) is not int or not 0 <= bport <= 65535:
+        return "bad bus port"
+    for key, kind_of in schema.items():
+        value = msg.get(key)
+        if kind_of is _JOB_ID:
+            if not _is_job_id(value):
+                return "bad %s" % key
+        elif kind_of is _NODE_ID:
+            if type(value) is not bytes or len(value) != 40:
+                return "bad %s" % key
+        elif type(value) is not kind_of:
+            return "bad %s" % key
+    return None
+
+
+def gossip_problem(entry) -> str | None:
+    """Why one gossip entry cannot be used, or None."""
+    if type(entry) is not dict:
+        return "not a map"
+    node_id = entry.get(G_ID)
+    if type(node_id) is not bytes or len(node_id) != 40:
+        return "bad node id"
+    if type(entry.get(G_IP)) is not str or type(entry.get(G_PORT)) is not int:
+        return "bad address"
+    for key in (G_PING, G_PONG, G_FLAGS):
+        if type(entry.get(key)) is not int:
+            return "bad %s" % key
+    bport = entry.get(G_BPORT, 0)
+    if type(bport) is not int or not 0 <= bport <= 65535:
+        return "bad bus port"
+    return None

@@ -18,7 +18,7 @@ class NodesConfError(ValueError):
 
 def render(membership: Membership) -> str:
     """File content for the current table."""
-    return "".join(n.render() + "\n" for n in membership.nodes.values()
+    return "".join(n.render(with_bus_port=True) + "\n" for n in membership.nodes.values()
                    if not n.flags & HANDSHAKE)
 
 
@@ -34,8 +34,9 @@ def parse(text: str, now_ms: int) -> list[ClusterNode]:
             raise NodesConfError("Unrecoverable error: corrupted cluster config file, line %d"
                                  % number)
         node_id, addr, flag_words, ping_sent, pong_received, _ = fields
+        addr, _, bport = addr.partition("@")
         host, sep, port = addr.rpartition(":")
-        if not sep or not port.isdigit():
+        if not sep or not port.isdigit() or (bport and not bport.isdigit()):
             raise NodesConfError("Invalid address in cluster config file, line %d" % number)
         flags = 0
         if flag_words != "noflags":
@@ -45,6 +46,7 @@ def parse(text: str, now_ms: int) -> list[ClusterNode]:
                 flags |= FLAGS_BY_NAME[word]
         flags &= _PERSISTED_FLAGS
         node = ClusterNode(node_id.encode(), host, int(port), flags, now_ms)
+        node.bport = int(bport) if bport else 0
         node.ping_sent = now_ms if ping_sent != "0" else 0
         node.pong_received = now_ms if pong_received != "0" else 0
         if flags & MYSELF:

@@ -1,0 +1,207 @@
+"""The cluster bus over TCP: framed msgpack messages between nodes.
+
+spec: cluster-bus.md §1. Every node opens its own outbound link to every
+other node and sends all its messages there; inbound connections only
+ever carry a PONG back. A frame is a 4-byte big-endian length followed by
+a msgpack map. The node core sees decoded messages (``receive_bus``) and
+link events (``link_up`` / ``link_down``); it never touches a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import msgpack
+
+from disque.cluster.transport import BusTransport, Link
+from disque.log import logger
+
+MAX_FRAME = 1 << 30  # larger frames are unreadable garbage: the link is closed
+CONNECT_TIMEOUT_S = 5.0
+MAX_PENDING_OUTPUT = 256 * 1024 * 1024  # a peer this far behind is dropped
+_HEADER = struct.Struct(">I")
+
+
+class BusConnection(asyncio.Protocol):
+    """One TCP connection of the bus, inbound or outbound."""
+
+    def __init__(self, bus: "ClusterBus", node_id: bytes | None) -> None:
+        self.bus = bus
+        self.node_id = node_id  # set for outbound links
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.link: Link | None = None
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername") or ("", 0)
+        local = transport.get_extra_info("sockname") or ("", 0)
+        self.link = Link(self.node_id, peer[0], local[0], self)
+        if self.node_id is None:
+            self.bus.inbound.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.bus.inbound.discard(self)
+        self.bus.connection_closed(self)
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        pos = 0
+        end = len(buffer)
+        node = self.bus.node
+        while end - pos >= 4:
+            (size,) = _HEADER.unpack_from(buffer, pos)
+            if size > MAX_FRAME:
+                self.bus.protocol_error(self, "frame of %d bytes" % size)
+                return
+            if end - pos - 4 < size:
+                break
+            frame = bytes(buffer[pos + 4:pos + 4 + size])
+            pos += 4 + size
+            try:
+                msg = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+            except Exception as exc:  # msgpack raises several exception types
+                self.bus.protocol_error(self, "undecodable frame (%s)" % exc.__class__.__name__)
+                return
+            self.link.node_id = self.node_id
+            try:
+                node.receive_bus(self.link, msg)
+            except Exception:
+                logger.exception("Error handling a bus message from %s", self.link.peer_ip)
+            if self.closed:
+                return
+        del buffer[:pos]
+        self.bus.server_after_bus()
+
+    def write(self, frame: bytes) -> None:
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        transport.write(frame)
+        if transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
+            logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
+            self.close()
+
+    def close(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+
+class ClusterBus(BusTransport):
+    """Listener plus one outbound link per known node."""
+
+    def __init__(self, node, loop: asyncio.AbstractEventLoop, after_bus=None) -> None:
+        self.node = node
+        self.loop = loop
+        self.outbound: dict[bytes, BusConnection] = {}
+        self.pending: dict[bytes, tuple[asyncio.Task, list]] = {}
+        self.inbound: set[BusConnection] = set()
+        self.servers: list[asyncio.AbstractServer] = []
+        self._after_bus = after_bus
+        self._packed_msg = None
+        self._packed_frame = b""
+
+    async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
+        """Accept connections from peers."""
+        self.servers.append(await self.loop.create_server(
+            lambda: BusConnection(self, None), hosts or None, port, backlog=backlog,
+            reuse_address=True))
+
+    def server_after_bus(self) -> None:
+        if self._after_bus is not None:
+            self._after_bus()
+
+    # --------------------------------------------------- BusTransport API
+
+    def connect(self, node_id: bytes, ip: str, port: int) -> None:
+        if node_id in self.outbound or node_id in self.pending:
+            return
+        holder = [node_id]  # follows the node through a rename while connecting
+        task = self.loop.create_task(self._connect(holder, ip, port))
+        self.pending[node_id] = (task, holder)
+
+    async def _connect(self, holder: list, ip: str, port: int) -> None:
+        try:
+            _, conn = await asyncio.wait_for(self.loop.create_connection(
+                lambda: BusConnection(self, holder[0]), ip, port), CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            node_id = holder[0]
+            self.pending.pop(node_id, None)
+            logger.debug("Bus connection to %s:%d failed: %s", ip, port, exc)
+            self.node.link_down(node_id)
+            self.server_after_bus()
+            return
+        node_id = holder[0]
+        self.pending.pop(node_id, None)
+        conn.node_id = node_id
+        conn.link.node_id = node_id
+        self.outbound[node_id] = conn
+        self.node.link_up(node_id, conn.link)
+        self.server_after_bus()
+
+    def send(self, node_id: bytes, msg: dict) -> None:
+        conn = self.outbound.get(node_id)
+        if conn is not None:
+            conn.write(self._frame(msg))
+
+    def reply(self, link: Link, msg: dict) -> None:
+        conn = link.handle
+        if conn is not None:
+            conn.write(self._frame(msg))
+
+    def close(self, node_id: bytes) -> None:
+        pending = self.pending.pop(node_id, None)
+        if pending is not None:
+            pending[0].cancel()
+        conn = self.outbound.pop(node_id, None)
+        if conn is not None:
+            conn.node_id = None
+            conn.close()
+
+    def rename(self, old_id: bytes, new_id: bytes) -> None:
+        pending = self.pending.pop(old_id, None)
+        if pending is not None:
+            pending[1][0] = new_id
+            self.pending[new_id] = pending
+        conn = self.outbound.pop(old_id, None)
+        if conn is not None:
+            conn.node_id = new_id
+            conn.link.node_id = new_id
+            self.outbound[new_id] = conn
+
+    # ------------------------------------------------------------- helpers
+
+    def _frame(self, msg: dict) -> bytes:
+        # The same message dict is often sent to several nodes in a row
+        # (messages are never modified once sent).
+        if msg is not self._packed_msg:
+            payload = msgpack.packb(msg, use_bin_type=True)
+            self._packed_frame = _HEADER.pack(len(payload)) + payload
+            self._packed_msg = msg
+        return self._packed_frame
+
+    def connection_closed(self, conn: BusConnection) -> None:
+        node_id = conn.node_id
+        if node_id is not None and self.outbound.get(node_id) is conn:
+            del self.outbound[node_id]
+            self.node.link_down(node_id)
+
+    def protocol_error(self, conn: BusConnection, what: str) -> None:
+        logger.warning("Bus protocol error from %s: %s; closing the link",
+                       conn.link.peer_ip if conn.link else "?", what)
+        conn.close()
+
+    def shutdown(self) -> None:
+        """Close every link and listener."""
+        for server in self.servers:
+            server.close()
+        for task, _ in self.pending.values():
+            task.cancel()
+        for conn in list(self.outbound.values()) + list(self.inbound):
+            conn.close()
