@@ -184,6 +184,9 @@ class ClientConnection(asyncio.Protocol, ClientState):
             return
         server = self.server
         server.net_output_bytes += len(data)
+        writer = server.aof_writer
+        if writer is not None and writer.buffer:
+            writer.flush()
         self.transport.write(data)
         if server.output_limited or self.monitor:
             self._check_output_limits()

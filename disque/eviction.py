@@ -9,6 +9,7 @@ every command.
 
 from __future__ import annotations
 
+from disque.aof.format import REASON_EVICTED
 from disque.jobs.job import ACKED, DELIVERED
 
 MAX_EVICTIONS_PER_CALL = 10000
@@ -30,7 +31,7 @@ def evict(node) -> bool:
         job = next(iter(candidates))
         del candidates[job]
         if job.seq >= 0 and is_evictable(job):
-            node.delete_job(job)
+            node.delete_job(job, reason=REASON_EVICTED)
             budget -= 1
     if node.used_memory > node.mem_evict_threshold and node.queues:
         node.collect_idle_queues(IDLE_QUEUE_LIMIT_S)

@@ -22,6 +22,7 @@ import time
 import uvloop
 
 from disque import __version__, log
+from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
 from disque.cluster.bus import ClusterBus
 from disque.cluster.membership import BUS_PORT_OFFSET
@@ -163,6 +164,8 @@ class Server(Host):
         self.lock_fd = -1
         self.pidfile_written = False
         self.gc = GarbageCollector()
+        self.aof: AofService | None = None
+        self.aof_writer = None
         self.bus: ClusterBus | None = None
         self.output_limited = any(config.client_output_buffer_limit)
         self.node: Node = self._create_node()
@@ -282,7 +285,8 @@ class Server(Host):
                            config.maxclients, config.maxclients + RESERVED_FDS, allowed)
             config.maxclients = allowed
         self._watch_config()
-        await self._start_bus()
+        self.aof = AofService(self.node, config, self.loop, logger)
+        self.aof_writer = self.aof.writer
         factory = lambda: ClientConnection(self)  # noqa: E731
         if config.port:
             hosts = config.bind or None
@@ -306,6 +310,11 @@ class Server(Host):
                 os.chmod(config.unixsocket, config.unixsocketperm)
         self.loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
         self.loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
+        try:
+            await self.aof.load_at_startup()
+        except AofStartupError as exc:
+            raise StartupError(str(exc)) from None
+        await self._start_bus()
         self._schedule_cron()
         logger.info("Server started, Disque version %s", __version__)
         if config.port:
@@ -317,7 +326,8 @@ class Server(Host):
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
         config = self.config
-        bus = ClusterBus(self.node, self.loop, after_bus=self.arm_timer)
+        bus = ClusterBus(self.node, self.loop, after_bus=self.arm_timer,
+                         before_write=self.flush_aof)
         self.node.bus = bus
         self.bus = bus
         if not config.port:
@@ -388,6 +398,8 @@ class Server(Host):
             node.stats.sample_ops(now)
             self._sample_network()
             self._close_idle_clients(now)
+            if self.aof is not None:
+                self.aof.cron()
             self.gc.tick()
         except Exception:  # the cron must survive any bug in one pass
             logger.exception("Error in server cron")
@@ -431,9 +443,17 @@ class Server(Host):
             logger.warning("SHUTDOWN failed, exiting anyway")
             self._stop(1)
 
+    def flush_aof(self) -> None:
+        """Write pending AOF records: called before any reply leaves the process."""
+        writer = self.aof_writer
+        if writer is not None and writer.buffer:
+            writer.flush()
+
     def shutdown(self, rewrite_aof: bool) -> bool:
         """Prepare to exit, then stop the loop on its next turn."""
         logger.warning("User requested shutdown...")
+        if self.aof is not None and not self.aof.shutdown(rewrite_aof):
+            return False
         self._notify("STOPPING=1")
         for listener in self.listeners:
             listener.close()
@@ -588,15 +608,15 @@ class Server(Host):
                 ("config_file", self.config.config_file or "")]
 
     def _info_persistence(self) -> list[tuple[str, object]]:
-        return [("loading", int(self.node.loading)),
-                ("aof_enabled", int(self.config.appendonly)),
-                ("aof_state", "on" if self.config.appendonly else "off"),
-                ("aof_rewrite_in_progress", 0),
-                ("aof_rewrite_scheduled", 0),
-                ("aof_last_rewrite_time_sec", -1),
-                ("aof_current_rewrite_time_sec", -1),
-                ("aof_last_bgrewrite_status", "ok"),
-                ("aof_last_write_status", "ok")]
+        if self.aof is None:
+            return [("loading", 0)]
+        return self.aof.info_fields()
+
+    def bgrewriteaof(self) -> bytes:
+        return self.aof.bgrewriteaof()
+
+    def debug_reload_aof(self) -> bool:
+        return self.aof.reload()
 
     def _kbps(self) -> tuple[float, float]:
         samples = self.net_samples

@@ -82,6 +82,9 @@ class BusConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.closed:
             return
+        before_write = self.bus.before_write
+        if before_write is not None:
+            before_write()
         transport.write(frame)
         if transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
             logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
@@ -96,7 +99,8 @@ class BusConnection(asyncio.Protocol):
 class ClusterBus(BusTransport):
     """Listener plus one outbound link per known node."""
 
-    def __init__(self, node, loop: asyncio.AbstractEventLoop, after_bus=None) -> None:
+    def __init__(self, node, loop: asyncio.AbstractEventLoop, after_bus=None,
+                 before_write=None) -> None:
         self.node = node
         self.loop = loop
         self.outbound: dict[bytes, BusConnection] = {}
@@ -104,6 +108,7 @@ class ClusterBus(BusTransport):
         self.inbound: set[BusConnection] = set()
         self.servers: list[asyncio.AbstractServer] = []
         self._after_bus = after_bus
+        self.before_write = before_write  # e.g. flush the AOF before messages leave
         self._packed_msg = None
         self._packed_frame = b""
 

@@ -8,6 +8,7 @@ to nodes that recently supplied jobs from 25 ms to 2 s.
 
 from __future__ import annotations
 
+from disque.aof.format import REASON_MOVED
 from disque.cluster import messages as m
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACKED, BCAST_QUEUED, Job
@@ -83,7 +84,7 @@ class Federation:
         self.send_to(sender, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, self.now) for j in jobs]})
         for job in jobs:
             if job.retry == 0:
-                self.delete_job(job)  # an at-most-once job must live in one place only
+                self.delete_job(job, reason=REASON_MOVED)  # at-most-once: one place only
 
     def on_yourjobs(self, sender: bytes, msg: dict) -> None:
         """Queue jobs received from another node (§6.7)."""

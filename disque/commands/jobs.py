@@ -4,6 +4,7 @@ DEQUEUE, DELJOB, SHOW, LOADJOB (spec: commands.md §1)."""
 from __future__ import annotations
 
 from disque import errors
+from disque.aof.format import REASON_ACKED
 from disque.cluster import messages as m
 from disque.commands.args import parse_int
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
@@ -261,7 +262,7 @@ def fastack(node, client, argv: list[bytes]) -> bytes:
             node.broadcast(msg)
             continue
         node.send_to_holders(job, msg)
-        node.delete_job(job)
+        node.delete_job(job, reason=REASON_ACKED)
         deleted += 1
     return integer(deleted)
 

@@ -9,6 +9,7 @@ the node's entry points).
 from __future__ import annotations
 
 from disque import errors
+from disque.aof.format import REASON_ACKED, REASON_DELETED, REASON_EXPIRED
 from disque.cluster import messages as m
 from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED,
                              WAIT_REPL, Job)
@@ -50,8 +51,9 @@ class JobLifecycle:
         if schedule:
             self.schedule_job(job)
 
-    def delete_job(self, job: Job, producer_error: bytes = errors.NOREPL_REMOVED) -> None:
-        """Forget ``job`` on this node only.
+    def delete_job(self, job: Job, producer_error: bytes = errors.NOREPL_REMOVED,
+                   reason: bytes = REASON_DELETED) -> None:
+        """Forget ``job`` on this node only (``reason`` goes to the AOF record).
 
         A producer still waiting for its replication gets ``producer_error``
         and the partial copies are asked to go (spec: commands.md ADDJOB).
@@ -62,7 +64,7 @@ class JobLifecycle:
         elif state == WAIT_REPL:
             self.fail_replication(job, producer_error)
         if (state == ACTIVE or state == QUEUED) and self.aof is not None:
-            self.aof.deljob(job.id)
+            self.aof.deljob(job, reason)
         self.timers.cancel(job)
         del self.jobs[job.id]
         self.job_scan.remove(job)
@@ -160,7 +162,7 @@ class JobLifecycle:
         job.confirmed = None
         self.evictable[job] = None
         if (state == ACTIVE or state == QUEUED) and self.aof is not None:
-            self.aof.deljob(job.id)
+            self.aof.deljob(job, REASON_ACKED)
         self.schedule_job(job)
         return True
 
@@ -201,7 +203,7 @@ class JobLifecycle:
     def _job_timer(self, job: Job) -> None:
         now = self.now
         if job.etime <= now // 1000:
-            self.delete_job(job)
+            self.delete_job(job, reason=REASON_EXPIRED)
             return
         state = job.state
         if state == ACKED:

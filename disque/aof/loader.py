@@ -1,0 +1,131 @@
+"""Loading an AOF into a node (spec: persistence.md §5).
+
+Loading runs in slices so the server can answer INFO and -LOADING while
+a large file is read. Jobs come back ``active`` and are re-queued after
+their retry time; during an ``aof-enqueue-jobs-once`` load, jobs stored
+as queued are put back in their queues (RETRY 0 ones included, spec
+decision 2).
+"""
+
+from __future__ import annotations
+
+import os
+
+import msgpack
+
+from disque.aof.format import DELJOB, LOADJOB, AofFormatError, Truncated, read_record
+from disque.jobs.codec import BadJobPayload, from_storage
+
+READ_CHUNK = 8 * 1024 * 1024
+
+
+class AofLoadError(Exception):
+    """The AOF cannot be loaded; the server refuses to start."""
+
+
+class AofLoader:
+    """Reads one AOF file into a node, a slice at a time."""
+
+    def __init__(self, node, path: str, *, enqueue_once: bool, truncate_allowed: bool,
+                 logger) -> None:
+        self.node = node
+        self.path = path
+        self.enqueue_once = enqueue_once
+        self.truncate_allowed = truncate_allowed
+        self.logger = logger
+        self.file = open(path, "rb")
+        self.total_bytes = os.fstat(self.file.fileno()).st_size
+        self.loaded_bytes = 0  # offset of the first unparsed byte
+        self.buffer = b""
+        self._pos = 0  # position in ``buffer`` of the byte at ``loaded_bytes``
+        self._needs_more = False
+        self.eof = False
+        self.records = 0
+        self.jobs_loaded = 0
+        self.truncated_at: int | None = None
+
+    def close(self) -> None:
+        """Release the file."""
+        self.file.close()
+
+    def run(self, max_records: int) -> bool:
+        """Apply up to ``max_records`` records; True once the whole file is loaded."""
+        done = 0
+        while done < max_records:
+            if not self.buffer or self._needs_more:
+                if not self._read_more():
+                    return self._finish()
+            try:
+                argv, used = read_record(self.buffer, self._pos, len(self.buffer))
+            except Truncated:
+                self._needs_more = True
+                continue
+            except AofFormatError as exc:
+                offset = self.loaded_bytes + exc.offset - self._pos
+                raise AofLoadError("Bad file format reading the append only file at offset %d: "
+                                   "%s" % (offset, exc.reason)) from None
+            self._apply(argv, self.loaded_bytes)
+            self.loaded_bytes += used - self._pos
+            self._pos = used
+            self.records += 1
+            done += 1
+        return False
+
+    def _read_more(self) -> bool:
+        chunk = self.file.read(READ_CHUNK) if not self.eof else b""
+        if not chunk:
+            self.eof = True
+            return False
+        self.buffer = self.buffer[self._pos:] + chunk
+        self._pos = 0
+        self._needs_more = False
+        return True
+
+    def _finish(self) -> bool:
+        leftover = len(self.buffer) - self._pos
+        if leftover > 0:
+            offset = self.loaded_bytes
+            if not self.truncate_allowed:
+                raise AofLoadError(
+                    "Unexpected end of file reading the append only file at offset %d. You can: "
+                    "1) Make a backup of your AOF file, then use ./disque-check-aof --fix "
+                    "<filename>. 2) Alternatively you can set the 'aof-load-truncated' "
+                    "configuration option to yes and restart the server." % offset)
+            self.logger.warning("!!! Warning: short read while loading the AOF file %s!!! "
+                                "AOF loaded anyway because aof-load-truncated is enabled; "
+                                "truncating it at offset %d", self.path, offset)
+            os.truncate(self.path, offset)
+            self.truncated_at = offset
+        self.buffer = b""
+        return True
+
+    def _apply(self, argv: list[bytes], offset: int) -> None:
+        name = argv[0].upper()
+        if name == LOADJOB and len(argv) >= 2:
+            self._loadjob(argv[1], offset)
+        elif name == DELJOB and len(argv) >= 2:
+            job = self.node.jobs.get(argv[1])
+            if job is not None:
+                self.node.delete_job(job)
+        else:
+            raise AofLoadError("Unknown command '%s' reading the append only file at offset %d"
+                               % (argv[0][:64].decode("latin-1"), offset))
+
+    def _loadjob(self, payload: bytes, offset: int) -> None:
+        node = self.node
+        try:
+            job, was_queued = from_storage(msgpack.unpackb(payload, raw=False),
+                                           node.membership.nodes)
+        except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
+                               % (offset, exc)) from None
+        if job.etime <= node.now // 1000 or job.id in node.jobs:
+            return
+        node.set_received_qtime(job)
+        requeue = was_queued and self.enqueue_once
+        if requeue and not job.qtime:
+            job.qtime = 1  # spec decision 2: a RETRY 0 job queued at shutdown is queued again
+        node.register_job(job, not requeue)
+        if requeue and not node.enqueue_job(job):
+            node.schedule_job(job)
+        self.jobs_loaded += 1
