@@ -1,9 +1,10 @@
 """Stateless cursors for QSCAN and JSCAN.
 
 Every item gets a sequence number when it is added; slots live in pages
-of 1024. A cursor is the next sequence number to look at, so an item
-present for the whole iteration is returned exactly once (spec:
-commands.md QSCAN, index.md decision 8). Emptied pages are dropped.
+of 1024. A cursor is the next sequence number to look at, walking down
+from the top, so an item present for the whole iteration is returned
+exactly once and a scan always ends (spec: commands.md QSCAN, index.md
+decision 8). Emptied pages are dropped.
 """
 
 from __future__ import annotations
@@ -60,23 +61,27 @@ class ScanIndex:
     def scan(self, cursor: int, budget: int) -> tuple[int, list]:
         """Return (next cursor, items) visiting at most ``budget`` slots.
 
-        Cursor 0 starts; a returned cursor of 0 means the end was reached.
+        The walk goes downward from the highest sequence number in use when
+        it started (cursor 0), so items added later are not chased and the
+        scan ends even while the set keeps changing; a returned cursor of 0
+        means the bottom was reached.
         """
-        seq = max(cursor, 1)
-        end = self._next
+        seq = self._next - 1 if cursor == 0 else min(cursor, self._next - 1)
         items = []
         pages = self._pages
-        while seq < end and budget > 0:
-            page = pages.get(seq >> _PAGE_BITS)
+        while seq > 0 and budget > 0:
+            page_no = seq >> _PAGE_BITS
+            page = pages.get(page_no)
+            page_start = page_no << _PAGE_BITS
             if page is None:
-                seq = ((seq >> _PAGE_BITS) + 1) << _PAGE_BITS
+                seq = page_start - 1
                 budget -= 1
                 continue
-            stop = min(end, ((seq >> _PAGE_BITS) + 1) << _PAGE_BITS, seq + budget)
-            for i in range(seq & _PAGE_MASK, (stop - 1 & _PAGE_MASK) + 1):
+            stop = max(page_start - 1, seq - budget)
+            for i in range(seq & _PAGE_MASK, (stop & _PAGE_MASK) if stop >= page_start else -1, -1):
                 item = page[i]
                 if item is not None:
                     items.append(item)
-            budget -= stop - seq
+            budget -= seq - stop
             seq = stop
-        return (0 if seq >= end else seq), items
+        return max(seq, 0), items

@@ -118,6 +118,7 @@ def addjob(node, client, argv: list[bytes]) -> bytes | None:
             return errors.MAXLEN_EXCEEDED
         if queue.paused & PAUSE_IN:
             return errors.PAUSED
+        queue_name = queue.name  # one name object shared by every job of the queue
     now = node.now
     job = Job(node.ids.new_id(ttl, retry), queue_name, argv[2], repl, node.new_ctime(),
               now // 1000 + ttl, delay, retry)

@@ -23,13 +23,13 @@ class Job:
     unix seconds, ``qtime`` and ``awakeme`` in unix ms (0 = not set).
     ``delivered`` is a tuple of node IDs (tuples are small and shared by
     every single-node job); ``confirmed`` is a set only while it matters.
-    The last three slots belong to the scan index and the queue skiplist.
+    The last four slots belong to the scan index and the queue skiplist.
     """
 
     __slots__ = (
         "id", "queue", "body", "state", "repl", "ctime", "etime", "delay",
         "retry", "nacks", "adeliv", "delivered", "confirmed", "qtime",
-        "awakeme", "gc_retry", "flags", "seq", "_sl", "_slprev",
+        "awakeme", "gc_retry", "flags", "seq", "_sl", "_slprev", "_slup",
     )
 
     def __init__(self, job_id: bytes, queue: bytes | None, body: bytes | None,
@@ -52,8 +52,9 @@ class Job:
         self.gc_retry = 0
         self.flags = 0
         self.seq = -1
-        self._sl: list | None = None
+        self._sl = None
         self._slprev = None
+        self._slup: list | None = None
 
     @property
     def is_dummy_ack(self) -> bool:

@@ -1,11 +1,12 @@
 """A skiplist of jobs ordered by ``(ctime, id)``, linked through the jobs.
 
-The links live in two slots of the job itself (``_sl``: next item per
-level, ``_slprev``: previous item on level 0), so a queued job costs one
-small list and no node object. Levels come from the job ID's random
-characters (p = 1/4), which keeps the structure deterministic without a
-random source. Appending after the current tail, the common case for new
-jobs, and popping the head need no search.
+The links live in slots of the job itself: ``_sl`` is the next item on
+level 0, ``_slprev`` the previous one, and ``_slup`` the list of next
+items on levels 1 and up (None for the three quarters of items that have
+only level 0), so a queued job costs no extra object at all in the common
+case. Levels come from the job ID's random characters (p = 1/4), which
+keeps the structure deterministic without a random source. Appending
+after the current tail (new jobs) and popping the head need no search.
 """
 
 from __future__ import annotations
@@ -28,6 +29,17 @@ def _before(a, b) -> bool:
     return ac < bc or (ac == bc and a.id < b.id)
 
 
+def _next(item, level: int):
+    return item._sl if level == 0 else item._slup[level - 1]
+
+
+def _set_next(item, level: int, nxt) -> None:
+    if level == 0:
+        item._sl = nxt
+    else:
+        item._slup[level - 1] = nxt
+
+
 class SkipList:
     """Ordered set of jobs: O(log n) insert/remove, O(1) head pop and length."""
 
@@ -45,16 +57,18 @@ class SkipList:
         return self._len > 0
 
     def __contains__(self, item) -> bool:
-        return item._sl is not None and self._find(item) is item
+        first = self._predecessors(item)[0]
+        return (self._head[0] if first is None else first._sl) is item
 
     def insert(self, item) -> None:
         """Insert ``item`` (which must not be in any skiplist)."""
-        level = 1 if item.id[11] & 3 else _level_of(item.id)
-        links = [None] * level
-        item._sl = links
+        item_id = item.id
+        level = 1 if item_id[11] & 3 else _level_of(item_id)
+        item._slup = [None] * (level - 1) if level > 1 else None
         last = self._last
         tail = last[0]
         if tail is None or _before(tail, item):
+            item._sl = None
             item._slprev = tail
             head = self._head
             for i in range(level):
@@ -62,7 +76,7 @@ class SkipList:
                 if prev is None:
                     head[i] = item
                 else:
-                    prev._sl[i] = item
+                    _set_next(prev, i, item)
                 last[i] = item
         else:
             preds = self._predecessors(item)
@@ -73,20 +87,19 @@ class SkipList:
                     nxt = head[i]
                     head[i] = item
                 else:
-                    nxt = prev._sl[i]
-                    prev._sl[i] = item
-                links[i] = nxt
+                    nxt = _next(prev, i)
+                    _set_next(prev, i, item)
+                _set_next(item, i, nxt)
                 if nxt is None:
                     last[i] = item
             item._slprev = preds[0]
-            if links[0] is not None:
-                links[0]._slprev = item
+            if item._sl is not None:
+                item._sl._slprev = item
         self._len += 1
 
     def remove(self, item) -> None:
         """Remove ``item``, which must be in this skiplist."""
-        links = item._sl
-        if len(links) == 1:
+        if item._slup is None:
             self._unlink(item, (item._slprev,))
         else:
             self._unlink(item, self._predecessors(item))
@@ -95,7 +108,7 @@ class SkipList:
         """Remove and return the smallest item, or None when empty."""
         item = self._head[0]
         if item is not None:
-            self._unlink(item, (None,) * len(item._sl))
+            self._unlink(item, (None,) * MAX_LEVEL)
         return item
 
     def first(self):
@@ -107,7 +120,7 @@ class SkipList:
         item = self._head[0]
         while item is not None:
             yield item
-            item = item._sl[0]
+            item = item._sl
 
     def iter_from_tail(self):
         """Items in descending order (do not modify while iterating)."""
@@ -120,9 +133,8 @@ class SkipList:
         """Unlink every item."""
         item = self._head[0]
         while item is not None:
-            nxt = item._sl[0]
-            item._sl = None
-            item._slprev = None
+            nxt = item._sl
+            item._sl = item._slprev = item._slup = None
             item = nxt
         self._head = [None] * MAX_LEVEL
         self._last = [None] * MAX_LEVEL
@@ -134,34 +146,30 @@ class SkipList:
         head = self._head
         prev = None
         for i in range(MAX_LEVEL - 1, -1, -1):
-            nxt = head[i] if prev is None else prev._sl[i]
+            if prev is None and head[i] is None:
+                continue
+            nxt = head[i] if prev is None else _next(prev, i)
             while nxt is not None and nxt is not item and _before(nxt, item):
                 prev = nxt
-                nxt = prev._sl[i]
+                nxt = _next(prev, i)
             preds[i] = prev
         return preds
 
-    def _find(self, item):
-        preds = self._predecessors(item)
-        first = preds[0]
-        return self._head[0] if first is None else first._sl[0]
-
     def _unlink(self, item, preds) -> None:
-        links = item._sl
         head = self._head
         last = self._last
-        for i in range(len(links)):
+        up = item._slup
+        for i in range(1 + len(up) if up else 1):
             prev = preds[i]
-            nxt = links[i]
+            nxt = _next(item, i)
             if prev is None:
                 head[i] = nxt
             else:
-                prev._sl[i] = nxt
+                _set_next(prev, i, nxt)
             if nxt is None:
                 last[i] = prev
-        nxt = links[0]
+        nxt = item._sl
         if nxt is not None:
             nxt._slprev = item._slprev
-        item._sl = None
-        item._slprev = None
+        item._sl = item._slprev = item._slup = None
         self._len -= 1
