@@ -1,0 +1,323 @@
+"""Produce/consume cycle load generator: delivered jobs/s and end-to-end latency.
+
+Producers send jobs whose body starts with the send time; consumers fetch
+up to 16 jobs per blocking request, compute now - send time for each, and
+acknowledge all fetched ids in one command pipelined with the next fetch.
+Producers and consumers run in this process, so they share the monotonic
+clock and the latency needs no clock synchronisation.
+
+Two modes:
+- full load (``rate=None``): each producer keeps one batch of ``batch``
+  jobs in flight, and producers pause while more than ``max_backlog`` jobs
+  are queued but not yet delivered. Without that bound the faster side
+  would fill the queue and the latency would measure the backlog's length.
+- fixed rate: producers are paced open-loop (they never wait for replies),
+  so a slow server shows up as latency instead of a lower offered load.
+  The stamp is the actual send time, so the generator's own scheduling
+  lag is not charged to the server.
+
+Only jobs delivered inside the measurement window (after a warm-up) count.
+Producer and consumer ports are separate lists so the same generator
+drives a federation (produce on node A, consume on node B).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import hiredis
+import uvloop
+
+from bench.resp import RespClient, bulk, connect, encode
+
+STAMP_DIGITS = 20
+
+
+class CycleError(RuntimeError):
+    """The cycle could not run or measured nothing."""
+
+
+def stamped_body(now_ns: int, size: int) -> bytes:
+    """A job body of ``size`` bytes starting with ``now_ns`` as 20 decimal digits."""
+    return (b"%0*d" % (STAMP_DIGITS, now_ns)).ljust(size, b"x")
+
+
+def body_stamp(body: bytes) -> int:
+    """The send time (monotonic ns) stored at the start of a stamped body."""
+    return int(body[:STAMP_DIGITS])
+
+
+def percentile(sorted_values: Sequence[int], p: float) -> int:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        raise ValueError("no values")
+    rank = max(1, math.ceil(p / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class QueueDialect(Protocol):
+    """How one system produces, fetches and acknowledges jobs, as RESP bytes."""
+
+    def produce(self, body: bytes) -> bytes:
+        """One command that enqueues ``body``."""
+
+    def produced(self, reply: object) -> bool:
+        """Whether a produce reply means the job was accepted."""
+
+    def fetch(self) -> bytes:
+        """One blocking command that returns up to N jobs (or nil on timeout)."""
+
+    def fetched(self, reply: object) -> tuple[list[bytes], list[bytes]]:
+        """Bodies and ids (ids may be empty) of a fetch reply."""
+
+    def ack(self, ids: list[bytes]) -> bytes | None:
+        """One command acknowledging ``ids``, or None if the system needs none."""
+
+
+class DisqueDialect:
+    """ADDJOB / GETJOB TIMEOUT t COUNT n / ACKJOB."""
+
+    def __init__(self, queue: bytes, count: int = 16, timeout_ms: int = 100,
+                 replicate: int | None = None) -> None:
+        self._head = b"*%d\r\n" % (4 if replicate is None else 6) + bulk(b"ADDJOB") + bulk(queue)
+        self._tail = bulk(b"0") + (b"" if replicate is None
+                                   else bulk(b"REPLICATE") + bulk(b"%d" % replicate))
+        self._fetch = encode(b"GETJOB", b"TIMEOUT", b"%d" % timeout_ms, b"COUNT", b"%d" % count,
+                             b"FROM", queue)
+
+    def produce(self, body: bytes) -> bytes:
+        """ADDJOB <queue> <body> 0 [REPLICATE n]."""
+        return self._head + bulk(body) + self._tail
+
+    def produced(self, reply: object) -> bool:
+        """A job id (bytes) means accepted; errors are hiredis.ReplyError values."""
+        return isinstance(reply, bytes)
+
+    def fetch(self) -> bytes:
+        """GETJOB TIMEOUT t COUNT n FROM <queue>."""
+        return self._fetch
+
+    def fetched(self, reply: object) -> tuple[list[bytes], list[bytes]]:
+        """GETJOB replies [[queue, id, body], ...] or nil after the timeout."""
+        if reply is None:
+            return [], []
+        if isinstance(reply, hiredis.ReplyError):
+            raise CycleError("GETJOB failed: %s" % reply)
+        return [job[2] for job in reply], [job[1] for job in reply]
+
+    def ack(self, ids: list[bytes]) -> bytes | None:
+        """ACKJOB <id> ... for everything one GETJOB returned."""
+        return encode(b"ACKJOB", *ids)
+
+
+class RedisListDialect:
+    """LPUSH / BLMPOP ... COUNT n: the same cycle on redis-server lists, as a reference."""
+
+    def __init__(self, key: bytes, count: int = 16, timeout_ms: int = 100) -> None:
+        self._head = b"*3\r\n" + bulk(b"LPUSH") + bulk(key)
+        self._fetch = encode(b"BLMPOP", b"%g" % (timeout_ms / 1000), b"1", key, b"RIGHT",
+                             b"COUNT", b"%d" % count)
+
+    def produce(self, body: bytes) -> bytes:
+        """LPUSH <key> <body>."""
+        return self._head + bulk(body)
+
+    def produced(self, reply: object) -> bool:
+        """LPUSH answers the new list length."""
+        return isinstance(reply, int)
+
+    def fetch(self) -> bytes:
+        """BLMPOP <timeout> 1 <key> RIGHT COUNT n."""
+        return self._fetch
+
+    def fetched(self, reply: object) -> tuple[list[bytes], list[bytes]]:
+        """BLMPOP replies [key, [elements]] or nil after the timeout."""
+        if reply is None:
+            return [], []
+        if isinstance(reply, hiredis.ReplyError):
+            raise CycleError("BLMPOP failed: %s" % reply)
+        return reply[1], []
+
+    def ack(self, ids: list[bytes]) -> bytes | None:
+        """Lists need no acknowledgement."""
+        return None
+
+
+@dataclass(frozen=True)
+class CycleConfig:
+    """Shape of one cycle run."""
+
+    duration: float = 10.0
+    warmup: float = 1.0
+    rate: float | None = None  # jobs/s over all producers; None = full load
+    producers: int = 4
+    consumers: int = 4
+    batch: int = 16  # full load: jobs per producer write
+    max_backlog: int = 512  # full load: queued-but-undelivered jobs before producers pause
+    body_bytes: int = 64
+    drain_timeout: float = 10.0
+
+
+@dataclass
+class CycleResult:
+    """What one cycle measured."""
+
+    duration: float
+    latencies_ns: list[int]  # sorted, jobs delivered inside the window
+    sent: int
+    produced: int
+    produce_errors: int
+    delivered: int
+    acked: int
+
+    @property
+    def rate(self) -> float:
+        """Jobs delivered per second inside the measurement window."""
+        return len(self.latencies_ns) / self.duration
+
+    def latency_ms(self, p: float) -> float:
+        """End-to-end latency percentile in milliseconds."""
+        return percentile(self.latencies_ns, p) / 1e6
+
+    def details(self) -> dict[str, object]:
+        """Counters for the report, so a lost or refused job is visible."""
+        return {"window_s": self.duration, "delivered_in_window": len(self.latencies_ns),
+                "sent": self.sent, "accepted": self.produced,
+                "produce_errors": self.produce_errors, "delivered_total": self.delivered,
+                "acked": self.acked}
+
+
+class _Cycle:
+    """Shared counters and the clock of one run; all coroutines run on one loop."""
+
+    def __init__(self, config: CycleConfig, dialect: QueueDialect) -> None:
+        self.config = config
+        self.dialect = dialect
+        now = time.monotonic_ns()
+        self.window_start = now + int(config.warmup * 1e9)
+        self.window_end = self.window_start + int(config.duration * 1e9)
+        self.drain_deadline = self.window_end + int(config.drain_timeout * 1e9)
+        self.producing = config.producers
+        self.sent = self.produced = self.produce_errors = self.delivered = self.acked = 0
+        self.latencies: list[int] = []
+        self.room = asyncio.Event()
+
+    def count_produced(self, replies: list) -> None:
+        """Tally accepted and refused jobs from produce replies."""
+        ok = sum(1 for r in replies if self.dialect.produced(r))
+        self.produced += ok
+        self.produce_errors += len(replies) - ok
+
+    def on_produced(self, future: asyncio.Future) -> None:
+        """Done-callback of a paced producer's request (it does not wait for replies)."""
+        if not future.cancelled() and future.exception() is None:
+            self.count_produced(future.result())
+
+    def record(self, now: int, bodies: list[bytes]) -> None:
+        """Jobs fetched at ``now``: count them, keep their latency if inside the window."""
+        self.delivered += len(bodies)
+        if self.window_start <= now < self.window_end:
+            self.latencies.extend(now - body_stamp(b) for b in bodies)
+        if self.produced - self.delivered < self.config.max_backlog:
+            self.room.set()
+
+    def finished(self) -> bool:
+        """Producers are done and everything accepted was delivered (or the drain timed out)."""
+        return (self.producing == 0 and self.delivered >= self.produced) \
+            or time.monotonic_ns() > self.drain_deadline
+
+    async def produce_full(self, client: RespClient) -> None:
+        """Closed loop: one batch in flight, paused while the backlog is at its bound."""
+        batch, produce, size = self.config.batch, self.dialect.produce, self.config.body_bytes
+        while (now := time.monotonic_ns()) < self.window_end:
+            if self.produced - self.delivered >= self.config.max_backlog:
+                self.room.clear()
+                await self.room.wait()
+                continue
+            self.sent += batch
+            self.count_produced(await client.request(produce(stamped_body(now, size)) * batch,
+                                                     batch))
+        self.producing -= 1
+
+    async def produce_paced(self, client: RespClient, rate: float, offset_ns: int) -> None:
+        """Open loop at ``rate`` jobs/s: jobs that fell due while asleep go out in one write."""
+        interval = 1e9 / rate
+        due = time.monotonic_ns() + offset_ns
+        produce, size, last = self.dialect.produce, self.config.body_bytes, None
+        while (now := time.monotonic_ns()) < self.window_end:
+            if now >= due:
+                n = int((now - due) // interval) + 1
+                self.sent += n
+                last = client.request(produce(stamped_body(now, size)) * n, n)
+                last.add_done_callback(self.on_produced)
+                due += n * interval
+            await asyncio.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
+        if last is not None:
+            await last  # replies arrive in order: the last one means all have
+        self.producing -= 1
+
+    async def consume(self, client: RespClient) -> None:
+        """Fetch, and acknowledge the previous fetch in the same write, until the run drains."""
+        dialect, fetch, ids = self.dialect, self.dialect.fetch(), []
+        while True:
+            ack = dialect.ack(ids) if ids else None
+            if self.finished():
+                if ack is not None:
+                    self.count_acks(await client.request(ack, 1))
+                self.room.set()  # a producer still paused after a timed-out drain can exit
+                return
+            if ack is None:
+                replies = await client.request(fetch, 1)
+            else:
+                replies = await client.request(ack + fetch, 2)
+                self.count_acks(replies[:1])
+            now = time.monotonic_ns()
+            bodies, ids = dialect.fetched(replies[-1])
+            if bodies:
+                self.record(now, bodies)
+
+    def count_acks(self, replies: list) -> None:
+        """ACKJOB answers how many jobs it acknowledged."""
+        if not isinstance(replies[0], int):
+            raise CycleError("ACKJOB failed: %s" % replies[0])
+        self.acked += replies[0]
+
+
+async def _run(dialect: QueueDialect, producer_ports: Sequence[int],
+               consumer_ports: Sequence[int], config: CycleConfig) -> CycleResult:
+    producers = [await connect(producer_ports[i % len(producer_ports)])
+                 for i in range(config.producers)]
+    consumers = [await connect(consumer_ports[i % len(consumer_ports)])
+                 for i in range(config.consumers)]
+    cycle = _Cycle(config, dialect)
+    try:
+        async with asyncio.timeout(config.warmup + config.duration + config.drain_timeout + 30):
+            async with asyncio.TaskGroup() as tasks:
+                for consumer in consumers:
+                    tasks.create_task(cycle.consume(consumer))
+                for i, producer in enumerate(producers):
+                    if config.rate is None:
+                        tasks.create_task(cycle.produce_full(producer))
+                    else:
+                        # Stagger producers so their sends interleave instead of bunching.
+                        offset = int(i * 1e9 / config.rate)
+                        tasks.create_task(cycle.produce_paced(producer,
+                                                              config.rate / config.producers,
+                                                              offset))
+    finally:
+        for client in producers + consumers:
+            client.close()
+    if not cycle.latencies:
+        raise CycleError("no job was delivered inside the measurement window")
+    return CycleResult(config.duration, sorted(cycle.latencies), cycle.sent, cycle.produced,
+                       cycle.produce_errors, cycle.delivered, cycle.acked)
+
+
+def run(dialect: QueueDialect, producer_ports: Sequence[int], consumer_ports: Sequence[int],
+        config: CycleConfig) -> CycleResult:
+    """Run one cycle on a fresh uvloop event loop and return what it measured."""
+    return uvloop.run(_run(dialect, producer_ports, consumer_ports, config))

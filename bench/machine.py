@@ -1,0 +1,56 @@
+"""Where and when a run happened: results only compare within one machine and one run."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+from bench import redis_benchmark
+from bench.servers import REPO
+
+
+def parse_cpu_model(cpuinfo: str) -> str | None:
+    """The first ``model name`` of /proc/cpuinfo text (None on CPUs that do not report one)."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            return value.strip()
+    return None
+
+
+def _output(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def load_average() -> list[float]:
+    """1/5/15-minute load: above nproc, other processes were competing for the cores."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def describe() -> dict[str, object]:
+    """Machine, software and source revision of this run."""
+    try:
+        cpu_model = parse_cpu_model(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        cpu_model = None
+    commit = _output(["git", "rev-parse", "HEAD"])
+    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model,
+        "load_average": load_average(),
+        "kernel": platform.release(),
+        "python": "%s %s" % (platform.python_implementation(), platform.python_version()),
+        "redis_server": _output(["redis-server", "--version"]),
+        "redis_benchmark": redis_benchmark.version(),
+        "git_commit": commit,
+        "git_dirty": None if status is None else bool(status),
+    }

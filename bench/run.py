@@ -1,0 +1,157 @@
+"""``python -m bench.run``: run the selected sections and print one JSON report.
+
+The report goes to stdout and to bench/results/latest.json; progress goes
+to stderr. A section that fails is reported under ``errors`` and the run
+goes on with the next one; the exit status is 1 if any section failed.
+Missed targets are results, not failures, and do not change the status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import machine, single
+from bench.measurement import Measurement, Section
+from bench.servers import Servers
+from bench.settings import Settings
+
+SECTIONS: dict[str, Section] = dict(single.SECTIONS)
+GROUPS: dict[str, list[str]] = {"single": list(single.SECTIONS)}
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "latest.json"
+log = logging.getLogger("bench")
+
+
+def select_sections(only: list[str] | None) -> list[str]:
+    """Section names for ``--only`` values (names or groups, comma-separated), in run order."""
+    if not only:
+        return list(SECTIONS)
+    wanted: set[str] = set()
+    for item in (part.strip() for value in only for part in value.split(",")):
+        if item in GROUPS:
+            wanted.update(GROUPS[item])
+        elif item in SECTIONS:
+            wanted.add(item)
+        elif item:
+            raise ValueError("unknown section %r (choose from %s)"
+                             % (item, ", ".join([*GROUPS, *SECTIONS])))
+    return [name for name in SECTIONS if name in wanted]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", metavar="SECTIONS",
+                        help="comma-separated sections or groups (%s); repeatable"
+                             % ", ".join([*GROUPS, *SECTIONS]))
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller n, shorter cycles, 100k jobs for memory")
+    parser.add_argument("--port-base", type=int, metavar="PORT",
+                        help="use consecutive free ports from PORT instead of random ones")
+    parser.add_argument("--repeats", type=int, help="redis-benchmark samples per server")
+    parser.add_argument("--requests", type=int, help="redis-benchmark -n")
+    parser.add_argument("--duration", type=float, help="seconds measured per cycle run")
+    parser.add_argument("--memory-jobs", type=int, help="jobs loaded by the memory section")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
+                        help="where to write the JSON report (default: %(default)s)")
+    parser.add_argument("--list", action="store_true", help="list sections and exit")
+    return parser.parse_args(argv)
+
+
+def make_settings(args: argparse.Namespace) -> Settings:
+    """Full or quick defaults, with explicit options on top."""
+    settings = Settings.for_quick_run() if args.quick else Settings()
+    overrides = {"repeats": args.repeats, "requests": args.requests,
+                 "cycle_duration": args.duration, "memory_jobs": args.memory_jobs}
+    return dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def run_sections(names: list[str], settings: Settings,
+                 port_base: int | None) -> tuple[list[Measurement], list[dict[str, str]]]:
+    """Run sections in order; a failing section is recorded and the next one still runs."""
+    measurements: list[Measurement] = []
+    errors: list[dict[str, str]] = []
+    with Servers(port_base) as servers:
+        for name in names:
+            log.info("section %s", name)
+            started = time.monotonic()
+            try:
+                measurements.extend(SECTIONS[name](servers, settings))
+            except Exception as exc:  # report it and keep the other sections' numbers
+                log.exception("section %s failed", name)
+                errors.append({"section": name, "error": "%s: %s" % (type(exc).__name__, exc)})
+            for death in servers.reap():
+                log.error("%s", death)
+                errors.append({"section": name, "error": death})
+            log.info("section %s took %.1f s", name, time.monotonic() - started)
+    return measurements, errors
+
+
+def build_report(measurements: list[Measurement], errors: list[dict[str, str]],
+                 settings: Settings, sections: list[str], info: dict[str, object],
+                 elapsed: float) -> dict[str, Any]:
+    """The JSON document: machine, settings, measurements, a pass/fail summary."""
+    judged = [m for m in measurements if m.passed is not None]
+    return {
+        "machine": info,
+        "settings": dataclasses.asdict(settings),
+        "sections": sections,
+        "measurements": [m.to_dict() for m in measurements],
+        "summary": {
+            "targets": len(judged),
+            "passed": sum(1 for m in judged if m.passed),
+            "failed": [m.name for m in judged if not m.passed],
+        },
+        "errors": errors,
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so the servers are stopped on the way out."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``make bench``."""
+    args = parse_args(argv)
+    if args.list:
+        for name, section in SECTIONS.items():
+            print("%-8s %s" % (name, (section.__doc__ or "").split("\n")[0]))
+        return 0
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    try:
+        names = select_sections(args.only)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    settings = make_settings(args)
+    signal.signal(signal.SIGTERM, _terminate)
+    info = machine.describe()
+    started = time.monotonic()
+    try:
+        measurements, errors = run_sections(names, settings, args.port_base)
+    except KeyboardInterrupt:
+        log.error("interrupted; servers stopped, no report written")
+        return 130
+    info["load_average_end"] = machine.load_average()
+    report = build_report(measurements, errors, settings, names, info,
+                          time.monotonic() - started)
+    text = json.dumps(report, indent=2)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text + "\n")
+    print(text)
+    log.info("report written to %s", args.output)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Single-node sections: PING, ADDJOB vs LPUSH, the produce/consume cycle, memory per job.
+
+Each section is a function ``(servers, settings) -> list[Measurement]``;
+``SECTIONS`` lists them in run order. Disque and redis-server samples of
+the same workload are taken back to back, each from an empty dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from bench import loadgen, memory, redis_benchmark
+from bench.measurement import Measurement, Reference, Section, Target, median
+from bench.servers import DisqueNode, RedisServer, Servers
+from bench.settings import Settings
+
+log = logging.getLogger("bench")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One redis-benchmark comparison: a disque command against its redis-server counterpart."""
+
+    name: str
+    disque: tuple[str, ...]
+    redis: tuple[str, ...]
+    pipeline: int
+    label: str
+    target: Target | None = None
+    counts_queue: bool = False  # the command enqueues: check every request landed
+
+
+def _sample(server: DisqueNode | RedisServer, workload: Workload, command: tuple[str, ...],
+            settings: Settings) -> float:
+    server.flush()
+    result = redis_benchmark.run(server.port, command, settings.clients, settings.requests,
+                                 workload.pipeline)
+    if workload.counts_queue and (queued := server.queue_length("q")) != settings.requests:
+        raise redis_benchmark.BenchmarkError(
+            "%s on %s: %d requests but %d items queued"
+            % (workload.name, server.kind, settings.requests, queued))
+    log.info("  %-10s %-12s %12.0f req/s", workload.name, server.kind, result.rps)
+    return result.rps
+
+
+def _compare(servers: Servers, settings: Settings, workloads: list[Workload]) -> list[Measurement]:
+    """Run each workload ``repeats`` times on both servers, alternating, and keep the medians."""
+    out = []
+    for workload in workloads:
+        disque, redis_ = [], []
+        for _ in range(settings.repeats):
+            redis_.append(_sample(servers.redis(), workload, workload.redis, settings))
+            disque.append(_sample(servers.disque(), workload, workload.disque, settings))
+        out.append(Measurement(
+            name=workload.name,
+            description="redis-benchmark -c %d -n %d -P %d: %s"
+                        % (settings.clients, settings.requests, workload.pipeline, workload.label),
+            value=median(disque), unit="req/s", samples=disque,
+            reference=Reference("redis-server %s" % " ".join(workload.redis[:2]),
+                                median(redis_), redis_),
+            target=workload.target,
+            # Back-to-back pairs share the machine's momentary load; their spread shows the noise.
+            details={"round_ratios": [round(d / r, 3) for d, r in zip(disque, redis_)]}))
+    return out
+
+
+def ping(servers: Servers, settings: Settings) -> list[Measurement]:
+    """PING with -P 1 and -P 16: the server's per-request floor, as context."""
+    return _compare(servers, settings, [
+        Workload("ping_p%d" % p, ("PING",), ("PING",), p, "PING on both") for p in (1, 16)])
+
+
+def addjob(servers: Servers, settings: Settings) -> list[Measurement]:
+    """ADDJOB against LPUSH with a 64-byte body, unpipelined and with -P 16."""
+    body = "x" * settings.body_bytes
+    label = "ADDJOB q <%d-byte body> 0 vs redis-server LPUSH q <body>" % settings.body_bytes
+    return _compare(servers, settings, [
+        Workload("addjob_p1", ("ADDJOB", "q", body, "0"), ("LPUSH", "q", body), 1, label,
+                 Target("ratio", ">=", 0.6), counts_queue=True),
+        Workload("addjob_p16", ("ADDJOB", "q", body, "0"), ("LPUSH", "q", body), 16, label,
+                 Target("ratio", ">=", 0.15), counts_queue=True),
+    ])
+
+
+def cycle(servers: Servers, settings: Settings) -> list[Measurement]:
+    """Produce + GETJOB COUNT 16 + ACKJOB, at full load and at a fixed rate.
+
+    The same generator drives redis-server lists (LPUSH + BLMPOP COUNT 16)
+    as a reference: it shows how much of the figure is the generator's own
+    ceiling. For orientation, C Disque did 55-57 k jobs/s, p50 0.75 ms here.
+    """
+    full = loadgen.CycleConfig(duration=settings.cycle_duration, warmup=settings.cycle_warmup,
+                               body_bytes=settings.body_bytes)
+    paced = dataclasses.replace(full, rate=settings.cycle_rate)
+    out = []
+    for mode, config in (("full", full), ("rate", paced)):
+        queue = b"bench:cycle:" + mode.encode()
+        redis_server, disque = servers.redis(), servers.disque()
+        redis_server.flush()
+        ref = loadgen.run(loadgen.RedisListDialect(queue), [redis_server.port],
+                          [redis_server.port], config)
+        disque.flush()
+        got = loadgen.run(loadgen.DisqueDialect(queue), [disque.port], [disque.port], config)
+        log.info("  cycle %-4s disque %8.0f jobs/s p50 %.2f ms p99 %.2f ms"
+                 " | redis %8.0f jobs/s p50 %.2f ms p99 %.2f ms", mode, got.rate,
+                 got.latency_ms(50), got.latency_ms(99), ref.rate, ref.latency_ms(50),
+                 ref.latency_ms(99))
+        out.extend(_cycle_measurements("cycle_" + mode, _cycle_shape(config), got, ref))
+    return out
+
+
+def _cycle_shape(config: loadgen.CycleConfig) -> str:
+    """How a cycle run was driven, for the measurement descriptions."""
+    if config.rate is None:
+        producers = "full load: %d producers, batches of %d, at most %d jobs undelivered" % (
+            config.producers, config.batch, config.max_backlog)
+    else:
+        producers = "fixed rate %.0f jobs/s: %d paced producers" % (config.rate, config.producers)
+    return ("%s; %d consumers (GETJOB TIMEOUT 100 COUNT 16, one ACKJOB per fetch); "
+            "%d-byte bodies; %.0f s window" % (producers, config.consumers, config.body_bytes,
+                                               config.duration))
+
+
+def _cycle_measurements(prefix: str, shape: str, got: loadgen.CycleResult,
+                        ref: loadgen.CycleResult) -> list[Measurement]:
+    """Throughput and p50/p99 latency of one disque cycle run, redis as the reference."""
+    reference_name = "redis-server LPUSH + BLMPOP COUNT 16"
+    out = [Measurement(prefix + "_throughput", "delivered jobs/s; " + shape, got.rate, "jobs/s",
+                       reference=Reference(reference_name, ref.rate),
+                       details={"disque": got.details(), "redis": ref.details()})]
+    for p in (50, 99):
+        out.append(Measurement(
+            "%s_latency_p%d" % (prefix, p),
+            "end-to-end p%d latency (ADDJOB sent to GETJOB reply); %s" % (p, shape),
+            got.latency_ms(p), "ms", reference=Reference(reference_name, ref.latency_ms(p))))
+    return out
+
+
+def memory_per_job(servers: Servers, settings: Settings) -> list[Measurement]:
+    """RSS and used_memory growth of a fresh node holding ``memory_jobs`` queued jobs."""
+    with servers.fresh_disque("memory") as node:
+        log.info("  loading %d jobs into a fresh node", settings.memory_jobs)
+        result = memory.measure(node, settings.memory_jobs, settings.body_bytes)
+    log.info("  memory: %.0f bytes/job RSS, %.0f bytes/job used_memory",
+             result.rss_per_job, result.used_per_job)
+    if result.errors or result.registered_jobs != settings.memory_jobs:
+        raise RuntimeError("memory load incomplete: %d ADDJOB errors, %d of %d jobs registered"
+                           % (result.errors, result.registered_jobs, settings.memory_jobs))
+    shape = "%d queued jobs with %d-byte bodies (pipelined ADDJOB)" % (
+        settings.memory_jobs, settings.body_bytes)
+    return [
+        Measurement("memory_rss_per_job", "VmRSS growth per job, " + shape,
+                    result.rss_per_job, "bytes/job", target=Target("value", "<=", 800),
+                    details=result.details()),
+        Measurement("memory_used_memory_per_job", "INFO used_memory growth per job, " + shape,
+                    result.used_per_job, "bytes/job"),
+    ]
+
+
+SECTIONS: dict[str, Section] = {
+    "ping": ping,
+    "addjob": addjob,
+    "cycle": cycle,
+    "memory": memory_per_job,
+}

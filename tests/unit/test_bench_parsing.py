@@ -1,0 +1,209 @@
+"""Tests for the parts of the bench/ harness that read other programs' output.
+
+No servers here: redis-benchmark CSV, /proc files, RESP replies and the
+job-body timestamps are fed as literal text and bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import hiredis
+import pytest
+
+from bench.loadgen import (
+    DisqueDialect,
+    RedisListDialect,
+    body_stamp,
+    percentile,
+    stamped_body,
+)
+from bench.machine import parse_cpu_model
+from bench.measurement import Measurement, Reference, Target
+from bench.redis_benchmark import BenchmarkError, parse_csv
+from bench.resp import RespClient, encode
+from bench.run import select_sections
+from bench.servers import parse_vmrss
+
+REDIS7_CSV = (
+    '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
+    '"p99_latency_ms","max_latency_ms"\n'
+    '"ADDJOB q xxxx 0","28129.39","1.740","0.224","1.575","2.791","3.711","46.111"\n'
+)
+
+
+# ------------------------------------------------------------ redis-benchmark
+
+
+def test_csv_redis7_header_and_row():
+    result = parse_csv(REDIS7_CSV)
+    assert result.test == "ADDJOB q xxxx 0"
+    assert result.rps == 28129.39
+    assert result.columns["p50_latency_ms"] == 1.575
+    assert result.columns["max_latency_ms"] == 46.111
+
+
+def test_csv_config_warning_on_stdout_is_ignored():
+    # redis-benchmark prints this (to stderr in 7.0) against servers without CONFIG GET.
+    output = "WARNING: Could not fetch server CONFIG\n" + REDIS7_CSV + "\n"
+    assert parse_csv(output).rps == 28129.39
+
+
+def test_csv_last_row_wins():
+    output = (REDIS7_CSV
+              + '"PING_MBULK","59701.49","0.813","0.128","0.807","1.031","1.463","20.511"\n')
+    result = parse_csv(output)
+    assert (result.test, result.rps) == ("PING_MBULK", 59701.49)
+
+
+def test_csv_extra_columns_of_newer_versions():
+    output = ('"test","rps","avg_latency_ms","p50_latency_ms","p99_9_latency_ms"\n'
+              '"LPUSH","123456.78","0.5","0.4","2.5"\n')
+    result = parse_csv(output)
+    assert result.rps == 123456.78
+    assert result.columns == {"avg_latency_ms": 0.5, "p50_latency_ms": 0.4,
+                              "p99_9_latency_ms": 2.5}
+
+
+def test_csv_old_versions_without_header():
+    output = '"PING_INLINE","50890.59"\n"PING_BULK","61349.69"\n'
+    result = parse_csv(output)
+    assert (result.test, result.rps, result.columns) == ("PING_BULK", 61349.69, {})
+
+
+def test_csv_header_only_is_an_error():
+    # What redis-benchmark leaves on stdout when it exits on an error reply.
+    with pytest.raises(BenchmarkError, match="no result row"):
+        parse_csv(REDIS7_CSV.splitlines()[0] + "\n")
+
+
+def test_csv_non_numeric_rps_is_an_error():
+    with pytest.raises(BenchmarkError, match="not a number"):
+        parse_csv('"test","rps"\n"PING","fast"\n')
+
+
+# ------------------------------------------------------------ /proc
+
+
+def test_vmrss_in_bytes():
+    status = "Name:\tpython\nVmPeak:\t  300000 kB\nVmRSS:\t   28356 kB\nRssAnon:\t 20000 kB\n"
+    assert parse_vmrss(status) == 28356 * 1024
+
+
+def test_vmrss_missing_is_an_error():
+    with pytest.raises(ValueError, match="no VmRSS"):
+        parse_vmrss("Name:\tzombie\nState:\tZ (zombie)\n")
+
+
+def test_cpu_model():
+    cpuinfo = ("processor\t: 0\nvendor_id\t: GenuineIntel\n"
+               "model name\t: Intel(R) Xeon(R) Processor\nmodel\t\t: 85\n\nprocessor\t: 1\n"
+               "model name\t: Intel(R) Xeon(R) Processor\n")
+    assert parse_cpu_model(cpuinfo) == "Intel(R) Xeon(R) Processor"
+    assert parse_cpu_model("processor\t: 0\nfeatures\t: fp asimd\n") is None
+
+
+# ------------------------------------------------------------ job bodies and replies
+
+
+def test_stamped_body_round_trip():
+    body = stamped_body(1_234_567_890_123, 64)
+    assert len(body) == 64
+    assert body_stamp(body) == 1_234_567_890_123
+
+
+def test_percentile_nearest_rank():
+    values = list(range(1, 101))
+    assert percentile(values, 50) == 50
+    assert percentile(values, 99) == 99
+    assert percentile([7], 99) == 7
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def _reply(data: bytes) -> object:
+    reader = hiredis.Reader()
+    reader.feed(data)
+    return reader.gets()
+
+
+def test_disque_dialect_commands_and_getjob_reply():
+    dialect = DisqueDialect(b"q")
+    assert dialect.produce(b"body") == encode(b"ADDJOB", b"q", b"body", b"0")
+    assert DisqueDialect(b"q", replicate=3).produce(b"b") == encode(
+        b"ADDJOB", b"q", b"b", b"0", b"REPLICATE", b"3")
+    assert dialect.fetch() == encode(b"GETJOB", b"TIMEOUT", b"100", b"COUNT", b"16",
+                                     b"FROM", b"q")
+    reply = _reply(b"*2\r\n*3\r\n$1\r\nq\r\n$4\r\nD-01\r\n$2\r\nb1\r\n"
+                   b"*3\r\n$1\r\nq\r\n$4\r\nD-02\r\n$2\r\nb2\r\n")
+    assert dialect.fetched(reply) == ([b"b1", b"b2"], [b"D-01", b"D-02"])
+    assert dialect.fetched(_reply(b"*-1\r\n")) == ([], [])
+    assert dialect.ack([b"D-01", b"D-02"]) == encode(b"ACKJOB", b"D-01", b"D-02")
+    assert dialect.produced(_reply(b"+D-01\r\n"))
+    assert not dialect.produced(_reply(b"-NOREPL Not enough reachable nodes\r\n"))
+
+
+def test_redis_dialect_blmpop_reply():
+    dialect = RedisListDialect(b"q")
+    assert dialect.fetch() == encode(b"BLMPOP", b"0.1", b"1", b"q", b"RIGHT", b"COUNT", b"16")
+    reply = _reply(b"*2\r\n$1\r\nq\r\n*2\r\n$2\r\nb1\r\n$2\r\nb2\r\n")
+    assert dialect.fetched(reply) == ([b"b1", b"b2"], [])
+    assert dialect.fetched(_reply(b"*-1\r\n")) == ([], [])
+    assert dialect.ack([b"x"]) is None
+    assert dialect.produced(_reply(b":3\r\n"))
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.written = b""
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+
+async def test_resp_client_splits_replies_across_requests_and_chunks():
+    client = RespClient()
+    transport = _Transport()
+    client.connection_made(transport)
+    first = client.request(b"two commands", 2)
+    second = client.request(b"one command", 1)
+    assert transport.written == b"two commandsone command"
+    for chunk in (b"+OK\r\n:4", b"2\r\n*2\r\n$1\r\na\r", b"\n*-1\r\n"):
+        client.data_received(chunk)
+    assert await first == [b"OK", 42]
+    assert await second == [[b"a", None]]
+
+
+async def test_resp_client_fails_pending_requests_on_disconnect():
+    client = RespClient()
+    client.connection_made(_Transport())
+    pending = client.request(b"PING", 1)
+    client.connection_lost(None)
+    with pytest.raises(ConnectionError):
+        await asyncio.wait_for(pending, 1)
+
+
+# ------------------------------------------------------------ report and CLI
+
+
+def test_measurement_ratio_target_and_json():
+    m = Measurement("addjob_p1", "d", 60_000.0, "req/s", samples=[59_000.0, 60_000.0, 61_000.0],
+                    reference=Reference("redis-server LPUSH q", 100_000.0),
+                    target=Target("ratio", ">=", 0.6))
+    assert m.ratio == 0.6 and m.passed is True
+    out = m.to_dict()
+    assert out["ratio"] == 0.6 and out["pass"] is True
+    assert out["target"] == {"on": "ratio", "op": ">=", "value": 0.6}
+    memory = Measurement("memory_rss_per_job", "d", 816.5, "bytes/job",
+                         target=Target("value", "<=", 800))
+    assert memory.passed is False and "ratio" not in memory.to_dict()
+    assert Measurement("ping_p1", "d", 1.0, "req/s").passed is None
+
+
+def test_select_sections_by_group_name_and_order():
+    assert select_sections(None) == ["ping", "addjob", "cycle", "memory"]
+    assert select_sections(["single"]) == ["ping", "addjob", "cycle", "memory"]
+    assert select_sections(["memory,addjob"]) == ["addjob", "memory"]
+    assert select_sections(["memory", "ping"]) == ["ping", "memory"]
+    with pytest.raises(ValueError, match="unknown section"):
+        select_sections(["nope"])
