@@ -259,6 +259,26 @@ class Servers:
             node.stop()
             self.running.remove(node)
 
+    @contextlib.contextmanager
+    def cluster(self, size: int, config: str = "cluster-node-timeout 3000\n"
+                ) -> Iterator[list[DisqueNode]]:
+        """``size`` fresh nodes joined by a chain of CLUSTER MEETs, stopped afterwards."""
+        nodes = [self._start(self._new_disque("cluster%d" % i, config)) for i in range(size)]
+        try:
+            for left, right in zip(nodes, nodes[1:]):
+                left.call("CLUSTER", "MEET", "127.0.0.1", right.port)
+            deadline = time.monotonic() + 30
+            while not all(b"cluster_reachable_nodes:%d" % (size - 1) in n.call("CLUSTER", "INFO")
+                          for n in nodes):
+                if time.monotonic() > deadline:
+                    raise ServerError("the %d-node cluster did not form within 30 s" % size)
+                time.sleep(0.1)
+            yield nodes
+        finally:
+            for node in nodes:
+                node.stop()
+                self.running.remove(node)
+
     def reap(self) -> list[str]:
         """Describe and forget servers that died; the next section starts new shared ones."""
         dead = [s for s in self.running if s.proc is not None and s.proc.poll() is not None]

@@ -291,53 +291,44 @@ def working(node, client, argv: list[bytes]) -> bytes:
     return integer(job.retry)
 
 
-def _requeue(node, argv: list[bytes], nack: bool) -> bytes:
+def _count_known(node, argv: list[bytes], action) -> bytes:
+    """Validate every ID first, then apply ``action`` to each known job and
+    reply with how many times it returned True."""
     ids = argv[1:]
     if not _all_valid(ids):
         return errors.BADID
-    queued = 0
+    count = 0
+    jobs = node.jobs
     for job_id in ids:
-        job = node.jobs.get(job_id)
-        if job is not None and job.state == ACTIVE and node.enqueue_job(job, nack):
-            queued += 1
-    return integer(queued)
+        job = jobs.get(job_id)
+        if job is not None and action(job):
+            count += 1
+    return integer(count)
 
 
 def nack(node, client, argv: list[bytes]) -> bytes:
     """NACK id...: put back in the queue now, counting a failed delivery."""
-    return _requeue(node, argv, True)
+    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.enqueue_job(job, True))
 
 
 def enqueue(node, client, argv: list[bytes]) -> bytes:
     """ENQUEUE id...: put active jobs back in their queue."""
-    return _requeue(node, argv, False)
+    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.enqueue_job(job))
 
 
 def dequeue(node, client, argv: list[bytes]) -> bytes:
     """DEQUEUE id...: take queued jobs out of their queue."""
-    ids = argv[1:]
-    if not _all_valid(ids):
-        return errors.BADID
-    count = 0
-    for job_id in ids:
-        job = node.jobs.get(job_id)
-        if job is not None and node.dequeue_job(job):
-            count += 1
-    return integer(count)
+    return _count_known(node, argv, node.dequeue_job)
+
+
+def _delete_here(node, job: Job) -> bool:
+    node.delete_job(job)
+    return True
 
 
 def deljob(node, client, argv: list[bytes]) -> bytes:
     """DELJOB id...: forget jobs on this node only."""
-    ids = argv[1:]
-    if not _all_valid(ids):
-        return errors.BADID
-    count = 0
-    for job_id in ids:
-        job = node.jobs.get(job_id)
-        if job is not None:
-            node.delete_job(job)
-            count += 1
-    return integer(count)
+    return _count_known(node, argv, lambda job: _delete_here(node, job))
 
 
 def show(node, client, argv: list[bytes]) -> bytes:
