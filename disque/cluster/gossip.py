@@ -115,9 +115,12 @@ class Gossip:
 
     def _gossip_entries(self, exclude: bytes | None) -> list[dict]:
         """A few random peers' state for a PING/PONG/MEET (failing ones first)."""
+        # A link still connecting counts: C creates the link object before its
+        # non-blocking connect completes, which is how a dead node keeps being
+        # gossiped as PFAIL and reaches FAIL (spec: cluster-bus.md §3, §4).
         candidates = [n for n in self.membership.nodes.values()
-                      if not n.flags & (MYSELF | HANDSHAKE | NOADDR) and n.link
-                      and n.id != exclude]
+                      if not n.flags & (MYSELF | HANDSHAKE | NOADDR)
+                      and (n.link or n.connecting) and n.id != exclude]
         total = len(self.membership.nodes)
         wanted = min(max(3, total // 10), max(total - 2, 0))
         if not candidates or not wanted:
@@ -152,6 +155,8 @@ class Gossip:
             self.receive(msg[m.SENDER], msg)
         if self.ready_queues:
             self.serve_ready_queues()
+        if self.interest_ready:
+            self.push_to_interested()
         return True
 
     def _on_ping(self, link: Link, msg: dict) -> None:
@@ -194,6 +199,7 @@ class Gossip:
                 outbound.ip = ""
                 outbound.port = 0
                 outbound.link = False
+                outbound.connecting = False  # close() also cancels a connect in progress
                 self.bus.close(outbound.id)
                 self.cluster_config_dirty = True
                 return
@@ -213,7 +219,7 @@ class Gossip:
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
                 self.cluster_config_dirty = True
-        leaving = msg[m.FLAGS] & LEAVING
+        leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.problem)
         if leaving != sender.flags & LEAVING:
             sender.flags ^= LEAVING
             self.cluster_config_dirty = True

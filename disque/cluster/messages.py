@@ -6,6 +6,8 @@ node core builds and reads these dicts and never sees bytes on a socket.
 
 from __future__ import annotations
 
+import ipaddress
+
 PROTOCOL_VERSION = 1
 
 PING = "PING"
@@ -94,6 +96,23 @@ BODY_SCHEMAS: dict[str, dict[str, object]] = {
 }
 
 
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_node_id(value) -> bool:
+    # Node IDs are 40 hex characters; anything else would corrupt nodes.conf
+    # and CLUSTER NODES (spec: cluster-bus.md §2).
+    return type(value) is bytes and len(value) == 40 and _HEX.issuperset(value)
+
+
 def _is_job_id(value) -> bool:
     return (type(value) is bytes and len(value) == 40 and value[0] == 68 and value[1] == 45
             and value[10] == 45 and value[35] == 45)
@@ -110,11 +129,11 @@ def problem(msg) -> str | None:
     if msg.get(VERSION) != PROTOCOL_VERSION:
         return "unsupported bus protocol version %r" % (msg.get(VERSION),)
     kind = msg.get(TYPE)
-    schema = BODY_SCHEMAS.get(kind)
+    schema = BODY_SCHEMAS.get(kind) if type(kind) is str else None  # a map or list is unhashable
     if schema is None:
         return "unknown message type %r" % (kind,)
     sender = msg.get(SENDER)
-    if type(sender) is not bytes or len(sender) != 40:
+    if not _is_node_id(sender):
         return "bad sender"
     port = msg.get(PORT)
     if type(port) is not int or not 0 <= port <= 65535:
@@ -130,7 +149,7 @@ def problem(msg) -> str | None:
             if not _is_job_id(value):
                 return "bad %s" % key
         elif kind_of is _NODE_ID:
-            if type(value) is not bytes or len(value) != 40:
+            if not _is_node_id(value):
                 return "bad %s" % key
         elif type(value) is not kind_of:
             return "bad %s" % key
@@ -142,10 +161,14 @@ def gossip_problem(entry) -> str | None:
     if type(entry) is not dict:
         return "not a map"
     node_id = entry.get(G_ID)
-    if type(node_id) is not bytes or len(node_id) != 40:
+    if not _is_node_id(node_id):
         return "bad node id"
-    if type(entry.get(G_IP)) is not str or type(entry.get(G_PORT)) is not int:
+    ip = entry.get(G_IP)
+    port = entry.get(G_PORT)
+    if type(ip) is not str or type(port) is not int or not 0 <= port <= 65535:
         return "bad address"
+    if ip and not _is_ip(ip):
+        return "bad address"  # a handshake with it could never succeed, nor be saved
     for key in (G_PING, G_PONG, G_FLAGS):
         if type(entry.get(key)) is not int:
             return "bad %s" % key

@@ -6,7 +6,7 @@ spec: cluster-bus.md §6.1-§6.4, commands.md ADDJOB. A mixin of Node.
 from __future__ import annotations
 
 from disque.cluster import messages as m
-from disque.jobs.codec import from_bus, to_bus
+from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
 from disque.queues.queue import PAUSE_IN
 from disque.resp import status
@@ -91,7 +91,10 @@ class Replication:
         """Store a copy sent by the job's origin (spec §6.2)."""
         if self.memory_level() >= 1 or self.membership.leaving:
             return
-        job = from_bus(msg[m.JOB], self.now, self.membership.nodes)
+        try:
+            job = from_bus(msg[m.JOB], self.now, self.membership.nodes)
+        except BadJobPayload:
+            return  # spec §6.2: ignored unless it carries exactly one decodable job
         queue = self.queues.get(job.queue)
         if queue is not None and queue.paused & PAUSE_IN:
             return
