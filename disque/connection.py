@@ -2,9 +2,11 @@
 
 Pipelined commands of one read are executed in order and answered with
 one ``transport.write``. A blocked client (GETJOB, synchronous ADDJOB)
-stops executing until the node unblocks it; reading pauses meanwhile,
-and also while the transport's write buffer is above its high-water mark,
-so a slow reader cannot make the node buffer replies without bound.
+stops executing until the node unblocks it; what it sends meanwhile is
+kept (reading pauses past MAX_PENDING_COMMANDS) so that its disconnect is
+still noticed. Reading also pauses while the transport's write buffer is
+above its high-water mark, and a pipeline of big replies is held back
+there, so a slow reader cannot make the node buffer replies without bound.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from disque.resp import ProtocolError, RequestParser, error
 
 MONITOR_BUFFER_CAP = 64 * 1024 * 1024  # a stuck MONITOR never grows past this
 WRITE_HIGH_WATER = 256 * 1024
+MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
 
 
 class ClientConnection(asyncio.Protocol, ClientState):
     """asyncio protocol for one client."""
 
     __slots__ = ("server", "node", "transport", "parser", "pending", "fd", "reading",
-                 "paused_for_output", "soft_limit_since", "closing")
+                 "paused_for_output", "soft_limit_since", "closing", "protocol_error")
 
     def __init__(self, server) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.now)
@@ -39,6 +42,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         self.paused_for_output = False
         self.soft_limit_since = 0
         self.closing = False
+        self.protocol_error: str | None = None  # answered once the commands before it ran
 
     # ------------------------------------------------------------ asyncio
 
@@ -84,7 +88,10 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def resume_writing(self) -> None:
         self.paused_for_output = False
-        if self.blocked is None and self.pending is None:
+        if self.blocked is None and self.pending is not None:
+            self.resume()  # the rest of a pipeline held back by the full output
+        elif self.protocol_error is None and (self.pending is None
+                                              or len(self.pending) < MAX_PENDING_COMMANDS):
             self._set_reading(True)
 
     def data_received(self, data: bytes) -> None:
@@ -95,15 +102,17 @@ class ClientConnection(asyncio.Protocol, ClientState):
         try:
             self.parser.feed(data, commands)
         except ProtocolError as exc:
-            if commands:
-                self._execute(commands)
-            self._protocol_error(str(exc))
-            return
+            self.protocol_error = str(exc)
+            self._set_reading(False)
         if commands:
             if self.blocked is not None or self.pending is not None:
                 self.pending = (self.pending or []) + commands
+                if len(self.pending) >= MAX_PENDING_COMMANDS:
+                    self._set_reading(False)
             else:
                 self._execute(commands)
+        if self.protocol_error is not None and self.blocked is None and self.pending is None:
+            self._protocol_error(self.protocol_error)
 
     # ----------------------------------------------------------- commands
 
@@ -117,6 +126,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
                 self._write(reply)
         else:
             out = []
+            size = 0
             for i, argv in enumerate(commands):
                 mode = self.reply_mode
                 reply = call(self, argv)
@@ -127,8 +137,23 @@ class ClientConnection(asyncio.Protocol, ClientState):
                     reply = self._filter_reply(mode, reply)
                 if reply:
                     out.append(reply)
+                    size += len(reply)
                 if self.close_after_reply:
                     break
+                if size >= WRITE_HIGH_WATER and i + 1 < len(commands):
+                    # A pipeline of big replies: hand them to the transport, which
+                    # closes the client past a hard output limit; without one, hold
+                    # the rest of the pipeline back while the peer is not reading
+                    # (resume_writing runs it), so memory stays bounded either way.
+                    self._write(b"".join(out))
+                    out = []
+                    size = 0
+                    if self.closing:
+                        break
+                    hard_limit = self.server.config.client_output_buffer_limit[0]
+                    if self.paused_for_output and not hard_limit:
+                        self.pending = commands[i + 1:]
+                        break
             if out:
                 self._write(b"".join(out))
         if self.close_after_reply and not self.closing:
@@ -145,8 +170,12 @@ class ClientConnection(asyncio.Protocol, ClientState):
         return b"" if self.reply_mode == 1 else reply
 
     def _blocked(self, rest: list) -> None:
+        # Reading goes on while blocked (up to a bound), so that a client that
+        # goes away is noticed at once: its GETJOB must not take a job, and a
+        # waiting ADDJOB's job is deleted (spec: commands.md ADDJOB, GETJOB).
         self.pending = rest
-        self._set_reading(False)
+        if len(rest) >= MAX_PENDING_COMMANDS:
+            self._set_reading(False)
 
     def resume(self) -> None:
         """Unblocked by the node: run what was read meanwhile, then read again."""
@@ -160,8 +189,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
         self.pending = None
         if pending:
             self._execute(pending)
-        if self.blocked is None and self.pending is None and not self.paused_for_output:
-            self._set_reading(True)
+        if self.blocked is None and self.pending is None:
+            if self.protocol_error is not None:
+                self._protocol_error(self.protocol_error)
+            elif not self.paused_for_output:
+                self._set_reading(True)
 
     def _set_reading(self, on: bool) -> None:
         if on != self.reading and not self.closing:

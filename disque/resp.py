@@ -11,6 +11,8 @@ rejects, which it diagnoses with the exact Redis error texts.
 
 from __future__ import annotations
 
+import re
+
 import hiredis
 
 from disque.argsplit import UnbalancedQuotes, split_args
@@ -39,6 +41,10 @@ ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
 
 _STAR = 42
 _DOLLAR = 36
+# hiredis sizes a list from an array header before its elements arrive, and
+# freeing a list of 2^31 slots takes seconds: data that holds a count this
+# big (or a bulk that merely looks like one) goes to the Python parser.
+_HUGE_COUNT = re.compile(rb"\*[0-9]{7}")
 _SMALL_INTS = [b":%d\r\n" % i for i in range(1024)]
 
 
@@ -50,8 +56,12 @@ def status(text: bytes) -> bytes:
 
 
 def error(text: str) -> bytes:
-    """Encode an error reply; ``text`` carries its own prefix (``ERR ...``)."""
-    return b"-" + text.encode() + CRLF
+    """Encode an error reply; ``text`` carries its own prefix (``ERR ...``).
+
+    CR and LF become spaces, as the original's addReplyErrorFormat does, so
+    an argument quoted in the message cannot break the protocol.
+    """
+    return b"-" + text.encode().replace(b"\r", b" ").replace(b"\n", b" ") + CRLF
 
 
 def integer(n: int) -> bytes:
@@ -167,46 +177,70 @@ class RequestParser:
         pos = 0
         n = len(buf)
         python = self._args is not None  # the Python parser owns the next command
+        hiredis_safe = _HUGE_COUNT.search(buf) is None
         while pos < n:
-            if python or buf[pos] != _STAR:
+            if python or buf[pos] != _STAR or not hiredis_safe:
                 pos = self._parse_one(buf, pos, n, commands)
                 if pos < 0:
                     return
                 python = False
-            elif self._parse_hiredis(buf, pos, commands):
-                return
             else:
+                pos = self._parse_hiredis(buf, pos, commands)
+                if pos < 0:
+                    return
                 python = True  # hiredis refused: the Python parser takes this command
 
-    def _parse_hiredis(self, buf: bytes, pos: int, commands: list) -> bool:
-        """Parse ``buf[pos:]`` with hiredis; False if it must be re-parsed in Python.
+    def _parse_hiredis(self, buf: bytes, pos: int, commands: list) -> int:
+        """Parse ``buf[pos:]`` with hiredis; return -1 when all of it was
+        consumed, else the position of the first command that must be
+        re-parsed in Python (the commands before it are kept).
 
         A sentinel ``*0`` fed after the data comes back as an empty command
-        only if hiredis ended at a command boundary, which is how a command
-        cut by the end of the read is told apart from a complete one.
+        followed by nothing only if hiredis ended at a command boundary,
+        which is how a command cut by the end of the read is told apart
+        from a complete one.
         """
         reader = self._reader
         reader.feed(buf, pos)
         reader.feed(_SENTINEL)
-        first = len(commands)
         append = commands.append
+        n = len(buf)
+        max_bulk_len = self.max_bulk_len
+        # hiredis is a reply parser: it also reads status, verbatim and big
+        # number elements as strings and sets or pushes as arrays, and knows
+        # no request limits. So each command is checked to be made of '*' and
+        # '$' headers only (hiredis parses their lengths strictly, so their
+        # sizes are known) within the limits; the Python parser takes over,
+        # and diagnoses, at the first other one. The commands before it are
+        # kept, so a long pipeline cut by the end of a read is not re-parsed
+        # once per command.
         try:
             while True:
                 cmd = reader.gets()
                 if type(cmd) is not list:
                     raise _HiredisFallback
-                if not cmd:
-                    if reader.gets() is False:
-                        return True  # the sentinel: everything before it was complete
-                    raise _HiredisFallback  # an empty command sent by the client
+                count = len(cmd)
+                if not count:
+                    # An empty command sent by the client may be followed by
+                    # an incomplete one, which also reads as False.
+                    if reader.gets() is False and not reader.has_data() and pos == n:
+                        return -1  # the sentinel: everything before it was complete
+                    raise _HiredisFallback
+                if buf[pos] != _STAR or count > MAX_MULTIBULK_COUNT:
+                    raise _HiredisFallback
+                p = pos + (4 if count < 10 else len(str(count)) + 3)
                 for arg in cmd:
-                    if type(arg) is not bytes:
+                    size = len(arg)  # TypeError for integers, nil, doubles...
+                    if buf[p] != _DOLLAR or size > max_bulk_len:
                         raise _HiredisFallback
+                    p += size + (6 if size < 10 else len(str(size)) + 5)
+                if p > n:
+                    raise _HiredisFallback  # it took bytes of the sentinel
                 append(cmd)
-        except (hiredis.ProtocolError, MemoryError, _HiredisFallback):
+                pos = p
+        except (hiredis.ProtocolError, MemoryError, TypeError, IndexError, _HiredisFallback):
             self._reader = hiredis.Reader()
-            del commands[first:]
-            return False
+            return pos
 
     def _parse_one(self, buf: bytes, pos: int, n: int, commands: list) -> int:
         """Parse one command at ``pos``; return the next position, or -1 when

@@ -92,7 +92,8 @@ class DisqueProcess:
                                      % (self.proc.returncode, self.tail_log()))
             with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
-                return s.recv(16).startswith(b"+PONG")
+                reply = s.recv(64)
+                return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
         wait_until(answers, timeout, message="PING on port %d" % self.port)
 
     def tail_log(self, lines: int = 30) -> str:
