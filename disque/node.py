@@ -86,6 +86,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         self.block_seq = 0
         self.repl_waiters: dict = {}
         self.evictable: dict = {}  # jobs safe to drop under memory pressure
+        self.interest: dict = {}  # queue name -> {node id: (expire ms, count)} (federation)
+        self.interest_ready: dict = {}  # queues with jobs for interested nodes
         self.last_ctime = 0
         self.used_memory = BASE_MEMORY
 
@@ -130,6 +132,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             stats.command_slow(cmd, argv, usec, self.now)
         if self.ready_queues:
             self.serve_ready_queues()
+        if self.interest_ready:
+            self.push_to_interested()
         return reply
 
     def feed_monitors(self, client, argv: list) -> None:
@@ -164,6 +168,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             self.expire_blocked_clients()
         if self.ready_queues:
             self.serve_ready_queues()
+        if self.interest_ready:
+            self.push_to_interested()
 
     def next_timer(self) -> int:
         """A lower bound of the next ms at which ``run_timers`` has work
@@ -185,6 +191,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             self.retry_pending_replications()
         if self.blocked_clients:
             self.ask_jobs_for_blocked()
+        if self.interest:
+            self.expire_interest()
         self.collect_idle_queues()
         if self.used_memory > self.mem_evict_threshold:
             self.free_memory()

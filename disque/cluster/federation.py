@@ -11,7 +11,7 @@ from __future__ import annotations
 from disque.aof.format import REASON_MOVED
 from disque.cluster import messages as m
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
-from disque.jobs.job import ACKED, BCAST_QUEUED, Job
+from disque.jobs.job import ACKED, BCAST_QUEUED, WAIT_REPL, Job
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO
 from disque.queues.queue import PAUSE_OUT, Queue
 
@@ -22,6 +22,7 @@ BCAST_MAX_DELAY_MS = 30000
 ADHOC_DELAY_MS = 25
 ADHOC_MAX_DELAY_MS = 2000
 RESPONDER_VALIDITY_S = 5
+INTEREST_TTL_MS = 2500  # a requester renews its NEEDJOBS at least this often while waiting
 
 
 class Federation:
@@ -69,22 +70,74 @@ class Federation:
                     self.need_jobs(queue, CLIENTS_WAITING)
 
     def on_needjobs(self, sender: bytes, msg: dict) -> None:
-        """Give a batch of queued jobs to a node whose consumers wait (§6.7)."""
-        queue = self.queues.get(msg[m.QUEUE])
-        if (queue is None or not queue.jobs or queue.paused & PAUSE_OUT
-                or queue.import_rate(self.now) > 0 or not self.has_link(sender)):
+        """Give a batch of queued jobs to a node whose consumers wait (§6.7).
+
+        A request this node cannot serve yet is remembered for a moment, and
+        jobs queued meanwhile are pushed to the requester at once
+        (``push_to_interested``): consumers elsewhere then see new jobs
+        within a network round trip instead of at their next request.
+        """
+        name = msg[m.QUEUE]
+        queue = self.queues.get(name)
+        if (queue is not None and queue.paused & PAUSE_OUT) or not self.has_link(sender):
             return
-        count = msg.get(m.COUNT, 1)
-        if type(count) is not int or count < 1:
-            count = 1
+        count = min(max(msg[m.COUNT], 1), MAX_REQUEST)
+        if queue is None or not queue.jobs:
+            wants = self.interest.get(name)
+            if wants is None:
+                wants = self.interest[name] = {}
+            wants[sender] = (self.now + INTEREST_TTL_MS, count)
+            return
+        if queue.import_rate(self.now) > 0:
+            return
         qlen = len(queue.jobs)
         n = count if qlen >= 2 * count else qlen // 2
-        n = min(max(n, 1), MAX_REQUEST)
-        jobs = [self.pop_job(queue) for _ in range(n)]
-        self.send_to(sender, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, self.now) for j in jobs]})
+        self._give_jobs(queue, sender, max(n, 1))
+
+    def _give_jobs(self, queue: Queue, node_id: bytes, count: int) -> None:
+        """Pop up to ``count`` jobs and send them in one YOURJOBS."""
+        jobs = [self.pop_job(queue) for _ in range(min(count, len(queue.jobs)))]
+        for job in jobs:
+            if job.retry:
+                # The requester now holds a copy too: list it, or an ACK garbage
+                # collected through nodes-delivered would never reach it and it
+                # would redeliver an acked job (spec: cluster-bus.md §6.6; C
+                # has this hole). Nodes with the shorter list learn it from the
+                # SETACK takeover rule (§6.6 step 4).
+                job.add_delivered(node_id)
+        self.send_to(node_id, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, self.now) for j in jobs]})
         for job in jobs:
             if job.retry == 0:
                 self.delete_job(job, reason=REASON_MOVED)  # at-most-once: one place only
+
+    def push_to_interested(self) -> None:
+        """Send newly queued jobs to nodes that asked for them and wait."""
+        ready = self.interest_ready
+        now = self.now
+        while ready:
+            queue = next(iter(ready))
+            del ready[queue]
+            wants = self.interest.get(queue.name)
+            if not wants or self.queues.get(queue.name) is not queue:
+                continue
+            while (wants and queue.jobs and not queue.blocked and not queue.paused & PAUSE_OUT
+                   and not queue.import_rate(now)):
+                node_id = next(iter(wants))
+                expire, count = wants.pop(node_id)
+                if expire >= now and self.has_link(node_id):
+                    self._give_jobs(queue, node_id, count)
+            if not wants:
+                del self.interest[queue.name]
+
+    def expire_interest(self) -> None:
+        """Cron: forget requests nobody renewed."""
+        now = self.now
+        for name in list(self.interest):
+            wants = self.interest[name]
+            for node_id in [n for n, (expire, _) in wants.items() if expire < now]:
+                del wants[node_id]
+            if not wants:
+                del self.interest[name]
 
     def on_yourjobs(self, sender: bytes, msg: dict) -> None:
         """Queue jobs received from another node (§6.7)."""
@@ -101,6 +154,10 @@ class Federation:
                 self.register_job(job)
             elif job.state == ACKED:
                 continue  # spec decision 5: never resurrect an acked job
+            elif job.state == WAIT_REPL:
+                # Its producer still waits here: queueing it would take it out
+                # of wait-repl for good and leave the producer blocked.
+                continue
             job.flags &= ~BCAST_QUEUED
             if job.retry == 0:
                 job.qtime = 1  # spec decision 1: a RETRY 0 job is queued exactly once here

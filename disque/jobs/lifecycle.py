@@ -113,7 +113,12 @@ class JobLifecycle:
         else:
             flags |= BCAST_QUEUED
         job.flags = flags
-        self.schedule_job(job)
+        if job.qtime:
+            awake = job.qtime - WILLQUEUE_ADVANCE_MS
+            expire = job.etime * 1000 + 1000
+            self.timers.schedule(job, awake if awake < expire else expire)
+        else:
+            self.schedule_job(job)
         queue = self.queues.get(job.queue)
         if queue is None:
             queue = self.create_queue(job.queue)
@@ -122,6 +127,8 @@ class JobLifecycle:
         queue.jobs_in += 1
         if queue.blocked and not queue.paused & PAUSE_OUT:
             self.ready_queues[queue] = None
+        if self.interest and queue.name in self.interest:
+            self.interest_ready[queue] = None
         return True
 
     def dequeue_job(self, job: Job) -> bool:
@@ -221,6 +228,10 @@ class JobLifecycle:
                 job.qtime = now + job.retry * 1000 + self.jitter()
             elif self.enqueue_job(job):
                 return
+            elif not job.retry:
+                # A delivered RETRY 0 job given a qtime by ENQUEUE/YOURJOBS can
+                # never be queued: without this its timer would stay due forever.
+                job.qtime = 0
         elif state == QUEUED and qtime and qtime <= now and job.retry:
             job.flags |= BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.jitter()

@@ -111,7 +111,7 @@ class SkipListModel(RuleBasedStateMachine):
             assert self.sl._last[level] is (chain[-1] if chain else None)
 
 
-SkipListModel.TestCase.settings = settings(max_examples=150, stateful_step_count=60,
+SkipListModel.TestCase.settings = settings(max_examples=40, stateful_step_count=50,
                                            deadline=None)
 TestSkipListModel = SkipListModel.TestCase
 

@@ -1,0 +1,179 @@
+"""Tests for disque/jobs/timers.py: the bucketed timer structure behind every
+job's ``awakeme`` (spec: jobs-and-ids.md §6)."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from disque.jobs.timers import NEVER, TimerWheel
+
+
+class Item:
+    """What the wheel needs: awakeme, plus the (ctime, id) used to order ties."""
+
+    __slots__ = ("awakeme", "ctime", "id")
+
+    def __init__(self, n: int) -> None:
+        self.awakeme = 0
+        self.ctime = n
+        self.id = b"%05d" % n
+
+    def __repr__(self) -> str:
+        return "Item(%d)" % self.ctime
+
+
+def test_empty_wheel():
+    wheel = TimerWheel()
+    assert len(wheel) == 0
+    assert wheel.earliest == NEVER
+    assert wheel.next_due() == NEVER
+    assert wheel.pop_due(10 ** 15) == []
+
+
+def test_due_items_come_out_in_time_order_and_are_reset():
+    wheel = TimerWheel()
+    items = [Item(i) for i in range(5)]
+    for item, when in zip(items, [5000, 1000, 3000, 1004, 20]):
+        wheel.schedule(item, when)
+    assert len(wheel) == 5
+    assert wheel.next_due() <= 20
+    due = wheel.pop_due(3000)
+    assert set(due) == {items[4], items[1], items[3], items[2]}
+    # Every due item is processed in the same pass; (ctime, id) order keeps
+    # runs reproducible whatever the set iteration order.
+    assert due == sorted(due, key=lambda i: (i.ctime, i.id))
+    assert all(item.awakeme == 0 for item in due)
+    assert items[0].awakeme == 5000
+    assert len(wheel) == 1
+    assert wheel.pop_due(4999) == []
+    assert wheel.pop_due(5000) == [items[0]]
+    assert wheel.next_due() == NEVER
+
+
+def test_items_of_the_current_bucket_not_yet_due_stay():
+    wheel = TimerWheel()
+    a, b = Item(1), Item(2)
+    wheel.schedule(a, 1001)
+    wheel.schedule(b, 1006)  # same 8 ms bucket
+    assert wheel.pop_due(1003) == [a]
+    assert b.awakeme == 1006
+    assert wheel.pop_due(1005) == []
+    assert wheel.pop_due(1006) == [b]
+
+
+def test_same_bucket_items_are_ordered_by_ctime_then_id():
+    wheel = TimerWheel()
+    items = [Item(i) for i in (3, 1, 2)]
+    for item in items:
+        wheel.schedule(item, 800)
+    assert [i.ctime for i in wheel.pop_due(800)] == [1, 2, 3]
+
+
+def test_rescheduling_moves_the_item():
+    wheel = TimerWheel()
+    item = Item(1)
+    wheel.schedule(item, 1000)
+    wheel.schedule(item, 50_000)
+    assert wheel.pop_due(1000) == []
+    assert len(wheel) == 1
+    wheel.schedule(item, 2000)
+    assert wheel.pop_due(2000) == [item]
+    wheel.schedule(item, 2000)  # after a pop the item can be scheduled again
+    assert wheel.pop_due(2000) == [item]
+
+
+def test_rescheduling_to_the_same_time_is_a_no_op():
+    wheel = TimerWheel()
+    item = Item(1)
+    wheel.schedule(item, 1000)
+    wheel.schedule(item, 1000)
+    assert len(wheel) == 1
+    assert wheel.pop_due(1000) == [item]
+
+
+def test_cancel():
+    wheel = TimerWheel()
+    a, b = Item(1), Item(2)
+    wheel.schedule(a, 1000)
+    wheel.schedule(b, 1000)
+    wheel.cancel(a)
+    assert a.awakeme == 0
+    wheel.cancel(a)  # cancelling twice is harmless
+    assert wheel.pop_due(5000) == [b]
+    wheel.cancel(Item(3))  # never scheduled
+
+
+def test_earliest_is_a_lower_bound_and_next_due_refreshes_it():
+    wheel = TimerWheel()
+    a, b = Item(1), Item(2)
+    wheel.schedule(a, 10_000)
+    assert wheel.earliest <= 10_000
+    wheel.schedule(b, 500)
+    assert wheel.earliest <= 500
+    wheel.cancel(b)
+    assert wheel.earliest <= 500  # still a valid lower bound
+    assert 10_000 - 8 < wheel.next_due() <= 10_000  # emptied bucket dropped
+    assert wheel.earliest == wheel.next_due()
+
+
+def test_clear():
+    wheel = TimerWheel()
+    items = [Item(i) for i in range(10)]
+    for i, item in enumerate(items):
+        wheel.schedule(item, 100 * (i + 1))
+    wheel.clear()
+    assert len(wheel) == 0
+    assert all(item.awakeme == 0 for item in items)
+    assert wheel.earliest == NEVER
+    assert wheel.pop_due(10 ** 9) == []
+
+
+class TimerModel(RuleBasedStateMachine):
+    """The wheel against a dict of item -> due time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wheel = TimerWheel()
+        self.items = [Item(i) for i in range(12)]
+        self.model: dict = {}
+        self.now = 1_000_000
+
+    @rule(i=st.integers(0, 11), offset=st.integers(-50, 2000))
+    def schedule(self, i, offset):
+        when = max(1, self.now + offset)
+        self.wheel.schedule(self.items[i], when)
+        self.model[self.items[i]] = when
+
+    @rule(i=st.integers(0, 11))
+    def cancel(self, i):
+        self.wheel.cancel(self.items[i])
+        self.model.pop(self.items[i], None)
+
+    @rule(step=st.integers(0, 700))
+    def advance_and_pop(self, step):
+        self.now += step
+        due = self.wheel.pop_due(self.now)
+        expected = {item for item, when in self.model.items() if when <= self.now}
+        assert set(due) == expected
+        assert len(due) == len(expected)
+        assert due == sorted(due, key=lambda i: (i.ctime, i.id))
+        for item in due:
+            del self.model[item]
+            assert item.awakeme == 0
+
+    @invariant()
+    def consistent(self):
+        assert len(self.wheel) == len(self.model)
+        for item in self.items:
+            assert item.awakeme == self.model.get(item, 0)
+        if self.model:
+            assert self.wheel.earliest <= min(self.model.values())
+            assert self.wheel.next_due() == min(self.model.values()) >> 3 << 3
+        else:
+            assert self.wheel.next_due() == NEVER
+
+
+TimerModel.TestCase.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+TestTimerModel = TimerModel.TestCase

@@ -1,0 +1,351 @@
+"""Tests for disque/resp.py: request parsing and reply encoding (spec: commands.md §0,
+reference-transcripts.md §1.5)."""
+
+from __future__ import annotations
+
+import hiredis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from disque import resp
+from disque.resp import (
+    DEFAULT_MAX_BULK_LEN,
+    MAX_INLINE_SIZE,
+    MAX_MULTIBULK_COUNT,
+    ProtocolError,
+    RequestParser,
+    Status,
+)
+
+
+def parse(data: bytes, parser: RequestParser | None = None) -> list:
+    parser = parser if parser is not None else RequestParser()
+    commands: list = []
+    parser.feed(data, commands)
+    return commands
+
+
+def protocol_error(data: bytes, parser: RequestParser | None = None) -> tuple[str, list]:
+    """Feed ``data``; it must raise ProtocolError. Returns (message, commands before it)."""
+    parser = parser if parser is not None else RequestParser()
+    commands: list = []
+    with pytest.raises(ProtocolError) as info:
+        parser.feed(data, commands)
+    return str(info.value), commands
+
+
+def multibulk(*args: bytes) -> bytes:
+    out = b"*%d\r\n" % len(args)
+    for arg in args:
+        out += b"$%d\r\n%b\r\n" % (len(arg), arg)
+    return out
+
+
+# ------------------------------------------------------------ protocol errors
+
+class TestProtocolErrors:
+    """Every protocol error text of commands.md §0, exactly."""
+
+    @pytest.mark.parametrize("data", [
+        b"*x\r\n", b"*\r\n", b"*01\r\n", b"*+1\r\n", b"*1x\r\n", b"* 1\r\n",
+        b"*%d\r\n" % (MAX_MULTIBULK_COUNT + 1), b"*99999999999999999999999\r\n",
+    ])
+    def test_invalid_multibulk_length(self, data):
+        message, _ = protocol_error(data)
+        assert message == "Protocol error: invalid multibulk length"
+
+    def test_largest_multibulk_count_is_accepted(self):
+        parser = RequestParser()
+        assert parse(b"*%d\r\n$1\r\na\r\n" % MAX_MULTIBULK_COUNT, parser) == []
+        assert parser.buffered() == 0  # the header and one argument are consumed
+
+    def test_too_many_elements_rejected_even_when_complete(self):
+        data = b"*%d\r\n" % (MAX_MULTIBULK_COUNT + 1) + b"$0\r\n\r\n" * (MAX_MULTIBULK_COUNT + 1)
+        message, _ = protocol_error(data)
+        assert message == "Protocol error: invalid multibulk length"
+
+    @pytest.mark.parametrize("data", [
+        b"*1\r\n$-3\r\n", b"*1\r\n$-1\r\n", b"*1\r\n$x\r\n", b"*1\r\n$\r\n", b"*1\r\n$04\r\n",
+        b"*1\r\n$+4\r\n", b"*1\r\n$%d\r\n" % (DEFAULT_MAX_BULK_LEN + 1),
+    ])
+    def test_invalid_bulk_length(self, data):
+        message, _ = protocol_error(data)
+        assert message == "Protocol error: invalid bulk length"
+
+    def test_bulk_length_limit_is_configurable(self):
+        parser = RequestParser(max_bulk_len=10)
+        assert parse(multibulk(b"a" * 10), parser) == [[b"a" * 10]]
+        message, _ = protocol_error(multibulk(b"a" * 11), parser)
+        assert message == "Protocol error: invalid bulk length"
+
+    def test_huge_bulk_rejected_before_buffering(self):
+        parser = RequestParser(max_bulk_len=1024)
+        message, _ = protocol_error(b"*1\r\n$1025\r\n", parser)
+        assert message == "Protocol error: invalid bulk length"
+        # With the default limit the header alone is rejected: nothing is kept.
+        message, _ = protocol_error(b"*2\r\n$4\r\nPING\r\n$%d\r\n" % (DEFAULT_MAX_BULK_LEN + 1))
+        assert message == "Protocol error: invalid bulk length"
+
+    def test_large_accepted_bulk_is_buffered_until_complete(self):
+        parser = RequestParser()
+        commands: list = []
+        parser.feed(b"*1\r\n$100000\r\n", commands)
+        for _ in range(99):
+            parser.feed(b"x" * 1000, commands)
+        assert commands == []
+        assert parser.buffered() > 0
+        parser.feed(b"x" * 1000 + b"\r\n", commands)
+        assert commands == [[b"x" * 100000]]
+        assert parser.buffered() == 0
+
+    @pytest.mark.parametrize("data, char", [
+        (b"*1\r\nPING\r\n", "P"), (b"*2\r\n$1\r\na\r\n:1\r\n", ":"),
+        (b"*1\r\n*1\r\n$1\r\na\r\n", "*"),
+        (b"*1\r\n+OK\r\n", "+"),
+    ])
+    def test_expected_dollar(self, data, char):
+        message, _ = protocol_error(data)
+        assert message == "Protocol error: expected '$', got '%s'" % char
+
+    def test_too_big_mbulk_count_string(self):
+        message, _ = protocol_error(b"*" + b"1" * (MAX_INLINE_SIZE + 1))
+        assert message == "Protocol error: too big mbulk count string"
+
+    def test_long_but_allowed_count_line_is_kept(self):
+        parser = RequestParser()
+        assert parse(b"*" + b"1" * 100, parser) == []
+
+    def test_too_big_bulk_count_string(self):
+        message, _ = protocol_error(b"*1\r\n$" + b"1" * (MAX_INLINE_SIZE + 1))
+        assert message == "Protocol error: too big bulk count string"
+
+    def test_too_big_inline_request(self):
+        message, _ = protocol_error(b"A" * (MAX_INLINE_SIZE + 1))
+        assert message == "Protocol error: too big inline request"
+
+    def test_too_big_inline_request_across_reads(self):
+        parser = RequestParser()
+        commands: list = []
+        parser.feed(b"A" * MAX_INLINE_SIZE, commands)
+        with pytest.raises(ProtocolError, match="too big inline request"):
+            parser.feed(b"A" * 10, commands)
+
+    @pytest.mark.parametrize("line", [
+        b'PING "unbalanced\r\n', b"PING 'x\r\n", b'SET "a"b\r\n', b"SET 'a'b\r\n", b'"\r\n',
+    ])
+    def test_unbalanced_quotes(self, line):
+        message, _ = protocol_error(line)
+        assert message == "Protocol error: unbalanced quotes in request"
+
+    def test_commands_before_the_error_are_returned(self):
+        message, commands = protocol_error(b"PING\r\n" + multibulk(b"ECHO", b"x") + b"*x\r\n")
+        assert message == "Protocol error: invalid multibulk length"
+        assert commands == [[b"PING"], [b"ECHO", b"x"]]
+
+
+# --------------------------------------------------------------- inline form
+
+class TestInline:
+    def test_simple(self):
+        assert parse(b"PING\r\n") == [[b"PING"]]
+        assert parse(b"ADDJOB inlq inlinebody 0\r\n") == [[b"ADDJOB", b"inlq", b"inlinebody", b"0"]]
+
+    def test_bare_newline_terminator(self):
+        assert parse(b"PING\nPING x\n") == [[b"PING"], [b"PING", b"x"]]
+
+    def test_extra_whitespace(self):
+        assert parse(b"  PING \t  a   b  \r\n") == [[b"PING", b"a", b"b"]]
+
+    def test_double_quotes_and_escapes(self):
+        assert parse(b'SET "hello world" "a\\nb\\tc\\x41\\"q"\r\n') == [
+            [b"SET", b"hello world", b"a\nb\tcA\"q"]]
+
+    def test_single_quotes(self):
+        assert parse(b"SET 'it\\'s' 'a\\nb'\r\n") == [[b"SET", b"it's", b"a\\nb"]]
+
+    def test_empty_quoted_argument(self):
+        assert parse(b'ADDJOB "" "" 0\r\n') == [[b"ADDJOB", b"", b"", b"0"]]
+
+    def test_incomplete_line_waits(self):
+        parser = RequestParser()
+        assert parse(b"PIN", parser) == []
+        assert parser.buffered() == 3
+        assert parse(b"G\r\n", parser) == [[b"PING"]]
+
+    def test_empty_lines_ignored(self):
+        assert parse(b"\r\n") == []
+        assert parse(b"\r\n\n   \r\nPING\r\n") == [[b"PING"]]
+
+
+class TestIgnoredAndMixed:
+    def test_empty_and_null_multibulk_ignored(self):
+        assert parse(b"*0\r\n") == []
+        assert parse(b"*-1\r\n") == []
+        assert parse(b"*0\r\n*-1\r\n" + multibulk(b"PING")) == [[b"PING"]]
+
+    def test_mixed_inline_and_multibulk_pipeline(self):
+        data = b"PING\r\nPING\r\n*1\r\n$4\r\nPING\r\n"
+        assert parse(data) == [[b"PING"]] * 3
+        data = multibulk(b"A") + b"B c\r\n" + multibulk(b"D", b"e f") + b"\r\nG\r\n"
+        assert parse(data) == [[b"A"], [b"B", b"c"], [b"D", b"e f"], [b"G"]]
+
+    def test_empty_multibulk_followed_by_incomplete_command(self):
+        # The empty command must not be mistaken for the parser's own sentinel.
+        parser = RequestParser()
+        assert parse(b"*0\r\n*1\r\n$10\r\nPI", parser) == []
+        assert parse(b"NGPONGPO\r\n", parser) == [[b"PINGPONGPO"]]
+
+    @pytest.mark.parametrize("element, char", [
+        (b"+OK\r\n", "+"), (b"(123\r\n", "("), (b"=8\r\ntxt:abcd\r\n", "="), (b",1.5\r\n", ","),
+        (b"#t\r\n", "#"), (b"_\r\n", "_"), (b"~1\r\n$1\r\na\r\n", "~"),
+    ])
+    def test_reply_only_element_types_are_refused(self, element, char):
+        # hiredis (a reply parser) reads these; a request must not contain them.
+        data = multibulk(b"PING") + b"*2\r\n$4\r\nECHO\r\n" + element + multibulk(b"PING")
+        message, commands = protocol_error(data)
+        assert message == "Protocol error: expected '$', got '%s'" % char
+        assert commands == [[b"PING"]]
+
+    def test_set_and_push_headers_are_inline_commands(self):
+        data = multibulk(b"PING") + b"~1\r\n$4\r\nPING\r\n>1\r\n$1\r\nx\r\n"
+        assert parse(data) == [[b"PING"], [b"~1"], [b"$4"], [b"PING"], [b">1"], [b"$1"], [b"x"]]
+
+    def test_binary_arguments(self):
+        arg = bytes(range(256))
+        assert parse(multibulk(b"ECHO", arg, b"\r\n", b"")) == [[b"ECHO", arg, b"\r\n", b""]]
+
+    def test_long_pipeline_cut_mid_command_is_linear(self):
+        # A read ending inside a command must not make the parser re-parse the
+        # whole pipeline once per command.
+        parser = RequestParser()
+        data = multibulk(b"PING") * 20000 + b"*1\r\n$4\r\nPI"
+        commands = parse(data, parser)
+        assert len(commands) == 20000
+        assert parse(b"NG\r\n", parser) == [[b"PING"]]
+
+    def test_every_split_point_of_a_small_stream(self):
+        data = (b"PING\r\n" + multibulk(b"SET", b"k\r\n", b"") + b"*0\r\n\r\n"
+                + b'ECHO "a b"\r\n' + multibulk(b"X" * 20))
+        expected = parse(data)
+        assert len(expected) == 4
+        for cut in range(len(data) + 1):
+            parser = RequestParser()
+            assert parse(data[:cut], parser) + parse(data[cut:], parser) == expected, cut
+
+
+# ------------------------------------------------------------ property tests
+
+_inline_word = st.binary(min_size=1, max_size=8).filter(
+    lambda w: all(c > 32 and c not in b"\"'" and c < 127 for c in w))
+
+
+@st.composite
+def _command_stream(draw):
+    pieces = []
+    expected = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.sampled_from(["bulk", "bulk", "inline", "empty", "blank"]))
+        if kind == "bulk":
+            args = draw(st.lists(st.binary(max_size=40) | st.sampled_from([b"\r\n", b"\r", b"\n",
+                                                                           b"*0\r\n", b"$"]),
+                                 min_size=1, max_size=5))
+            pieces.append(multibulk(*args))
+            expected.append(args)
+        elif kind == "inline":
+            words = draw(st.lists(_inline_word, min_size=1, max_size=4))
+            pieces.append(b" ".join(words) + draw(st.sampled_from([b"\r\n", b"\n"])))
+            expected.append(words)
+        elif kind == "empty":
+            pieces.append(draw(st.sampled_from([b"*0\r\n", b"*-1\r\n"])))
+        else:
+            pieces.append(b"\r\n")
+    return b"".join(pieces), expected
+
+
+def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    out = []
+    prev = 0
+    for p in points + [len(data)]:
+        out.append(data[prev:p])
+        prev = p
+    return out
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_command_stream(), st.lists(st.integers(min_value=0), max_size=10))
+def test_split_stream_yields_same_commands(stream, cuts):
+    data, expected = stream
+    parser = RequestParser()
+    commands: list = []
+    for chunk in _chunks(data, cuts):
+        parser.feed(chunk, commands)
+    assert commands == expected
+    assert parser.buffered() == 0
+
+
+_garbage_alphabet = st.sampled_from(list(b"*$\r\n-+:0123456789 \"'\\xaPING") + [0, 255])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_garbage_alphabet, max_size=80).map(bytes) | st.binary(max_size=80),
+       st.lists(st.integers(min_value=0), max_size=6))
+def test_garbage_yields_commands_or_protocol_error(data, cuts):
+    def run(chunks):
+        parser = RequestParser()
+        commands: list = []
+        try:
+            for chunk in chunks:
+                parser.feed(chunk, commands)
+        except ProtocolError as exc:
+            return commands, str(exc)
+        return commands, None
+
+    whole = run([data])
+    split = run(_chunks(data, cuts))
+    for commands, _ in (whole, split):
+        for cmd in commands:
+            assert cmd and all(type(arg) is bytes for arg in cmd)
+    # The same bytes mean the same commands and the same error, however they arrive.
+    assert whole == split
+
+
+# ----------------------------------------------------------------- encoders
+
+class TestEncoders:
+    def test_simple_values(self):
+        assert resp.status(b"OK") == b"+OK\r\n"
+        assert resp.error("ERR boom") == b"-ERR boom\r\n"
+        assert resp.integer(0) == b":0\r\n"
+        assert resp.integer(1023) == b":1023\r\n"
+        assert resp.integer(1024) == b":1024\r\n"
+        assert resp.integer(-5) == b":-5\r\n"
+        assert resp.bulk(b"") == b"$0\r\n\r\n"
+        assert resp.bulk(b"a\r\nb") == b"$4\r\na\r\nb\r\n"
+        assert resp.bulk(None) == b"$-1\r\n"
+        assert resp.array_header(3) == b"*3\r\n"
+
+    def test_constants(self):
+        assert resp.OK == b"+OK\r\n" and resp.PONG == b"+PONG\r\n"
+        assert resp.NIL == b"$-1\r\n" and resp.NIL_ARRAY == b"*-1\r\n"
+        assert resp.EMPTY_ARRAY == b"*0\r\n" and resp.EMPTY_BULK == b"$0\r\n\r\n"
+
+    def test_encode_nested(self):
+        value = [b"a", "é", 7, -1, None, Status(b"D-x"), [True, False, []], (b"t",)]
+        assert resp.encode(value) == (
+            b"*8\r\n$1\r\na\r\n$2\r\n\xc3\xa9\r\n:7\r\n:-1\r\n$-1\r\n+D-x\r\n"
+            b"*3\r\n:1\r\n:0\r\n*0\r\n*1\r\n$1\r\nt\r\n")
+
+    def test_encode_rejects_unknown_types(self):
+        with pytest.raises(TypeError):
+            resp.encode(1.5)
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.recursive(st.none() | st.integers(-(2 ** 63), 2 ** 63 - 1) | st.binary(max_size=20),
+                        lambda inner: st.lists(inner, max_size=4), max_leaves=20))
+    def test_encode_round_trips_through_hiredis(self, value):
+        reader = hiredis.Reader()
+        reader.feed(resp.encode(value))
+        assert reader.gets() == value
+        assert reader.gets() is False
