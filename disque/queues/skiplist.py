@@ -67,17 +67,25 @@ class SkipList:
         item._slup = [None] * (level - 1) if level > 1 else None
         last = self._last
         tail = last[0]
-        if tail is None or _before(tail, item):
+        if tail is None or tail.ctime < item.ctime or (
+                tail.ctime == item.ctime and tail.id < item_id):
+            # Append after the tail: no search (the common case for new jobs).
             item._sl = None
             item._slprev = tail
-            head = self._head
-            for i in range(level):
-                prev = last[i]
-                if prev is None:
-                    head[i] = item
-                else:
-                    _set_next(prev, i, item)
-                last[i] = item
+            if tail is None:
+                self._head[0] = item
+            else:
+                tail._sl = item
+            last[0] = item
+            if level > 1:
+                head = self._head
+                for i in range(1, level):
+                    prev = last[i]
+                    if prev is None:
+                        head[i] = item
+                    else:
+                        prev._slup[i - 1] = item
+                    last[i] = item
         else:
             preds = self._predecessors(item)
             head = self._head
