@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SPARK_STAMP := $(VENV)/.installed-spark
 CONF ?= conf/disque.conf
 
 .PHONY: install run test test-fast bench clean
@@ -15,10 +16,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(SPARK_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	touch $(SPARK_STAMP)
+
 run: install
 	$(BIN)/disque-server $(CONF)
 
-test: install
+test: $(SPARK_STAMP)
 	$(BIN)/python -m pytest -q
 
 test-fast: install

@@ -1,0 +1,41 @@
+"""One local[2] SparkSession for the whole test session, on loopback and quiet.
+
+Every test module here sets ``pytestmark = pytest.mark.spark``. ``make test``
+installs the ``spark`` extra and ``.ci/run`` installs Java, so a missing
+piece is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The SparkSession (created once; workers run this interpreter)."""
+    if shutil.which("java") is None:
+        pytest.fail("Java is not installed (apt-get install openjdk-17-jre-headless)")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from disque.spark.session import local_session
+
+    session = local_session("disque-tests", master="local[2]",
+                            conf={"spark.sql.streaming.stopTimeout": "30s"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def node(server_factory):
+    """One fresh disque-server and a client for it: (process, "127.0.0.1:port", client)."""
+    from disque.client import DisqueClient
+
+    proc = server_factory()
+    address = "127.0.0.1:%d" % proc.port
+    client = DisqueClient(address)
+    yield proc, address, client
+    client.close()
