@@ -105,8 +105,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
                     client.close_after_reply = True
                     return OK
                 return errors.unknown_command(name)
-        arity = cmd.arity
-        if (arity > 0 and len(argv) != arity) or len(argv) < -arity:
+        if not cmd.min_args <= len(argv) <= cmd.max_args:
             return cmd.arity_error
         if self.config.requirepass and not client.authenticated and not cmd.is_auth:
             return errors.NOAUTH
@@ -128,7 +127,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         cmd.usec += usec
         stats = self.stats
         stats.commands_processed += 1
-        if usec >= stats.slowlog_threshold_us >= 0 or stats.latency_threshold_ms:
+        if usec >= stats.notice_us:
             stats.command_slow(cmd, argv, usec, self.now)
         if self.ready_queues:
             self.serve_ready_queues()

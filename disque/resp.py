@@ -130,9 +130,6 @@ class _HiredisFallback(Exception):
     """hiredis produced something a request may not contain."""
 
 
-_SENTINEL = b"*0\r\n"
-
-
 def _parse_count(digits: bytes) -> int | None:
     """Parse a RESP length the way Redis' string2ll does (no '+', no leading zeros)."""
     if digits.isdigit():
@@ -177,7 +174,10 @@ class RequestParser:
         pos = 0
         n = len(buf)
         python = self._args is not None  # the Python parser owns the next command
-        hiredis_safe = _HUGE_COUNT.search(buf) is None
+        if buf.find(b"*", 1) < 0:  # one command at most: only its own count matters
+            hiredis_safe = not buf[1:8].isdigit()
+        else:
+            hiredis_safe = _HUGE_COUNT.search(buf) is None
         while pos < n:
             if python or buf[pos] != _STAR or not hiredis_safe:
                 pos = self._parse_one(buf, pos, n, commands)
@@ -192,41 +192,33 @@ class RequestParser:
 
     def _parse_hiredis(self, buf: bytes, pos: int, commands: list) -> int:
         """Parse ``buf[pos:]`` with hiredis; return -1 when all of it was
-        consumed, else the position of the first command that must be
-        re-parsed in Python (the commands before it are kept).
+        consumed, else the position of the first command the Python parser
+        must take (a malformed one, or one cut by the end of the read).
 
-        A sentinel ``*0`` fed after the data comes back as an empty command
-        followed by nothing only if hiredis ended at a command boundary,
-        which is how a command cut by the end of the read is told apart
-        from a complete one.
+        hiredis is a reply parser: it also reads status, verbatim and big
+        number elements as strings and sets or pushes as arrays, and knows
+        no request limits. So each command is checked to be made of '*' and
+        '$' headers only (hiredis parses their lengths strictly, so their
+        sizes are known) within the limits. That also gives the exact end
+        of every command: when the last one ends where the data ends, the
+        reader holds nothing back; otherwise a command is cut and the
+        Python parser continues it. The commands before a problem are kept,
+        so a long pipeline is never re-parsed once per command.
         """
         reader = self._reader
         reader.feed(buf, pos)
-        reader.feed(_SENTINEL)
         append = commands.append
         n = len(buf)
         max_bulk_len = self.max_bulk_len
-        # hiredis is a reply parser: it also reads status, verbatim and big
-        # number elements as strings and sets or pushes as arrays, and knows
-        # no request limits. So each command is checked to be made of '*' and
-        # '$' headers only (hiredis parses their lengths strictly, so their
-        # sizes are known) within the limits; the Python parser takes over,
-        # and diagnoses, at the first other one. The commands before it are
-        # kept, so a long pipeline cut by the end of a read is not re-parsed
-        # once per command.
         try:
             while True:
                 cmd = reader.gets()
-                if type(cmd) is not list:
+                if cmd is False:
+                    break
+                if type(cmd) is not list or buf[pos] != _STAR:
                     raise _HiredisFallback
                 count = len(cmd)
-                if not count:
-                    # An empty command sent by the client may be followed by
-                    # an incomplete one, which also reads as False.
-                    if reader.gets() is False and not reader.has_data() and pos == n:
-                        return -1  # the sentinel: everything before it was complete
-                    raise _HiredisFallback
-                if buf[pos] != _STAR or count > MAX_MULTIBULK_COUNT:
+                if count > MAX_MULTIBULK_COUNT:
                     raise _HiredisFallback
                 p = pos + (4 if count < 10 else len(str(count)) + 3)
                 for arg in cmd:
@@ -234,13 +226,16 @@ class RequestParser:
                     if buf[p] != _DOLLAR or size > max_bulk_len:
                         raise _HiredisFallback
                     p += size + (6 if size < 10 else len(str(size)) + 5)
-                if p > n:
-                    raise _HiredisFallback  # it took bytes of the sentinel
-                append(cmd)
+                if count:
+                    append(cmd)
                 pos = p
         except (hiredis.ProtocolError, MemoryError, TypeError, IndexError, _HiredisFallback):
             self._reader = hiredis.Reader()
             return pos
+        if pos == n:
+            return -1
+        self._reader = hiredis.Reader()  # it holds the start of a cut command
+        return pos
 
     def _parse_one(self, buf: bytes, pos: int, n: int, commands: list) -> int:
         """Parse one command at ``pos``; return the next position, or -1 when

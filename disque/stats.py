@@ -43,12 +43,40 @@ class Stats:
         self.commands_processed = 0
         self.slowlog: deque[SlowlogEntry] = deque()
         self.slowlog_next_id = 0
-        self.slowlog_threshold_us = 10000
+        self._slowlog_threshold_us = 10000
         self.slowlog_max_len = 128
-        self.latency_threshold_ms = 0
+        self._latency_threshold_ms = 0
+        self.notice_us = 10000  # commands this slow may go to the slow log / latency monitor
         self.latency: dict[str, deque] = {}  # event -> (unix s, ms) samples
         self.latency_max: dict[str, int] = {}
         self.ops_samples: deque = deque(maxlen=16)
+
+    @property
+    def slowlog_threshold_us(self) -> int:
+        """slowlog-log-slower-than (negative: disabled)."""
+        return self._slowlog_threshold_us
+
+    @slowlog_threshold_us.setter
+    def slowlog_threshold_us(self, value: int) -> None:
+        self._slowlog_threshold_us = value
+        self._update_notice()
+
+    @property
+    def latency_threshold_ms(self) -> int:
+        """latency-monitor-threshold (0: disabled)."""
+        return self._latency_threshold_ms
+
+    @latency_threshold_ms.setter
+    def latency_threshold_ms(self, value: int) -> None:
+        self._latency_threshold_ms = value
+        self._update_notice()
+
+    def _update_notice(self) -> None:
+        # One comparison per command on the hot path instead of two tests.
+        limits = [self._slowlog_threshold_us] if self._slowlog_threshold_us >= 0 else []
+        if self._latency_threshold_ms > 0:
+            limits.append(self._latency_threshold_ms * 1000)
+        self.notice_us = min(limits) if limits else float("inf")
 
     def command_slow(self, cmd, argv: list[bytes], usec: int, now_ms: int) -> None:
         """Slow log and latency monitor for a command that may deserve them."""

@@ -20,7 +20,7 @@ class Command:
 
     __slots__ = ("name", "lname", "arity", "flags", "handler", "calls", "usec", "write",
                  "denyoom", "loading_ok", "monitored", "fast", "is_auth", "is_ping",
-                 "arity_error")
+                 "arity_error", "min_args", "max_args")
 
     def __init__(self, name: str, arity: int, flags: str,
                  handler: Callable[..., bytes | None]) -> None:
@@ -39,6 +39,9 @@ class Command:
         self.is_auth = name in ("auth", "hello")  # HELLO may carry AUTH
         self.is_ping = name == "ping"
         self.arity_error = errors.wrong_arity(name)
+        # arity N > 0: exactly N words; -N: at least N (spec: commands.md §0)
+        self.min_args = arity if arity > 0 else -arity
+        self.max_args = arity if arity > 0 else 1 << 30
 
     def flag_words(self) -> list[bytes]:
         """COMMAND's flag list, in the spec's order."""

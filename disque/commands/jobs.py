@@ -73,9 +73,48 @@ def _parse_addjob_options(argv: list[bytes]):
     return repl, ttl, retry, delay, maxlen, async_
 
 
+def _new_job(node, queue_name: bytes, body: bytes, repl: int, ttl: int, delay: int,
+             retry: int) -> Job:
+    """A job created by this node (spec: commands.md ADDJOB, execution)."""
+    now = node.now
+    job = Job(node.ids.new_id(ttl, retry), queue_name, body, repl, node.new_ctime(),
+              now // 1000 + ttl, delay, retry)
+    job.qtime = now + (delay or retry) * 1000
+    return job
+
+
+def _addjob_defaults(node, argv: list[bytes]) -> bytes:
+    """``ADDJOB queue body timeout`` on a lone node: REPLICATE 1, TTL one day,
+    RETRY 300 s, queued at once. The common case, kept free of option logic."""
+    timeout = argv[3]
+    if timeout != b"0":
+        value = parse_int(timeout)
+        if value is None:
+            return errors.TIMEOUT_NOT_INTEGER
+        if value < 0:
+            return errors.TIMEOUT_NEGATIVE
+    leaving = node.membership.leaving
+    if leaving or node.used_memory > node.mem_warn_threshold:
+        return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
+    name = argv[1]
+    queue = node.queues.get(name)
+    if queue is not None:
+        if queue.paused & PAUSE_IN:
+            return errors.PAUSED
+        name = queue.name  # one name object shared by every job of the queue
+    job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
+    job.delivered = node.self_delivered
+    node.add_new_job(job)
+    if node.aof is not None:
+        node.aof.loadjob(job)
+    return b"+" + job.id + b"\r\n"
+
+
 def addjob(node, client, argv: list[bytes]) -> bytes | None:
     """ADDJOB queue body ms-timeout [options]."""
     if len(argv) == 4:
+        if node.membership.size == 1:
+            return _addjob_defaults(node, argv)
         repl = ttl = retry = maxlen = None
         delay = 0
         async_ = False
@@ -119,17 +158,15 @@ def addjob(node, client, argv: list[bytes]) -> bytes | None:
         if queue.paused & PAUSE_IN:
             return errors.PAUSED
         queue_name = queue.name  # one name object shared by every job of the queue
-    now = node.now
-    job = Job(node.ids.new_id(ttl, retry), queue_name, argv[2], repl, node.new_ctime(),
-              now // 1000 + ttl, delay, retry)
-    job.qtime = now + (delay or retry) * 1000
+    job = _new_job(node, queue_name, argv[2], repl, ttl, delay, retry)
     reply = b"+" + job.id + b"\r\n"
     if not extrepl:
         job.delivered = node.self_delivered
         if async_ or repl == 1:
-            node.register_job(job, delay != 0)
             if delay == 0:
-                node.enqueue_job(job)
+                node.add_new_job(job)
+            else:
+                node.register_job(job)
             if repl > 1:
                 node.replicate(job, repl - 1, True)
             if node.aof is not None:
@@ -147,7 +184,7 @@ def addjob(node, client, argv: list[bytes]) -> bytes | None:
     job.confirmed = set() if extrepl else {node.id}
     node.register_job(job)
     node.replicate(job, additional, False)
-    node.block_for_replication(client, job.id, now + timeout if timeout else 0)
+    node.block_for_replication(client, job.id, node.now + timeout if timeout else 0)
     return None
 
 

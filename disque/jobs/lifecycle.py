@@ -95,13 +95,6 @@ class JobLifecycle:
         flags = job.flags
         if job.retry == 0 and flags & DELIVERED:
             return False
-        job.state = QUEUED
-        now = self.now
-        if job.retry:
-            flags |= BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + int(self.random() * JITTER_RANGE_MS) - 250
-        else:
-            job.qtime = 0
         if flags & BCAST_QUEUED or nack:
             if nack:
                 job.nacks += 1
@@ -111,25 +104,49 @@ class JobLifecycle:
                 mflag = m.MFLAG_INCR_DELIV
             self.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
         else:
-            flags |= BCAST_QUEUED
-        job.flags = flags
-        if job.qtime:
-            awake = job.qtime - WILLQUEUE_ADVANCE_MS
+            flags |= BCAST_QUEUED  # the first queueing by this node is silent
+        self._queue(job, flags)
+        return True
+
+    def add_new_job(self, job: Job) -> None:
+        """Register a job just created here and queue it at once.
+
+        The hot path of ADDJOB: what ``register_job`` plus ``enqueue_job`` do
+        for a brand-new local job (first queueing, so nothing to announce).
+        """
+        self.jobs[job.id] = job
+        self.job_scan.add(job)
+        self.used_memory += JOB_COST + len(job.body)
+        self._queue(job, BCAST_QUEUED)
+
+    def _queue(self, job: Job, flags: int) -> None:
+        """State queued, requeue timer armed, inserted in its queue."""
+        job.state = QUEUED
+        now = self.now
+        retry = job.retry
+        if retry:
+            job.flags = flags | BCAST_WILLQUEUE
+            # One big-int addition: the jitter is folded into the small offset.
+            qtime = job.qtime = now + (retry * 1000 - JITTER_RANGE_MS // 2
+                                       + int(self.random() * JITTER_RANGE_MS))
+            awake = qtime - WILLQUEUE_ADVANCE_MS
             expire = job.etime * 1000 + 1000
             self.timers.schedule(job, awake if awake < expire else expire)
         else:
-            self.schedule_job(job)
-        queue = self.queues.get(job.queue)
+            job.flags = flags
+            job.qtime = 0
+            self.timers.schedule(job, job.etime * 1000 + 1000)
+        name = job.queue
+        queue = self.queues.get(name)
         if queue is None:
-            queue = self.create_queue(job.queue)
+            queue = self.create_queue(name)
         queue.jobs.insert(job)
         queue.atime = now // 1000
         queue.jobs_in += 1
         if queue.blocked and not queue.paused & PAUSE_OUT:
             self.ready_queues[queue] = None
-        if self.interest and queue.name in self.interest:
+        if self.interest and name in self.interest:
             self.interest_ready[queue] = None
-        return True
 
     def dequeue_job(self, job: Job) -> bool:
         """Take a queued job out of its queue (it becomes active)."""
@@ -192,7 +209,8 @@ class JobLifecycle:
                 self.delete_job(job)
                 return
             targets = tuple(self.membership.nodes)
-        msg = {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(delivered)}
+        msg = {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(delivered),
+               m.HOLDERS: list(delivered)}
         for node_id in targets:
             if node_id not in confirmed:
                 self.send_to(node_id, msg)
