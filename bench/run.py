@@ -18,14 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import cluster, machine, single
+from bench import aof, cluster, machine, single
 from bench.measurement import Measurement, Section
 from bench.servers import Servers
 from bench.settings import Settings
 
-SECTIONS: dict[str, Section] = {**single.SECTIONS, **cluster.SECTIONS}
+SECTIONS: dict[str, Section] = {**single.SECTIONS, **cluster.SECTIONS, **aof.SECTIONS}
 GROUPS: dict[str, list[str]] = {"single": list(single.SECTIONS),
-                                "cluster": list(cluster.SECTIONS)}
+                                "cluster": list(cluster.SECTIONS),
+                                "aof": list(aof.SECTIONS)}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "latest.json"
 log = logging.getLogger("bench")
 

@@ -11,7 +11,7 @@ import os
 import time
 
 from disque.aof.loader import AofLoader, AofLoadError
-from disque.aof.writer import STATE_OFF, AofWriter
+from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
 from disque.config import ConfigSetError
 from disque.resp import error, status
 
@@ -130,6 +130,11 @@ class AofService:
     def shutdown(self, rewrite: bool) -> bool:
         """Make the AOF durable before exiting; False if that failed."""
         writer = self.writer
+        if writer.state == STATE_WAIT_REWRITE:
+            # commands.md SHUTDOWN: the initial AOF is not complete yet, exiting
+            # now would leave a file without the dataset.
+            self.logger.warning("Writing initial AOF, can't exit.")
+            return False
         writer.cancel_rewrite()
         try:
             if rewrite:

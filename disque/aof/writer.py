@@ -45,6 +45,19 @@ def _write_all(fd: int, data) -> None:
         view = view[written:]
 
 
+def _write_prefix(fd: int, data: bytearray) -> tuple[int, OSError | None]:
+    """Write as much of ``data`` as possible: (bytes written, the error that stopped it)."""
+    done = 0
+    with memoryview(data) as view:  # every view released, so ``data`` can be resized
+        try:
+            while done < len(view):
+                with view[done:] as rest:
+                    done += os.write(fd, rest)
+        except OSError as exc:
+            return done, exc
+    return done, None
+
+
 class AofWriter:
     """The node's ``aof`` sink and the file behind it."""
 
@@ -110,14 +123,16 @@ class AofWriter:
         """Write buffered records; fsync now under ``appendfsync always``."""
         if not self.buffer or self.fd < 0:
             return
-        try:
-            _write_all(self.fd, self.buffer)
-        except OSError as exc:
+        written, exc = _write_prefix(self.fd, self.buffer)
+        if written:
+            # spec §3: only the unwritten part stays buffered (a short write
+            # before the error must not be written twice).
+            del self.buffer[:written]
+            self.current_size += written
+            self.fsync_pending_bytes += written
+        if exc is not None:
             self._write_failed(exc)
             return
-        self.current_size += len(self.buffer)
-        self.fsync_pending_bytes += len(self.buffer)
-        self.buffer.clear()
         if self.write_error is not None:
             self.logger.warning("AOF write error looks solved, Disque can write again.")
             self.write_error = None
@@ -262,13 +277,13 @@ class AofWriter:
                 while True:
                     deadline = time.monotonic() + REWRITE_SLICE_SECONDS
                     out = bytearray()
-                    while time.monotonic() < deadline:
+                    while True:  # at least one scan step per slice, however late it starts
                         cursor, jobs = node.job_scan.scan(cursor, REWRITE_SLICE_JOBS)
                         now = node.now
                         for job in jobs:
                             if job.state == ACTIVE or job.state == QUEUED:
                                 out += loadjob_record(job, now)
-                        if cursor == 0:
+                        if cursor == 0 or time.monotonic() >= deadline:
                             break
                     _write_all(fd, out)
                     since_fsync += len(out)

@@ -58,12 +58,12 @@ class Replication:
         self.send_to_holders(job, m.job_message(m.DELJOB, job.id))
 
     def replication_achieved(self, job: Job) -> None:
-        """Enough copies exist: answer the producer, then queue or hand off the job."""
+        """Enough copies exist: queue or hand off the job, then answer the producer."""
         job.state = ACTIVE
         client = self.repl_waiters.get(job.id)
-        if client is not None:
-            self.unblock(client, status(job.id))
         if self.id not in job.delivered:
+            if client is not None:
+                self.unblock(client, status(job.id))
             # External replication: one holder queues it, this node forgets it.
             holders = sorted(n for n in job.confirmed if n != self.id)
             if holders:
@@ -78,6 +78,8 @@ class Replication:
             self.schedule_job(job)
         if self.aof is not None:
             self.aof.loadjob(job)
+        if client is not None:  # after the record: it is written before the reply (§2)
+            self.unblock(client, status(job.id))
 
     def replication_succeeded_by_ack(self, job: Job) -> None:
         """An ACK reached a job still waiting for replicas: the producer gets its ID."""

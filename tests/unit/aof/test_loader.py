@@ -1,0 +1,299 @@
+"""Tests for disque/aof/loader.py: what a node holds after loading an AOF
+(spec: persistence.md §5 and §6), driven by a fake clock, no processes."""
+
+from __future__ import annotations
+
+import logging
+
+import msgpack
+import pytest
+
+from disque.aof import loader as loader_module
+from disque.aof.format import REASON_ACKED, deljob_record, loadjob_record, read_record
+from disque.aof.loader import AofLoader, AofLoadError
+from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
+from tests.unit.helpers import PEER_ID, START_MS, Cmd, add_peer, advance, make_node
+
+LOG = logging.getLogger("test.aof.loader")
+JITTER_MS = 250
+UNKNOWN_NODE = b"9" * 40
+
+
+@pytest.fixture
+def source():
+    """The node whose jobs are written to the file."""
+    return make_node(seed=7)
+
+
+def write(path, *records: bytes) -> bytes:
+    data = b"".join(records)
+    path.write_bytes(data)
+    return data
+
+
+def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
+         slice_records: int = 1 << 30) -> AofLoader:
+    loader = AofLoader(node, str(path), enqueue_once=enqueue_once,
+                       truncate_allowed=truncate_allowed, logger=LOG)
+    try:
+        node.now = node.clock()
+        while not loader.run(slice_records):
+            pass
+    finally:
+        loader.close()
+    return loader
+
+
+def record(source, job_id: bytes) -> bytes:
+    return loadjob_record(source.jobs[job_id], source.now)
+
+
+def test_jobs_come_back_active_with_qtime_rearmed(source, tmp_path):
+    cmd = Cmd(source)
+    plain = cmd.addjob("q", "plain", "RETRY", 3)
+    delayed = cmd.addjob("q", "later", "DELAY", 5, "RETRY", 2)
+    once = cmd.addjob("q", "at-most-once", "RETRY", 0)
+    write(tmp_path / "a.aof", *(record(source, j) for j in (plain, delayed, once)))
+    assert source.jobs[plain].state == QUEUED
+
+    node = make_node(now=START_MS + 60_000)  # restarted a minute later
+    loader = load(node, tmp_path / "a.aof")
+    assert loader.jobs_loaded == 3 and loader.records == 3 and loader.truncated_at is None
+    now = node.now
+    for job_id, wait_s in ((plain, 3), (delayed, 5 + 2)):  # the delay counts again (§5 step 4)
+        job = node.jobs[job_id]
+        assert job.state == ACTIVE
+        assert abs(job.qtime - (now + wait_s * 1000)) <= JITTER_MS
+        assert job.flags & BCAST_WILLQUEUE
+    assert node.jobs[once].state == ACTIVE and node.jobs[once].qtime == 0
+    assert node.queues.get(b"q") is None or len(node.queues[b"q"].jobs) == 0
+
+    advance(node, 3000 + JITTER_MS, step=50)
+    assert node.jobs[plain].state == QUEUED
+    assert node.jobs[delayed].state == ACTIVE
+    advance(node, 4000, step=50)
+    assert node.jobs[delayed].state == QUEUED
+    advance(node, 600_000, step=10_000)
+    assert node.jobs[once].state == ACTIVE  # at-most-once: never queued again
+
+
+def test_every_stored_field_survives(source, tmp_path):
+    cmd = Cmd(source)
+    add_peer(source)
+    job_id = cmd.addjob("fq", b"\x00body\r\n", "RETRY", 9, "TTL", 3600, "ASYNC", "REPLICATE", 2)
+    job = source.jobs[job_id]
+    job.nacks, job.adeliv = 4, 2
+    job.delivered = (source.id, PEER_ID, UNKNOWN_NODE)
+    write(tmp_path / "a.aof", record(source, job_id))
+
+    node = make_node(now=START_MS + 1000)
+    add_peer(node)
+    load(node, tmp_path / "a.aof")
+    copy = node.jobs[job_id]
+    assert (copy.queue, copy.body, copy.repl, copy.retry, copy.delay) == (
+        b"fq", b"\x00body\r\n", 2, 9, 0)
+    assert (copy.ctime, copy.etime) == (job.ctime, job.etime)
+    assert (copy.nacks, copy.adeliv) == (4, 2)
+    # spec §5: IDs of nodes no longer known are dropped.
+    assert set(copy.delivered) == {node.id, PEER_ID}
+    assert Cmd(node).show(job_id)["ttl"] == 3600 - 1
+
+
+def test_expired_jobs_are_dropped(source, tmp_path):
+    cmd = Cmd(source)
+    short = cmd.addjob("q", "short", "TTL", 10, "RETRY", 1)
+    long = cmd.addjob("q", "long", "TTL", 100, "RETRY", 1)
+    write(tmp_path / "a.aof", record(source, short), record(source, long))
+    node = make_node(now=START_MS + 10_000)  # etime == now: expired
+    loader = load(node, tmp_path / "a.aof")
+    assert set(node.jobs) == {long} and loader.jobs_loaded == 1
+
+
+def test_duplicate_ids_keep_the_first_record(source, tmp_path):
+    cmd = Cmd(source)
+    job_id = cmd.addjob("q", "first", "RETRY", 1)
+    first = record(source, job_id)
+    source.jobs[job_id].body = b"second"
+    write(tmp_path / "a.aof", first, record(source, job_id))
+    node = make_node()
+    loader = load(node, tmp_path / "a.aof")
+    assert node.jobs[job_id].body == b"first"
+    assert loader.records == 2 and loader.jobs_loaded == 1 and len(node.jobs) == 1
+
+
+def test_deljob_records_remove_jobs(source, tmp_path):
+    cmd = Cmd(source)
+    acked, bare, kept = (cmd.addjob("q", name, "RETRY", 1) for name in ("a", "b", "c"))
+    bare_deljob = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n" + bare + b"\r\n"
+    write(tmp_path / "a.aof", record(source, acked), record(source, bare), record(source, kept),
+          deljob_record(source.jobs[acked], source.now, REASON_ACKED), bare_deljob,
+          b"*2\r\n$6\r\nDELJOB\r\n$40\r\n" + b"D-00000000-" + b"x" * 24 + b"-05a1\r\n")
+    node = make_node()
+    loader = load(node, tmp_path / "a.aof")
+    assert set(node.jobs) == {kept} and loader.records == 6
+
+
+def test_a_job_deleted_then_logged_again_is_back(source, tmp_path):
+    # A rewrite's snapshot may follow a DELJOB in the diff order; a later
+    # LOADJOB of the same id (never produced by the server) is loaded again.
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    job = source.jobs[job_id]
+    write(tmp_path / "a.aof", record(source, job_id),
+          deljob_record(job, source.now, REASON_ACKED), record(source, job_id))
+    node = make_node()
+    load(node, tmp_path / "a.aof")
+    assert set(node.jobs) == {job_id}
+
+
+def test_enqueue_once_restores_queued_jobs_including_retry_0(source, tmp_path):
+    cmd = Cmd(source)
+    queued = cmd.addjob("q", "queued", "RETRY", 5)
+    once = cmd.addjob("q0", "queued at-most-once", "RETRY", 0)
+    taken = cmd.addjob("qa", "delivered", "RETRY", 5)
+    nacked = cmd.addjob("qn", "nacked", "RETRY", 5)
+    delayed = cmd.addjob("qd", "delayed", "DELAY", 30, "RETRY", 5)
+    assert cmd.ok("GETJOB", "NOHANG", "FROM", "qa")[0][1] == taken
+    assert cmd.ok("GETJOB", "NOHANG", "FROM", "qn")[0][1] == nacked
+    assert cmd.ok("NACK", nacked) == 1
+    states = {j: source.jobs[j].state for j in source.jobs}
+    counters = {j: (source.jobs[j].nacks, source.jobs[j].adeliv) for j in source.jobs}
+    assert states == {queued: QUEUED, once: QUEUED, taken: ACTIVE, nacked: QUEUED,
+                      delayed: ACTIVE}
+    write(tmp_path / "a.aof", *(record(source, j) for j in source.jobs))
+
+    node = make_node(now=START_MS + 5_000)
+    load(node, tmp_path / "a.aof", enqueue_once=True)
+    assert {j: node.jobs[j].state for j in node.jobs} == states
+    node_cmd = Cmd(node)
+    assert node_cmd.ok("GETJOB", "NOHANG", "FROM", "q0") == [[b"q0", once, b"queued at-most-once"]]
+    assert node.jobs[once].flags & DELIVERED
+    assert node_cmd.ok("QLEN", "q") == 1 and node_cmd.ok("QLEN", "qn") == 1
+    for job_id, job in node.jobs.items():
+        nacks, adeliv = counters[job_id]
+        assert job.nacks == nacks, job_id
+        # spec §6: re-queued through the normal primitive, which counts an
+        # additional delivery for a job that had been queued before.
+        bumped = states[job_id] == QUEUED and source.jobs[job_id].flags & BCAST_QUEUED
+        assert job.adeliv == adeliv + (1 if bumped else 0), job_id
+    # A queued retry>0 job keeps its retry timer: it is re-queued after a delivery.
+    job = node.jobs[queued]
+    assert job.qtime and abs(job.qtime - (node.now + 5000)) <= JITTER_MS
+
+
+def test_without_enqueue_once_queued_jobs_are_only_active(source, tmp_path):
+    cmd = Cmd(source)
+    ids = [cmd.addjob("q", "x", "RETRY", r) for r in (0, 1)]
+    write(tmp_path / "a.aof", *(record(source, j) for j in ids))
+    node = make_node()
+    load(node, tmp_path / "a.aof")
+    assert all(node.jobs[j].state == ACTIVE for j in ids)
+    assert Cmd(node).ok("QLEN", "q") == 0
+
+
+def test_unknown_command_is_fatal_with_its_offset(source, tmp_path):
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    good = record(source, job_id)
+    write(tmp_path / "a.aof", good, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n", good)
+    with pytest.raises(AofLoadError, match="Unknown command 'SET' reading the append only file "
+                                           "at offset %d$" % len(good)):
+        load(make_node(), tmp_path / "a.aof")
+    # Commands need their arguments too.
+    write(tmp_path / "b.aof", good, b"*1\r\n$7\r\nLOADJOB\r\n")
+    with pytest.raises(AofLoadError, match="at offset %d" % len(good)):
+        load(make_node(), tmp_path / "b.aof")
+
+
+@pytest.mark.parametrize("payload", [
+    b"\xc1",  # never used by msgpack
+    msgpack.packb([1, 2, 3]),
+    msgpack.packb("just a string"),
+])
+def test_corrupt_job_payload_is_fatal_with_its_offset(source, tmp_path, payload):
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    good = record(source, job_id)
+    bad = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(payload), payload)
+    write(tmp_path / "a.aof", good, good, bad, good)
+    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset %d"
+                       % (2 * len(good))):
+        load(make_node(), tmp_path / "a.aof")
+
+
+def test_bad_stored_state_is_corruption(source, tmp_path):
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    good = record(source, job_id)
+    fields = msgpack.unpackb(read_record(good, 0, len(good))[0][1], raw=False)
+    fields[12] = 3  # acked is never stored
+    payload = msgpack.packb(fields, use_bin_type=True)
+    write(tmp_path / "a.aof", b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$1\r\n0\r\n"
+          % (len(payload), payload))
+    with pytest.raises(AofLoadError, match="at offset 0"):
+        load(make_node(), tmp_path / "a.aof")
+
+
+def test_garbage_in_the_middle_is_fatal_with_its_offset(source, tmp_path):
+    cmd = Cmd(source)
+    records = [record(source, cmd.addjob("q", "x%d" % i, "RETRY", 1)) for i in range(3)]
+    data = write(tmp_path / "a.aof", records[0], records[1][:4] + b"\xff" + records[1][5:],
+                 records[2])
+    offset = len(records[0]) + 4  # where the first bulk's '$' should be
+    assert data[offset:offset + 1] == b"\xff"
+    with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
+                                           "offset %d" % offset):
+        load(make_node(), tmp_path / "a.aof")
+
+
+def test_truncated_tail_is_cut_when_allowed(source, tmp_path, caplog):
+    cmd = Cmd(source)
+    records = [record(source, cmd.addjob("q", "x%d" % i, "RETRY", 1)) for i in range(3)]
+    whole = b"".join(records[:2])
+    path = tmp_path / "a.aof"
+    write(path, whole, records[2][:-5])
+    node = make_node()
+    with caplog.at_level(logging.WARNING, logger=LOG.name):
+        loader = load(node, path)
+    assert loader.truncated_at == len(whole)
+    assert path.read_bytes() == whole
+    assert len(node.jobs) == 2
+    assert "truncating it at offset %d" % len(whole) in caplog.text
+
+
+def test_truncated_tail_is_fatal_when_not_allowed(source, tmp_path):
+    cmd = Cmd(source)
+    records = [record(source, cmd.addjob("q", "x%d" % i, "RETRY", 1)) for i in range(2)]
+    path = tmp_path / "a.aof"
+    data = write(path, records[0], records[1][:len(records[1]) // 2])
+    with pytest.raises(AofLoadError, match="Unexpected end of file reading the append only file "
+                                           "at offset %d" % len(records[0])):
+        load(make_node(), path, truncate_allowed=False)
+    assert path.read_bytes() == data  # nothing touched
+
+
+def test_loading_in_slices_and_across_read_chunks(source, tmp_path, monkeypatch):
+    cmd = Cmd(source)
+    ids = [cmd.addjob("q", b"body %d\r\n" % i * (i % 7), "RETRY", 1) for i in range(50)]
+    data = b"".join(record(source, j) for j in ids) + deljob_record(
+        source.jobs[ids[10]], source.now, REASON_ACKED)
+    write(tmp_path / "a.aof", data)
+    monkeypatch.setattr(loader_module, "READ_CHUNK", 37)  # records span many reads
+    node = make_node()
+    loader = AofLoader(node, str(tmp_path / "a.aof"), enqueue_once=False, truncate_allowed=False,
+                       logger=LOG)
+    slices = 0
+    try:
+        while not loader.run(7):
+            slices += 1
+            assert 0 < loader.loaded_bytes < len(data)
+    finally:
+        loader.close()
+    assert slices == 51 // 7
+    assert loader.loaded_bytes == len(data) == loader.total_bytes
+    assert set(node.jobs) == set(ids) - {ids[10]}
+    assert all(node.jobs[j].body == source.jobs[j].body for j in node.jobs)
+    assert len(node.jobs[ids[13]].body) == 6 * len(b"body 13\r\n")
+
+
+def test_empty_file_loads_nothing(tmp_path):
+    write(tmp_path / "a.aof")
+    node = make_node()
+    loader = load(node, tmp_path / "a.aof", truncate_allowed=False)
+    assert loader.records == 0 and not node.jobs
