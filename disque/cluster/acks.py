@@ -23,12 +23,32 @@ class AckPropagation:
             job = self.jobs.get(job_id)
         if job is not None:
             self.ack_job(job)
-        if job is None or len(job.delivered) <= may_have:
+        if job is None or not self._knows_more_holders(job, msg, may_have):
             self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: int(job is not None)})
             return
         if may_have == 0:
             self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
         self.gc_attempt(job)  # this node knows more holders: it takes over the GC
+
+    def _knows_more_holders(self, job, msg: dict, may_have: int) -> bool:
+        """This copy lists a holder the SETACK sender does not know about.
+
+        C compares list sizes (|D| > may_have); two lists of equal size can
+        differ, typically after NEEDJOBS handed the job to different nodes,
+        and the unknown holder would never hear of the ACK and redeliver
+        the job. When the sender lists its holders (HOLDERS, our
+        extension), compare memberships instead, and adopt the sender's
+        holders: the node taking over the GC then knows a superset, so two
+        half-informed nodes never wait for each other's GOTACK.
+        """
+        holders = msg.get(m.HOLDERS)
+        if type(holders) is not list:
+            return len(job.delivered) > may_have
+        if all(node_id in holders for node_id in job.delivered):
+            return False
+        known = self.membership.nodes
+        job.merge_delivered([n for n in holders if type(n) is bytes and n in known])
+        return True
 
     def on_gotack(self, sender: bytes, msg: dict) -> None:
         """A node confirmed it holds the ACK (§6.6)."""

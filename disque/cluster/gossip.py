@@ -322,7 +322,8 @@ class Gossip:
                 continue
             ping_sent = node.ping_sent
             if (node.link and now - node.link_time > timeout and ping_sent
-                    and node.pong_received < ping_sent and now - ping_sent > timeout // 2):
+                    # <=: a PONG in the very ms the ping left answered an older ping
+                    and node.pong_received <= ping_sent and now - ping_sent > timeout // 2):
                 node.link = False
                 self.bus.close(node.id)
             if node.link and not ping_sent and now - node.pong_received > timeout // 2:

@@ -6,6 +6,7 @@ node core builds and reads these dicts and never sees bytes on a socket.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 PROTOCOL_VERSION = 1
@@ -50,6 +51,7 @@ JOB = "job"
 JOBS = "jobs"
 DELAY = "delay"
 MAY_HAVE = "may_have"
+HOLDERS = "holders"  # SETACK, optional: the sender's nodes-delivered (extension, see acks.py)
 KNOWN = "known"
 NODE = "node"
 QUEUE = "queue"
@@ -96,9 +98,10 @@ BODY_SCHEMAS: dict[str, dict[str, object]] = {
 }
 
 
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+_HEX = b"0123456789abcdefABCDEF"
 
 
+@functools.lru_cache(maxsize=1024)  # a cluster gossips about few addresses
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -110,7 +113,7 @@ def _is_ip(text: str) -> bool:
 def _is_node_id(value) -> bool:
     # Node IDs are 40 hex characters; anything else would corrupt nodes.conf
     # and CLUSTER NODES (spec: cluster-bus.md §2).
-    return type(value) is bytes and len(value) == 40 and _HEX.issuperset(value)
+    return type(value) is bytes and len(value) == 40 and not value.translate(None, _HEX)
 
 
 def _is_job_id(value) -> bool:

@@ -22,7 +22,8 @@ class RequeueCoordination:
     """Receivers of requeue-related messages (mixed into Node)."""
 
     def _setack_reply(self, sender: bytes, job: Job) -> None:
-        self.send_to(sender, {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(job.delivered)})
+        self.send_to(sender, {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(job.delivered),
+                              m.HOLDERS: list(job.delivered)})
 
     def on_willqueue(self, sender: bytes, msg: dict) -> None:
         """A holder is about to requeue: if it is queued here, say so."""

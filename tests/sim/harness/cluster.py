@@ -1,0 +1,449 @@
+"""A simulated Disque cluster: real ``disque.node.Node`` cores on a fake network.
+
+``Sim(nodes=5, seed=42)`` builds five nodes with addresses 10.0.0.1:7711,
+10.0.0.2:7712, ... (bus port = client port + 10000). Each node gets its
+cron every 100 ms of virtual time (hz 10, random phase) and its job
+timers as soon as they are due (``Node.next_timer``). Nodes can crash
+(state lost, like a SIGKILL without AOF) and restart with the same ID and
+the peers saved in their simulated nodes.conf.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import random
+import sys
+from typing import Callable
+
+from disque.cluster import nodesconf
+from disque.cluster.membership import HANDSHAKE
+from disque.config import Config
+from disque.host import Host
+from disque.jobs.timers import NEVER
+from disque.node import Node
+
+from tests.sim.harness.clients import Request, SimClient, SimFailure, parse_reply, to_bytes
+from tests.sim.harness.network import INF, EventLoop, Network, NetParams, SimBus
+
+BASE_PORT = 7711
+
+
+class SimHost(Host):
+    """Process services of a simulated node: nodes.conf lives in memory."""
+
+    def __init__(self, simnode: "SimNode") -> None:
+        self.simnode = simnode
+        self.node: Node | None = None
+        self.saves = 0
+
+    def save_cluster_config(self) -> str | None:
+        if self.node is not None and self.simnode.node is self.node:
+            self.simnode.saved_conf = nodesconf.render(self.node.membership)
+            self.saves += 1
+        return None
+
+
+class SimNode:
+    """One server "machine": its address, persisted nodes.conf and current process."""
+
+    def __init__(self, index: int, node_id: bytes) -> None:
+        self.index = index
+        self.name = "n%d" % index
+        self.ip = "10.0.0.%d" % (index + 1)
+        self.port = BASE_PORT + index
+        self.bus_port = self.port + 10000
+        self.node_id = node_id
+        self.node: Node | None = None  # None while crashed
+        self.bus: SimBus | None = None
+        self.host: SimHost | None = None
+        self.incarnation = 0
+        self.saved_conf: str | None = None
+        self.timer_at = INF
+        self.waiting: dict[SimClient, Request] = {}  # clients with a pending (blocked) request
+        self.crashes = 0
+        self.clock_offset = 0.0  # this machine's clock minus the true time, ms
+
+    @property
+    def alive(self) -> bool:
+        return self.node is not None
+
+    def __repr__(self) -> str:
+        return "<SimNode %s %s%s>" % (self.name, self.node_id[:8].decode(),
+                                      "" if self.alive else " DOWN")
+
+
+class Sim:
+    """A deterministic simulation of ``nodes`` Disque nodes.
+
+    ``configure(config, index)`` may adjust each node's Config before it
+    boots (and again on every restart).
+    """
+
+    def __init__(self, nodes: int = 3, seed: int = 0, *, node_timeout: int = 3000,
+                 net: NetParams | None = None, configure: Callable | None = None,
+                 trace: bool | None = None) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.loop = EventLoop()
+        self.net = Network(self, net if net is not None else NetParams())
+        self.node_timeout = node_timeout
+        self.configure = configure
+        self.client_ids = 0
+        self.trace_lines: list[str] = []
+        if trace is None:
+            trace = bool(os.environ.get("SIM_TRACE"))
+        self.tracing = trace
+        if trace:
+            self.net.trace = self.trace
+        self.observers: list[Callable] = []  # fn(request) on every completed request
+        # Digest of every delivered message and reply, with its time: two runs
+        # of the same seed must produce the same one.
+        self.history = hashlib.blake2b(digest_size=16)
+        self.nodes: list[SimNode] = []
+        for i in range(nodes):
+            node_id = b"%040x" % self.rng.getrandbits(160)
+            sn = SimNode(i, node_id)
+            self.nodes.append(sn)
+        for sn in self.nodes:
+            self._boot(sn)
+
+    # ------------------------------------------------------------------ time
+
+    @property
+    def now(self) -> float:
+        """Virtual Unix time in ms."""
+        return self.loop.now
+
+    def clock(self) -> int:
+        """The true virtual time (ms); node ``i`` reads ``clock() + clock_offset``."""
+        return int(self.loop.now)
+
+    def set_clock_offset(self, i: int, offset_ms: float) -> None:
+        """Skew node ``i``'s clock (changing it at run time is an NTP-style jump)."""
+        sn = self.nodes[i]
+        sn.clock_offset = offset_ms
+        sn.timer_at = INF  # re-plan its timer wake-up in true time
+        self.poke(sn)
+
+    def run_for(self, ms: float) -> None:
+        """Advance virtual time by ``ms``, running everything due."""
+        self.loop.run_until(self.loop.now + ms)
+
+    def run_until(self, pred: Callable[[], bool], max_ms: float, step_ms: float = 10) -> bool:
+        """Run until ``pred()`` holds (checked every ``step_ms``); False on timeout."""
+        deadline = self.loop.now + max_ms
+        while True:
+            if pred():
+                return True
+            if self.loop.now >= deadline:
+                return False
+            self.loop.run_until(min(deadline, self.loop.now + step_ms))
+
+    def at(self, when: float, fn: Callable, *args) -> None:
+        """Schedule a harness action at virtual time ``when``."""
+        self.loop.at(when, fn, *args)
+
+    def after(self, ms: float, fn: Callable, *args) -> None:
+        """Schedule a harness action ``ms`` from now."""
+        self.loop.after(ms, fn, *args)
+
+    def trace(self, line: str) -> None:
+        if self.tracing:
+            text = "%13.3f %s" % (self.loop.now - 1_700_000_000_000, line)
+            self.trace_lines.append(text)
+            print(text, file=sys.stderr)
+
+    # ---------------------------------------------------------------- nodes
+
+    def node(self, i: int) -> Node:
+        """The running Node core of machine ``i`` (fails if it is down)."""
+        node = self.nodes[i].node
+        if node is None:
+            raise SimFailure("node n%d is down" % i)
+        return node
+
+    def alive(self) -> list[SimNode]:
+        return [sn for sn in self.nodes if sn.node is not None]
+
+    def by_address(self, ip: str, bus_port: int) -> SimNode | None:
+        for sn in self.nodes:
+            if sn.ip == ip and sn.bus_port == bus_port:
+                return sn
+        return None
+
+    def by_id(self, node_id: bytes) -> SimNode | None:
+        for sn in self.nodes:
+            if sn.node_id == node_id:
+                return sn
+        return None
+
+    def _config(self, sn: SimNode) -> Config:
+        config = Config()
+        config.port = sn.port
+        config.cluster_node_timeout = self.node_timeout
+        if self.configure is not None:
+            self.configure(config, sn.index)
+        return config
+
+    def _boot(self, sn: SimNode) -> None:
+        sn.incarnation += 1
+        sn.host = SimHost(sn)
+        sn.bus = SimBus(self.net, sn)
+        config = self._config(sn)
+        loop = self.loop
+
+        def clock(sn=sn) -> int:
+            return int(loop.now + sn.clock_offset)
+
+        node = Node(config, sn.node_id, clock=clock,
+                    rng=random.Random(self.rng.getrandbits(64)), host=sn.host, bus=sn.bus)
+        if sn.saved_conf is not None:
+            nodesconf.restore(node.membership, nodesconf.parse(sn.saved_conf, clock()),
+                              config.port)
+        sn.host.node = node
+        sn.node = node
+        sn.timer_at = INF
+        if sn.saved_conf is None:
+            sn.host.save_cluster_config()  # like the server: nodes.conf written at first start
+        period = 1000 / max(1, config.hz)
+        self.loop.after(self.rng.random() * period, self._cron, sn, sn.incarnation, period)
+        self.trace("boot %s (incarnation %d)" % (sn.name, sn.incarnation))
+
+    def _cron(self, sn: SimNode, incarnation: int, period: float) -> None:
+        if sn.node is None or sn.incarnation != incarnation:
+            return
+        sn.node.cron()
+        self.poke(sn)
+        self.loop.after(period, self._cron, sn, incarnation, period)
+
+    def poke(self, sn: SimNode) -> None:
+        """Make sure ``run_timers`` runs when the node's next timer is due."""
+        node = sn.node
+        if node is None:
+            return
+        due = node.next_timer()
+        if due >= NEVER:
+            return
+        due -= sn.clock_offset  # node time -> true time
+        # ``due`` is the start of an 8 ms timer bucket: wake up at its end, when
+        # everything in it is due (<= 7 ms late; C runs timers every 1-100 ms).
+        when = due + 7
+        floor_next = math.floor(self.loop.now) + 1
+        if when < floor_next:
+            when = floor_next
+        if when < sn.timer_at:
+            sn.timer_at = when
+            self.loop.at(when, self._timers, sn, sn.incarnation, when)
+
+    def _timers(self, sn: SimNode, incarnation: int, when: float) -> None:
+        if sn.node is None or sn.incarnation != incarnation or sn.timer_at != when:
+            return
+        sn.timer_at = INF
+        sn.node.run_timers()
+        self.poke(sn)
+
+    def crash(self, i: int) -> None:
+        """Kill machine ``i`` instantly: jobs, queues and clients are lost."""
+        sn = self.nodes[i]
+        if sn.node is None:
+            return
+        self.trace("crash %s" % sn.name)
+        sn.node = None
+        sn.crashes += 1
+        if sn.bus is not None:
+            sn.bus.shutdown()
+        sn.bus = None
+        sn.timer_at = INF
+        self.net.node_gone(sn)
+        waiting = list(sn.waiting.items())
+        sn.waiting.clear()
+        for client, request in waiting:
+            request.lost = True
+            self._finish(request)
+
+    def restart(self, i: int) -> None:
+        """Start machine ``i`` again: same ID and nodes.conf, no jobs (no AOF)."""
+        sn = self.nodes[i]
+        if sn.node is not None:
+            return
+        self._boot(sn)
+
+    # ------------------------------------------------------- bus callbacks
+
+    def call_link_up(self, sn: SimNode, node_id: bytes, link) -> None:
+        sn.node.link_up(node_id, link)
+        self.poke(sn)
+
+    def call_link_down(self, sn: SimNode, node_id: bytes, incarnation: int | None = None) -> None:
+        if sn.node is None or (incarnation is not None and incarnation != sn.incarnation):
+            return
+        if sn.bus.outbound.get(node_id) is not None:
+            return  # already reconnected: this notice is about an older connection
+        sn.node.link_down(node_id)
+        self.poke(sn)
+
+    def deliver(self, sn: SimNode, link, msg) -> None:
+        sn.node.receive_bus(link, msg)
+        self.poke(sn)
+
+    # -------------------------------------------------------------- clients
+
+    def client(self, i: int) -> SimClient:
+        """A new client connection to node ``i``."""
+        sn = self.nodes[i]
+        if sn.node is None:
+            raise SimFailure("cannot connect to %s: down" % sn.name)
+        self.client_ids += 1
+        return SimClient(self, sn, self.client_ids)
+
+    def command(self, i: int, *args, client: SimClient | None = None,
+                on_reply: Callable | None = None) -> Request:
+        """Send a command to node ``i`` now. The reply may come later
+        (blocked command); ``on_reply(request)`` then runs as a new event."""
+        sn = self.nodes[i]
+        argv = [to_bytes(a) for a in args]
+        if client is None:
+            if sn.node is None:
+                request = Request(i, argv, self.loop.now, None)
+                request.lost = True
+                if on_reply is not None:
+                    request.callbacks.append(on_reply)
+                self._finish(request)
+                return request
+            client = self.client(i)
+        if client.request is not None:
+            raise SimFailure("client %d already has a pending request" % client.id)
+        request = Request(i, argv, self.loop.now, client)
+        if on_reply is not None:
+            request.callbacks.append(on_reply)
+        if sn.node is None or client.incarnation != sn.incarnation:
+            request.lost = True
+            self._finish(request)
+            return request
+        client.request = request
+        if self.tracing:
+            self.trace("%s <- client %d: %s" % (sn.name, client.id, b" ".join(
+                a[:40] for a in argv).decode("latin-1")))
+        raw = sn.node.call(client, argv)
+        if raw is None:
+            if client.blocked is None and client.request is request and not request.done:
+                raise SimFailure("%s returned no reply to %r but did not block the client"
+                                 % (sn.name, argv))
+            if not request.done:
+                request.blocked = True
+                sn.waiting[client] = request
+        else:
+            self.complete(request, raw)
+        self.poke(sn)
+        return request
+
+    def complete(self, request: Request, raw: bytes) -> None:
+        """A reply arrived for ``request`` (synchronously or from an unblock)."""
+        if request.done:
+            raise SimFailure("second reply %r for %r" % (raw[:80], request))
+        request.raw = raw
+        self.history.update(b"%d@%r:" % (request.node, self.loop.now) + raw)
+        request.value = parse_reply(raw)
+        if self.tracing:
+            self.trace("%s -> client %d: %r" % (self.nodes[request.node].name,
+                                                 request.client.id, raw[:120]))
+        client = request.client
+        client.request = None
+        self.nodes[request.node].waiting.pop(client, None)
+        self._finish(request)
+
+    def _finish(self, request: Request) -> None:
+        request.done_at = self.loop.now
+        for observer in self.observers:
+            observer(request)
+        for callback in request.callbacks:
+            # Never re-enter a node from inside one of its calls.
+            self.loop.after(0, callback, request)
+
+    def call(self, i: int, *args):
+        """Run a command on node ``i`` that must reply at once; return the value."""
+        request = self.command(i, *args)
+        if not request.done:
+            raise SimFailure("%r blocked" % (request,))
+        if request.lost:
+            raise SimFailure("%r: node down" % (request,))
+        return request.value
+
+    # -------------------------------------------------------------- cluster
+
+    def meet_chain(self) -> None:
+        """CLUSTER MEET 0→1, 1→2, ... (discovery must do the rest)."""
+        for a, b in zip(self.nodes, self.nodes[1:]):
+            reply = self.call(a.index, "CLUSTER", "MEET", b.ip, b.port)
+            if reply != b"OK":
+                raise SimFailure("CLUSTER MEET failed: %r" % (reply,))
+
+    def meet_all(self) -> None:
+        """CLUSTER MEET from every live node to every other one (operator repair)."""
+        for a in self.alive():
+            for b in self.nodes:
+                if b is not a:
+                    self.call(a.index, "CLUSTER", "MEET", b.ip, b.port)
+
+    def is_full_mesh(self, members: list[int] | None = None, exact: bool = True) -> bool:
+        """Every listed live node knows every other one, linked, reachable; with
+        ``exact`` the tables hold nothing else (no handshakes, no strangers)."""
+        members = [i for i in (members if members is not None else range(len(self.nodes)))
+                   if self.nodes[i].alive]
+        ids = {self.nodes[i].node_id for i in members}
+        for i in members:
+            node = self.nodes[i].node
+            table = node.membership.nodes
+            if exact and len(table) != len(self.nodes):
+                return False
+            for node_id in ids:
+                entry = table.get(node_id)
+                if entry is None or entry.flags & HANDSHAKE:
+                    return False
+                if node_id != node.id and (not entry.link or not entry.is_reachable):
+                    return False
+            if len(ids.intersection(node.membership.reachable)) < len(members) - 1:
+                return False
+        return True
+
+    def wait_full_mesh(self, max_ms: float = 30000, members: list[int] | None = None) -> None:
+        """Run until ``is_full_mesh``; fail with every node's table otherwise."""
+        if not self.run_until(lambda: self.is_full_mesh(members), max_ms, step_ms=50):
+            raise SimFailure("no full mesh after %d ms:\n%s" % (max_ms, self.describe_nodes()))
+
+    def join(self) -> None:
+        """MEET chain plus full mesh: a ready cluster."""
+        self.meet_chain()
+        self.wait_full_mesh()
+
+    # ---------------------------------------------------------- diagnostics
+
+    def describe_nodes(self) -> str:
+        lines = []
+        for sn in self.nodes:
+            if sn.node is None:
+                lines.append("%s DOWN" % sn.name)
+                continue
+            lines.append("%s %s:" % (sn.name, sn.ip))
+            for row in sn.node.membership.render_nodes().decode().splitlines():
+                node_id = row.split()[0].encode()
+                owner = self.by_id(node_id)
+                lines.append("    %s %s" % (owner.name if owner else "??", row))
+        return "\n".join(lines)
+
+    def holders(self, job_id: bytes) -> dict[str, str]:
+        """Which live nodes hold ``job_id`` and in which state."""
+        from disque.jobs.job import STATE_NAMES
+        out = {}
+        for sn in self.nodes:
+            if sn.node is not None:
+                job = sn.node.jobs.get(job_id)
+                if job is not None:
+                    out[sn.name] = STATE_NAMES[job.state].decode()
+        return out
+
+    def name_of(self, node_id: bytes) -> str:
+        sn = self.by_id(node_id)
+        return sn.name if sn is not None else node_id[:8].decode("latin-1")
