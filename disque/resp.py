@@ -41,6 +41,9 @@ ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
 
 _STAR = 42
 _DOLLAR = 36
+# hiredis moves its unread bytes to the front of its buffer each time it has
+# consumed 1 KB: a large read is fed in slices so that stays cheap.
+FEED_SLICE = 4096
 # hiredis sizes a list from an array header before its elements arrive, and
 # freeing a list of 2^31 slots takes seconds: data that holds a count this
 # big (or a bulk that merely looks like one) goes to the Python parser.
@@ -206,14 +209,20 @@ class RequestParser:
         so a long pipeline is never re-parsed once per command.
         """
         reader = self._reader
-        reader.feed(buf, pos)
-        append = commands.append
         n = len(buf)
+        fed = min(n, pos + FEED_SLICE)
+        reader.feed(buf, pos, fed - pos)
+        append = commands.append
         max_bulk_len = self.max_bulk_len
         try:
             while True:
                 cmd = reader.gets()
                 if cmd is False:
+                    if fed < n:
+                        step = min(n - fed, FEED_SLICE)
+                        reader.feed(buf, fed, step)
+                        fed += step
+                        continue
                     break
                 if type(cmd) is not list or buf[pos] != _STAR:
                     raise _HiredisFallback

@@ -8,10 +8,12 @@ know are dropped.
 
 from __future__ import annotations
 
-from disque.jobs.ids import is_valid_job_id
 from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 
 _FIELDS = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
+
+
+_INT_ONLY = {int}
 
 
 class BadJobPayload(ValueError):
@@ -34,30 +36,39 @@ def to_storage(job: Job) -> list:
     return _fields(job, job.etime, job.flags) + [job.state]
 
 
-def _decode(payload, known_nodes) -> tuple[Job, int, int]:
-    if not isinstance(payload, (list, tuple)) or len(payload) < _FIELDS:
-        raise BadJobPayload("not a job")
-    (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-     delivered) = payload[:_FIELDS]
-    if not (type(job_id) is bytes and is_valid_job_id(job_id) and type(queue) is bytes
-            and type(body) is bytes and isinstance(delivered, (list, tuple))):
+def _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
+           delivered, known_nodes) -> Job:
+    """Validate decoded fields and make the Job (etime, flags and state set by callers)."""
+    if not (type(job_id) is bytes and len(job_id) == 40 and job_id[:2] == b"D-"
+            and job_id[10] == 45 and job_id[35] == 45 and type(queue) is bytes
+            and type(body) is bytes and type(delivered) in (list, tuple)):
         raise BadJobPayload("bad job fields")
-    for value in (repl, ctime, etime, delay, retry, nacks, adeliv, flags):
-        if type(value) is not int or value < 0:
-            raise BadJobPayload("bad job numbers")
+    numbers = (repl, ctime, etime, delay, retry, nacks, adeliv, flags)
+    if set(map(type, numbers)) != _INT_ONLY or min(numbers) < 0:  # two C-level passes
+        raise BadJobPayload("bad job numbers")
     if not 1 <= repl <= 65535:
         raise BadJobPayload("bad replication factor")
-    job = Job(job_id, queue, body, repl, ctime, 0, delay, retry)
+    job = Job(job_id, queue, body, repl, ctime, etime, delay, retry)
     job.nacks = nacks & 0xFFFF
     job.adeliv = adeliv & 0xFFFF
-    job.delivered = tuple(dict.fromkeys(
-        n for n in delivered if type(n) is bytes and (known_nodes is None or n in known_nodes)))
-    return job, etime, flags
+    if len(delivered) == 1 and type(delivered[0]) is bytes and (
+            known_nodes is None or delivered[0] in known_nodes):
+        job.delivered = (delivered[0],)
+    else:
+        job.delivered = tuple(dict.fromkeys(
+            n for n in delivered
+            if type(n) is bytes and (known_nodes is None or n in known_nodes)))
+    return job
 
 
 def from_bus(payload, now_ms: int, known_nodes) -> Job:
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
-    job, remaining, flags = _decode(payload, known_nodes)
+    if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
+        raise BadJobPayload("not a job")
+    (job_id, queue, body, repl, ctime, remaining, delay, retry, nacks, adeliv, flags,
+     delivered) = payload[:_FIELDS]
+    job = _build(job_id, queue, body, repl, ctime, remaining, delay, retry, nacks, adeliv, flags,
+                 delivered, known_nodes)
     job.etime = now_ms // 1000 + remaining
     job.flags = flags & ~DELIVERED & 0x7
     job.state = ACTIVE
@@ -66,10 +77,13 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
 
 def from_storage(payload, known_nodes) -> tuple[Job, bool]:
     """Decode an AOF job; returns (job in state active, was it stored as queued)."""
-    job, etime, flags = _decode(payload, known_nodes)
-    if len(payload) <= _FIELDS or payload[_FIELDS] not in (ACTIVE, QUEUED):
+    if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
+        raise BadJobPayload("not a stored job")
+    (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
+     delivered, state) = payload
+    if state != ACTIVE and state != QUEUED:
         raise BadJobPayload("bad stored state")
-    job.etime = etime
+    job = _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
+                 delivered, known_nodes)
     job.flags = flags & 0x7
-    job.state = ACTIVE
-    return job, payload[_FIELDS] == QUEUED
+    return job, state == QUEUED
