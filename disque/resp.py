@@ -41,6 +41,9 @@ ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
 
 _STAR = 42
 _DOLLAR = 36
+# Bytes taken by a bulk argument of a given size: '$' size CRLF data CRLF.
+_FRAMED_SIZES = 4096
+_FRAMED = [size + len(str(size)) + 5 for size in range(_FRAMED_SIZES)]
 # hiredis moves its unread bytes to the front of its buffer each time it has
 # consumed 1 KB: a large read is fed in slices so that stays cheap.
 FEED_SLICE = 4096
@@ -214,6 +217,7 @@ class RequestParser:
         reader.feed(buf, pos, fed - pos)
         append = commands.append
         max_bulk_len = self.max_bulk_len
+        table_limit = min(_FRAMED_SIZES, max_bulk_len + 1)
         try:
             while True:
                 cmd = reader.gets()
@@ -232,9 +236,14 @@ class RequestParser:
                 p = pos + (4 if count < 10 else len(str(count)) + 3)
                 for arg in cmd:
                     size = len(arg)  # TypeError for integers, nil, doubles...
-                    if buf[p] != _DOLLAR or size > max_bulk_len:
+                    if buf[p] != 36:  # '$'
                         raise _HiredisFallback
-                    p += size + (6 if size < 10 else len(str(size)) + 5)
+                    if size < table_limit:
+                        p += _FRAMED[size]
+                    elif size > max_bulk_len:
+                        raise _HiredisFallback
+                    else:
+                        p += size + len(str(size)) + 5
                 if count:
                     append(cmd)
                 pos = p

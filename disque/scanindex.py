@@ -17,24 +17,21 @@ _PAGE_MASK = _PAGE_SIZE - 1
 class ScanIndex:
     """Items with a writable ``seq`` attribute."""
 
-    __slots__ = ("_pages", "_live", "_next")
+    __slots__ = ("_pages", "_next")
 
     def __init__(self) -> None:
         self._pages: dict[int, list] = {}
-        self._live: dict[int, int] = {}
         self._next = 1  # cursor 0 means "start", so numbering starts at 1
 
     def add(self, item) -> None:
         """Give ``item`` the next sequence number."""
         seq = self._next
         self._next = seq + 1
-        page_no = seq >> _PAGE_BITS
-        page = self._pages.get(page_no)
+        page = self._pages.get(seq >> _PAGE_BITS)
         if page is None:
-            page = self._pages[page_no] = [None] * _PAGE_SIZE
-            self._live[page_no] = 0
+            page = self._pages[seq >> _PAGE_BITS] = [None] * _PAGE_SIZE + [0]
         page[seq & _PAGE_MASK] = item
-        self._live[page_no] += 1
+        page[_PAGE_SIZE] += 1  # live items, kept in the page's extra last slot
         item.seq = seq
 
     def remove(self, item) -> None:
@@ -46,17 +43,13 @@ class ScanIndex:
             return
         page[seq & _PAGE_MASK] = None
         item.seq = -1
-        live = self._live[page_no] - 1
-        if live or page_no == self._next >> _PAGE_BITS:
-            self._live[page_no] = live
-        else:
+        page[_PAGE_SIZE] -= 1
+        if not page[_PAGE_SIZE] and page_no != self._next >> _PAGE_BITS:
             del self._pages[page_no]
-            del self._live[page_no]
 
     def clear(self) -> None:
         """Forget everything (sequence numbers keep growing)."""
         self._pages.clear()
-        self._live.clear()
 
     def scan(self, cursor: int, budget: int) -> tuple[int, list]:
         """Return (next cursor, items) visiting at most ``budget`` slots.
