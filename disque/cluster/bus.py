@@ -33,6 +33,7 @@ class BusConnection(asyncio.Protocol):
         self.buffer = bytearray()
         self.link: Link | None = None
         self.closed = False
+        self.out: list[bytes] | None = None  # frames waiting for this loop turn's flush
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
@@ -79,13 +80,23 @@ class BusConnection(asyncio.Protocol):
         self.bus.server_after_bus()
 
     def write(self, frame: bytes) -> None:
-        transport = self.transport
-        if transport is None or self.closed:
+        """Queue a frame; every connection written to is flushed once per loop turn,
+        so the messages a burst of commands produces cost one syscall per peer."""
+        if self.transport is None or self.closed:
             return
-        before_write = self.bus.before_write
-        if before_write is not None:
-            before_write()
-        transport.write(frame)
+        if self.out is None:
+            self.out = [frame]
+            self.bus.flush_soon(self)
+        else:
+            self.out.append(frame)
+
+    def flush(self) -> None:
+        out = self.out
+        self.out = None
+        transport = self.transport
+        if not out or transport is None or self.closed:
+            return
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
         if transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
             logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
             self.close()
@@ -109,6 +120,7 @@ class ClusterBus(BusTransport):
         self.servers: list[asyncio.AbstractServer] = []
         self._after_bus = after_bus
         self.before_write = before_write  # e.g. flush the AOF before messages leave
+        self.dirty: list[BusConnection] = []
         self._packed_msg = None
         self._packed_frame = b""
 
@@ -117,6 +129,20 @@ class ClusterBus(BusTransport):
         self.servers.append(await self.loop.create_server(
             lambda: BusConnection(self, None), hosts or None, port, backlog=backlog,
             reuse_address=True))
+
+    def flush_soon(self, conn: BusConnection) -> None:
+        """Have ``conn`` written out at the end of this loop turn."""
+        if not self.dirty:
+            self.loop.call_soon(self._flush_dirty)
+        self.dirty.append(conn)
+
+    def _flush_dirty(self) -> None:
+        dirty = self.dirty
+        self.dirty = []
+        if self.before_write is not None:
+            self.before_write()
+        for conn in dirty:
+            conn.flush()
 
     def server_after_bus(self) -> None:
         if self._after_bus is not None:

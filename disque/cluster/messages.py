@@ -112,8 +112,20 @@ def _is_ip(text: str) -> bool:
 
 def _is_node_id(value) -> bool:
     # Node IDs are 40 hex characters; anything else would corrupt nodes.conf
-    # and CLUSTER NODES (spec: cluster-bus.md §2).
-    return type(value) is bytes and len(value) == 40 and not value.translate(None, _HEX)
+    # and CLUSTER NODES (spec: cluster-bus.md §2). Every message carries its
+    # sender's ID, so IDs already seen valid are remembered (a cluster has few).
+    if type(value) is not bytes:
+        return False
+    if value in _VALID_IDS:
+        return True
+    if len(value) == 40 and not value.translate(None, _HEX):
+        if len(_VALID_IDS) < 4096:
+            _VALID_IDS.add(value)
+        return True
+    return False
+
+
+_VALID_IDS: set[bytes] = set()
 
 
 def _is_job_id(value) -> bool:

@@ -27,16 +27,19 @@ class Replication:
         if added:
             job.delivered = delivered + tuple(added)
         confirmed = job.confirmed or ()
-        payload = None
+        messages: dict[int, dict] = {}  # one message (packed once) per flag value
         for node_id in job.delivered:
             if node_id == self.id:
                 continue
             if node_id in confirmed and not added:
                 continue
-            if payload is None:
-                payload = to_bus(job, self.now)
             flags = m.MFLAG_NOREPLY if noreply or node_id in confirmed else 0
-            self.send_to(node_id, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: flags})
+            msg = messages.get(flags)
+            if msg is None:
+                payload = next(iter(messages.values()))[m.JOB] if messages else to_bus(job,
+                                                                                      self.now)
+                msg = messages[flags] = {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: flags}
+            self.send_to(node_id, msg)
         return len(added)
 
     def retry_pending_replications(self) -> None:
