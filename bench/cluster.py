@@ -23,6 +23,7 @@ from bench.single import _cycle_measurements, _cycle_shape
 
 log = logging.getLogger("bench")
 CLUSTER_SIZE = 3
+CLUSTER_PRODUCERS = 32
 
 
 def cluster_addjob(servers: Servers, settings: Settings) -> list[Measurement]:
@@ -54,8 +55,12 @@ def cluster_addjob(servers: Servers, settings: Settings) -> list[Measurement]:
 
 def federation(servers: Servers, settings: Settings) -> list[Measurement]:
     """Local cycle (REPLICATE 3, one node) and federation (A -> B), same cluster."""
+    # A synchronous ADDJOB blocks its connection until the replicas answer,
+    # so producers use many connections with one job in flight each, as a
+    # pool of application clients would.
     full = loadgen.CycleConfig(duration=settings.cycle_duration, warmup=settings.cycle_warmup,
-                               body_bytes=settings.body_bytes)
+                               body_bytes=settings.body_bytes, producers=CLUSTER_PRODUCERS,
+                               batch=1)
     paced = dataclasses.replace(full, rate=settings.cycle_rate)
     out = []
     with servers.cluster(CLUSTER_SIZE) as nodes:
