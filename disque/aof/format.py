@@ -21,7 +21,7 @@ REASON_DELETED = b"deleted"
 REASON_EVICTED = b"evicted"
 REASON_MOVED = b"moved"
 
-_LOADJOB_HEAD = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n"
+_LOADJOB_FORMAT = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n"
 _DELJOB_FORMAT = b"*7\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n"
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -31,11 +31,9 @@ def _digits(n: int) -> int:
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
-    """``LOADJOB <msgpack job> <unix ms>``."""
+    """``LOADJOB <msgpack job> <unix ms>`` (on the ADDJOB hot path with appendonly on)."""
     payload = _packb(to_storage(job))
-    stamp = b"%d" % now_ms
-    return b"".join((_LOADJOB_HEAD % len(payload), payload, b"\r\n$%d\r\n" % len(stamp),
-                     stamp, b"\r\n"))
+    return _LOADJOB_FORMAT % (len(payload), payload, len(str(now_ms)), now_ms)
 
 
 def deljob_record(job, now_ms: int, reason: bytes) -> bytes:

@@ -31,9 +31,11 @@ def to_bus(job: Job, now_ms: int) -> list:
     return _fields(job, remaining, job.flags & ~DELIVERED)
 
 
-def to_storage(job: Job) -> list:
-    """AOF form: absolute etime, local flags and the state."""
-    return _fields(job, job.etime, job.flags) + [job.state]
+def to_storage(job: Job) -> tuple:
+    """AOF form: absolute etime, local flags and the state (msgpack packs tuples
+    as arrays, and one tuple is cheaper than two lists on the ADDJOB path)."""
+    return (job.id, job.queue, job.body, job.repl, job.ctime, job.etime, job.delay, job.retry,
+            job.nacks, job.adeliv, job.flags, job.delivered, job.state)
 
 
 def _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,

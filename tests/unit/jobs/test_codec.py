@@ -84,7 +84,7 @@ def test_storage_round_trip():
 
 def test_storage_refuses_other_states():
     for state in (ACKED, 0, 9, None):
-        payload = to_storage(sample_job())
+        payload = list(to_storage(sample_job()))
         payload[12] = state
         with pytest.raises(BadJobPayload):
             from_storage(payload, None)
