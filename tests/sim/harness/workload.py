@@ -20,12 +20,16 @@ and the ledger checks what the cluster promised:
 from __future__ import annotations
 
 import random
+from typing import TYPE_CHECKING
 
 from disque.cluster.membership import FAIL, LEAVING, PFAIL
 from disque.jobs.job import ACTIVE
 
 from tests.sim.harness.checks import check_cluster
 from tests.sim.harness.clients import SimFailure, is_error
+
+if TYPE_CHECKING:
+    from tests.sim.harness.fuzz import MessageFuzzer
 
 QUEUES = (b"q0", b"q1", b"q2")
 RELINK_MS = 5000  # after healing, every bus link is up again well within this

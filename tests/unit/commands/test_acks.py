@@ -29,16 +29,6 @@ MULTI_ID_COMMANDS = ["ACKJOB", "FASTACK", "DELJOB", "NACK", "ENQUEUE", "DEQUEUE"
 
 
 @pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
-
-
-@pytest.fixture
 def cluster():
     """A node that knows one linked peer (messages land in node.sent_messages)."""
     node = make_node()

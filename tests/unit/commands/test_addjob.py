@@ -45,16 +45,6 @@ PAUSED = b"-PAUSED Queue paused in input, try later\r\n"
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
 
-@pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
-
-
 # ------------------------------------------------------------------ arity
 
 @pytest.mark.parametrize("args", [["ADDJOB"], ["ADDJOB", "q"], ["ADDJOB", "q", "body"],

@@ -14,16 +14,6 @@ NOAUTH = b"-NOAUTH Authentication required.\r\n"
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
 
-@pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
-
-
 def info_sections(text: bytes) -> list[str]:
     return [line[2:] for line in text.decode().split("\r\n") if line.startswith("# ")]
 

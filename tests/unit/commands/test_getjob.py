@@ -6,7 +6,7 @@ import pytest
 
 from disque.clients import ClientState
 from disque.cluster.membership import LEAVING
-from tests.unit.helpers import Cmd, advance, make_node
+from tests.unit.helpers import Cmd, advance
 
 SYNTAX = b"-ERR syntax error\r\n"
 COUNT_ERR = b"-ERR COUNT must be a number greater than zero\r\n"
@@ -14,16 +14,6 @@ TIMEOUT_NOT_INT = b"-ERR timeout is not an integer or out of range\r\n"
 TIMEOUT_NEG = b"-ERR timeout is negative\r\n"
 LEAVING_ERR = b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n"
 NIL_ARRAY = b"*-1\r\n"
-
-
-@pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
 
 
 def entry(queue: bytes, job_id: bytes, body: bytes) -> bytes:

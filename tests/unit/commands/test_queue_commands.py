@@ -14,16 +14,6 @@ NOT_INT = b"-ERR value is not an integer or out of range\r\n"
 BAD_CURSOR = b"-ERR invalid cursor or option name\r\n"
 
 
-@pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
-
-
 def as_dict(flat: list) -> dict:
     return dict(zip(flat[::2], flat[1::2]))
 

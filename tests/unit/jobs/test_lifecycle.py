@@ -19,16 +19,6 @@ from tests.unit.helpers import (
 )
 
 
-@pytest.fixture
-def node():
-    return make_node()
-
-
-@pytest.fixture
-def cmd(node):
-    return Cmd(node)
-
-
 def run_until(node, end: int) -> list[int]:
     """Fire every timer exactly at its due time up to ``end``; return the times
     at which run_timers did something."""
