@@ -133,40 +133,55 @@ def _is_job_id(value) -> bool:
             and value[10] == 45 and value[35] == 45)
 
 
+def _is_list(value) -> bool:
+    return type(value) is list
+
+
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def _is_bytes(value) -> bool:
+    return type(value) is bytes
+
+
+_CHECKS = {_JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int,
+           bytes: _is_bytes}
+# Per type, the body fields with their predicates, compiled once from BODY_SCHEMAS.
+_BODY_CHECKS = {kind: tuple((key, _CHECKS[what]) for key, what in schema.items())
+                for kind, schema in BODY_SCHEMAS.items()}
+
+
 def problem(msg) -> str | None:
     """Why a decoded message cannot be processed, or None if it is well formed.
 
     Handlers trust what passes this check, so a peer sending garbage is
-    logged and ignored instead of reaching the state machine.
+    logged and ignored instead of reaching the state machine. Runs for
+    every message, so it is written for the valid case: ``x >> 16`` is 0
+    exactly for the integers 0..65535.
     """
     if type(msg) is not dict:
         return "not a map"
-    if msg.get(VERSION) != PROTOCOL_VERSION:
-        return "unsupported bus protocol version %r" % (msg.get(VERSION),)
-    kind = msg.get(TYPE)
-    schema = BODY_SCHEMAS.get(kind) if type(kind) is str else None  # a map or list is unhashable
-    if schema is None:
+    get = msg.get
+    if get(VERSION) != PROTOCOL_VERSION:
+        return "unsupported bus protocol version %r" % (get(VERSION),)
+    kind = get(TYPE)
+    checks = _BODY_CHECKS.get(kind) if type(kind) is str else None  # a map is unhashable
+    if checks is None:
         return "unknown message type %r" % (kind,)
-    sender = msg.get(SENDER)
-    if not _is_node_id(sender):
+    sender = get(SENDER)
+    if sender not in _VALID_IDS and not _is_node_id(sender):
         return "bad sender"
-    port = msg.get(PORT)
-    if type(port) is not int or not 0 <= port <= 65535:
+    port = get(PORT)
+    if type(port) is not int or port >> 16:
         return "bad port"
-    if type(msg.get(FLAGS, 0)) is not int or type(msg.get(MFLAGS, 0)) is not int:
+    if type(get(FLAGS, 0)) is not int or type(get(MFLAGS, 0)) is not int:
         return "bad flags"
-    bport = msg.get(BPORT, 0)
-    if type(bport) is not int or not 0 <= bport <= 65535:
+    bport = get(BPORT, 0)
+    if type(bport) is not int or bport >> 16:
         return "bad bus port"
-    for key, kind_of in schema.items():
-        value = msg.get(key)
-        if kind_of is _JOB_ID:
-            if not _is_job_id(value):
-                return "bad %s" % key
-        elif kind_of is _NODE_ID:
-            if not _is_node_id(value):
-                return "bad %s" % key
-        elif type(value) is not kind_of:
+    for key, check in checks:
+        if not check(get(key)):
             return "bad %s" % key
     return None
 
