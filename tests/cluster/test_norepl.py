@@ -23,10 +23,6 @@ NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested 
 NODE_TIMEOUT_S = 3.0
 
 
-def _registered_jobs(cluster, i: int) -> int:
-    return int(cluster.call(i, "INFO", "jobs")["registered_jobs"])
-
-
 def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
     cluster = cluster_factory(3)
     assert cluster.raw(0, "ADDJOB", "nq", "b", 0, "REPLICATE", 4) == NOREPL
@@ -42,7 +38,7 @@ def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
         pending = pool.submit(raw_command, cluster.port(0), "ADDJOB", "nq", "partial", 1000,
                               "REPLICATE", 3)
         # The live replica got its copy while the producer waits...
-        wait_until(lambda: _registered_jobs(cluster, 1) == 1, 2, interval=0.02,
+        wait_until(lambda: cluster.registered_jobs(1) == 1, 2, interval=0.02,
                    message="partial copy on node 1")
         reply = pending.result(10)
         elapsed = time.monotonic() - started
@@ -50,8 +46,8 @@ def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
     assert 0.9 <= elapsed < 2.5, elapsed
     assert time.monotonic() - killed_at < NODE_TIMEOUT_S, "test too slow: node got flagged"
     # ...and the partial copies are deleted (locally and through DELJOB).
-    assert _registered_jobs(cluster, 0) == 0
-    wait_until(lambda: _registered_jobs(cluster, 1) == 0, 5, interval=0.02,
+    assert cluster.registered_jobs(0) == 0
+    wait_until(lambda: cluster.registered_jobs(1) == 0, 5, interval=0.02,
                message="partial copy deleted on node 1")
 
     # Once both other nodes are flagged, nothing above REPLICATE 1 is possible.
@@ -77,7 +73,7 @@ def test_sync_replication_completes_when_a_down_node_restarts(cluster_factory):
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(raw_command, cluster.port(0), "ADDJOB", "sq", "one", 15000,
                               "REPLICATE", 3)
-        wait_until(lambda: _registered_jobs(cluster, 1) == 1, 2, interval=0.02,
+        wait_until(lambda: cluster.registered_jobs(1) == 1, 2, interval=0.02,
                    message="copy on node 1")
         assert not pending.done()
         cluster.restart(2)

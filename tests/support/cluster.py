@@ -99,6 +99,16 @@ def parse_show(reply: list | None) -> dict | None:
     return info
 
 
+def parse_qstat(reply: list | None) -> dict | None:
+    """QSTAT's flat 20-element array → dict (None for a missing queue)."""
+    if reply is None:
+        return None
+    assert len(reply) == 20, "QSTAT must return 20 elements: %r" % (reply,)
+    info = {_text(key): value for key, value in zip(reply[0::2], reply[1::2])}
+    info["import-from"] = {_text(v) for v in info["import-from"]}
+    return info
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -307,6 +317,34 @@ class Cluster:
     def info(self, i: int) -> dict[str, str]:
         """Parsed CLUSTER INFO of node ``i``."""
         return parse_cluster_info(self.call(i, "CLUSTER", "INFO"))
+
+    def info_section(self, i: int, section: str) -> dict:
+        """One INFO section of node ``i`` (values parsed by redis-py)."""
+        return self.call(i, "INFO", section)
+
+    def registered_jobs(self, i: int) -> int:
+        """INFO jobs registered_jobs of node ``i``."""
+        return int(self.info_section(i, "jobs")["registered_jobs"])
+
+    def used_memory(self, i: int) -> int:
+        """INFO memory used_memory of node ``i`` (the dataset estimate)."""
+        return int(self.info_section(i, "memory")["used_memory"])
+
+    def qscan(self, i: int, *options) -> list[bytes]:
+        """Every queue name QSCAN BUSYLOOP lists on node ``i`` (sorted)."""
+        cursor, names = self.call(i, "QSCAN", "BUSYLOOP", *options)
+        assert cursor == b"0", "QSCAN BUSYLOOP must finish in one call"
+        return sorted(names)
+
+    def jscan(self, i: int, *options) -> list[bytes]:
+        """Every job ID JSCAN BUSYLOOP lists on node ``i``."""
+        cursor, ids = self.call(i, "JSCAN", "BUSYLOOP", *options)
+        assert cursor == b"0", "JSCAN BUSYLOOP must finish in one call"
+        return list(ids)
+
+    def qstat(self, i: int, queue) -> dict | None:
+        """Parsed QSTAT of a queue on node ``i``."""
+        return parse_qstat(self.call(i, "QSTAT", queue))
 
     def cluster_nodes(self, i: int) -> dict[str, NodeLine]:
         """Parsed CLUSTER NODES of node ``i``."""
