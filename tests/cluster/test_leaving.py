@@ -28,6 +28,8 @@ def test_leaving_node(cluster_factory):
     leaver = 0
     leaver_id = cluster.ids[leaver]
     old_job = cluster.call(leaver, "ADDJOB", "lq", "old", 0, "REPLICATE", 1, "RETRY", 0)
+    old_job2 = cluster.call(leaver, "ADDJOB", "lq", "old2", 0, "REPLICATE", 1)
+    elsewhere = cluster.call(1, "ADDJOB", "eq", "e", 0, "REPLICATE", 1)  # retry>0: odd ID
     assert cluster.raw(leaver, "CLUSTER", "LEAVING") == b"+no\r\n"
     assert cluster.raw(leaver, "CLUSTER", "LEAVING", "maybe") == \
         b"-ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'\r\n"
@@ -58,9 +60,18 @@ def test_leaving_node(cluster_factory):
 
     # Jobs already queued there are still served; then consumers are sent away.
     assert cluster.call(leaver, "GETJOB", "FROM", "lq") == [[b"lq", old_job, b"old"]]
+    assert cluster.call(leaver, "GETJOB", "NOHANG", "FROM", "lq") == [[b"lq", old_job2, b"old2"]]
+    assert cluster.call(leaver, "ACKJOB", old_job2) == 1
     assert cluster.raw(leaver, "GETJOB", "TIMEOUT", 100, "FROM", "lq") == LEAVING_ERR
     assert cluster.raw(leaver, "GETJOB", "FROM", "emptyq") == LEAVING_ERR
     assert cluster.raw(leaver, "GETJOB", "NOHANG", "FROM", "emptyq") == b"*-1\r\n"
+
+    # ACKJOB of a job it never had creates no dummy ACK (so no SETACK either).
+    registered = cluster.registered_jobs(leaver)
+    assert cluster.raw(leaver, "ACKJOB", elsewhere) == b":0\r\n"
+    assert cluster.raw(leaver, "SHOW", elsewhere) == b"$-1\r\n"
+    assert elsewhere not in cluster.jscan(leaver)
+    assert cluster.registered_jobs(leaver) == registered
 
     # ADDJOB keeps no local copy: external replication to two other nodes.
     assert cluster.raw(leaver, "ADDJOB", "lq", "lv", 0, "REPLICATE", 3) == NOREPL_LEAVING
@@ -75,6 +86,9 @@ def test_leaving_node(cluster_factory):
     assert cluster.call(getter, "GETJOB", "FROM", "lq") == [[b"lq", job_id, b"lv"]]
     assert cluster.call(getter, "ACKJOB", job_id) == 1
     cluster.wait_holders(job_id, 0, 10)
+
+    # No SETACK reached its holder: the job is still there, queued.
+    assert (cluster.show(1, elsewhere) or {}).get("state") == "queued"
 
     assert cluster.raw(leaver, "CLUSTER", "LEAVING", "no") == b"+OK\r\n"
     cluster.wait_flag(leaver, "leaving", [1, 2], present=False, timeout=5)
