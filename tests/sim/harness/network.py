@@ -155,7 +155,7 @@ class SimBus(BusTransport):
         if conn is not None:
             self.net.transmit(conn, True, msg)
         else:
-            self.net.stats["unlinked_sends"] += 1
+            self.net.send_unlinked(self.owner, node_id, msg)
 
     def reply(self, link: Link, msg: dict) -> None:
         end = link.handle
@@ -295,6 +295,15 @@ class Network:
                 self.close_conn(conn, notify_src=True)
 
     # ----------------------------------------------------------- messages
+
+    def send_unlinked(self, src, node_id: bytes, msg: dict) -> None:
+        """``src`` sent ``msg`` to ``node_id`` on a connection that broke before
+        it noticed (its link-down notice is still on the way): the message is
+        lost, like a write on a dead socket. Tests that account for every
+        message sent hook this as well as ``transmit``."""
+        self.stats["unlinked_sends"] += 1
+        self._trace("lost %s from %s to %s (no connection)", msg.get("type"), src.name,
+                    _short(node_id))
 
     def transmit(self, conn: Conn, to_dst: bool, msg: dict) -> None:
         """Send ``msg`` over ``conn`` (packed now, like the real bus)."""
