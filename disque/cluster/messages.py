@@ -170,7 +170,7 @@ def problem(msg) -> str | None:
     if checks is None:
         return "unknown message type %r" % (kind,)
     sender = get(SENDER)
-    if sender not in _VALID_IDS and not _is_node_id(sender):
+    if type(sender) is not bytes or (sender not in _VALID_IDS and not _is_node_id(sender)):
         return "bad sender"
     port = get(PORT)
     if type(port) is not int or port >> 16:

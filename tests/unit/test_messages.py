@@ -1,0 +1,61 @@
+"""Bus message validation (disque/cluster/messages.py ``problem``).
+
+Every decoded frame passes through ``problem`` before a handler sees it,
+so each header field and body field of any type must be rejected cleanly,
+including values msgpack can decode but Python cannot hash.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from disque.cluster import messages as m
+
+SENDER = b"357e57931d14b67cd18a9f63b0982d265df88424"
+JOB_ID = b"D-357e5793-X6qaUhTfkSeJMRcVbf2Z61TI-05a1"
+
+
+def gotjob(**changes) -> dict:
+    msg = {m.VERSION: 1, m.TYPE: m.GOTJOB, m.SENDER: SENDER, m.PORT: 7711, m.FLAGS: 0,
+           m.ID: JOB_ID}
+    msg.update(changes)
+    return msg
+
+
+def test_a_well_formed_message_passes():
+    assert m.problem(gotjob()) is None
+    assert m.problem(gotjob(bport=17711, mflags=1)) is None
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({m.VERSION: 2}, "unsupported bus protocol version 2"),
+    ({m.TYPE: "NOPE"}, "unknown message type 'NOPE'"),
+    ({m.TYPE: {"a": 1}}, "unknown message type {'a': 1}"),
+    ({m.SENDER: {"a": 1}}, "bad sender"),
+    ({m.SENDER: [1]}, "bad sender"),
+    ({m.SENDER: b"z" * 40}, "bad sender"),
+    ({m.SENDER: SENDER.decode()}, "bad sender"),
+    ({m.PORT: -1}, "bad port"),
+    ({m.PORT: 65536}, "bad port"),
+    ({m.PORT: True}, "bad port"),
+    ({m.PORT: "7711"}, "bad port"),
+    ({m.FLAGS: 1.5}, "bad flags"),
+    ({m.MFLAGS: None}, "bad flags"),
+    ({m.BPORT: 1 << 16}, "bad bus port"),
+    ({m.BPORT: -5}, "bad bus port"),
+    ({m.ID: b"x" * 40}, "bad id"),
+    ({m.ID: {"a": 1}}, "bad id"),
+])
+def test_each_bad_field_is_named(changes, expected):
+    assert m.problem(gotjob(**changes)) == expected
+
+
+def test_body_schemas_of_every_type_are_checked():
+    base = {m.VERSION: 1, m.SENDER: SENDER, m.PORT: 7711}
+    for kind, schema in m.BODY_SCHEMAS.items():
+        msg = dict(base, type=kind)
+        assert m.problem(msg) == "bad %s" % next(iter(schema)), kind
+
+
+def test_not_a_map():
+    assert m.problem([1, 2]) == "not a map"
