@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -19,15 +18,13 @@ import time
 import uvloop
 
 from bench import redis_benchmark
-from bench.loadgen import DisqueDialect
 from bench.measurement import Measurement, Reference, Section, Target, median
-from bench.resp import connect
+from bench.memory import add_jobs
 from bench.servers import DisqueNode, Servers
 from bench.settings import Settings
 
 log = logging.getLogger("bench")
 AOF_CONFIG = "appendonly yes\nappendfsync everysec\n"
-QUEUE = b"bench:aof"
 LOAD_CONNECTIONS = 4
 LOAD_BATCH = 1000
 LOADED_LINE = re.compile(r"DB loaded from append only file: ([0-9.]+) seconds \((\d+) jobs\)")
@@ -74,7 +71,8 @@ def aof_load(servers: Servers, settings: Settings) -> list[Measurement]:
     with servers.fresh_disque("aof_load", AOF_CONFIG) as node:
         log.info("  adding %d jobs with the AOF on", jobs)
         started = time.monotonic()
-        errors = uvloop.run(_add_jobs(node.port, jobs, settings.body_bytes))
+        errors = uvloop.run(add_jobs(node.port, jobs, settings.body_bytes,
+                                      LOAD_CONNECTIONS, LOAD_BATCH))
         generate_s = time.monotonic() - started
         if errors:
             raise RuntimeError("%d ADDJOB errors while generating the AOF" % errors)
@@ -113,29 +111,6 @@ def aof_load(servers: Servers, settings: Settings) -> list[Measurement]:
                              int(fields["aof_last_rewrite_time_sec"]),
                              "aof_bytes_after": int(fields["aof_current_size"])}),
     ]
-
-
-async def _add_jobs(port: int, jobs: int, body_bytes: int) -> int:
-    """Pipelined ADDJOB over a few connections; returns the number of error replies."""
-    dialect = DisqueDialect(QUEUE)
-    clients = [await connect(port) for _ in range(LOAD_CONNECTIONS)]
-    next_job, errors = 0, 0
-
-    async def feed(client) -> None:
-        nonlocal next_job, errors
-        while next_job < jobs:
-            first, next_job = next_job, min(jobs, next_job + LOAD_BATCH)
-            payload = b"".join(dialect.produce((b"%d:" % i).ljust(body_bytes, b"a"))
-                               for i in range(first, next_job))
-            replies = await client.request(payload, next_job - first)
-            errors += sum(1 for r in replies if not dialect.produced(r))
-
-    try:
-        await asyncio.gather(*(feed(c) for c in clients))
-    finally:
-        for client in clients:
-            client.close()
-    return errors
 
 
 def _info(node: DisqueNode, section: str) -> dict[str, str]:

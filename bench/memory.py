@@ -60,7 +60,7 @@ def job_body(i: int, size: int) -> bytes:
     return (b"%d:" % i).ljust(size, b"m")
 
 
-async def _load(port: int, jobs: int, body_bytes: int, connections: int, batch: int) -> int:
+async def add_jobs(port: int, jobs: int, body_bytes: int, connections: int, batch: int) -> int:
     """Pipelined ADDJOB of ``jobs`` jobs over several connections; returns the error count."""
     dialect = DisqueDialect(QUEUE)
     clients = [await connect(port) for _ in range(connections)]
@@ -90,7 +90,7 @@ def measure(node: DisqueNode, jobs: int, body_bytes: int = 64, connections: int 
         used_before = int(client.info("memory")["used_memory"])
         rss_before = node.rss_bytes()
         started = time.monotonic()
-        errors = uvloop.run(_load(node.port, jobs, body_bytes, connections, batch))
+        errors = uvloop.run(add_jobs(node.port, jobs, body_bytes, connections, batch))
         load_seconds = time.monotonic() - started
         info = client.info()
         rss_after = node.rss_bytes()
