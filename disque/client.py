@@ -362,32 +362,27 @@ class DisqueClient:
         answered with -LEAVING are sent again to another node."""
         replies: list[Any] = [None] * len(commands)
         todo = list(range(len(commands)))
-        last: BaseException | None = None
-        for attempt in range(self._attempts()):
-            if attempt:
-                self.failovers += 1
-            try:
-                self.connect()
-                got = self._pipeline_once([commands[i] for i in todo])
-            except AuthenticationError:
-                raise
-            except _CONNECTION_ERRORS as exc:
-                last = exc
-                self._drop(exc)
-                continue
-            retry = []
+
+        def send_todo() -> list[Any]:
+            nonlocal todo
+            got = self._pipeline_once([commands[i] for i in todo])
+            leaving = []
             for i, reply in zip(todo, got):
                 replies[i] = reply
                 if isinstance(reply, ResponseError) and _is_leaving(reply):
-                    retry.append(i)
-            if not retry:
-                return replies
-            last = replies[retry[0]]
-            todo = retry
-            self._drop(last)
-        if todo and all(isinstance(replies[i], ResponseError) for i in todo):
+                    leaving.append(i)
+            todo = leaving
+            if leaving:
+                raise replies[leaving[0]]  # _retrying moves to another node
             return replies
-        raise DisqueError("pipeline failed on every node tried: %s" % last) from last
+
+        try:
+            return self._retrying(send_todo)
+        except DisqueError:
+            # Out of nodes while some commands still got -LEAVING: those replies stand.
+            if todo and all(isinstance(replies[i], ResponseError) for i in todo):
+                return replies
+            raise
 
     def pipeline_chunks(self, commands: Iterable[tuple], chunk_size: int = DEFAULT_CHUNK
                         ) -> Iterator[list[Any]]:

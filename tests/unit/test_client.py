@@ -83,6 +83,33 @@ def test_fails_over_on_leaving_reply(pair):
         client.close()
 
 
+def test_pipeline_sends_leaving_commands_again_to_another_node(pair):
+    a, b = pair
+    job_id = b.call("ADDJOB", "work", "on b", 0, "REPLICATE", 1).decode()
+    client = DisqueClient("127.0.0.1:%d,127.0.0.1:%d" % (a.port, b.port), use_hello=False)
+    try:
+        assert client.connect().port == a.port
+        assert a.call("CLUSTER", "LEAVING", "yes") == b"OK"
+        replies = client.pipeline([("QLEN", "work"), ("GETJOB", "TIMEOUT", 200, "FROM", "work")])
+        assert replies[0] == 0  # answered by a, kept
+        assert replies[1][0][1].decode() == job_id  # -LEAVING from a, then served by b
+        assert client.node.port == b.port and client.failovers == 1
+    finally:
+        client.close()
+
+
+def test_pipeline_out_of_nodes_returns_the_leaving_replies(server_factory):
+    lone = server_factory()
+    lone.call("CLUSTER", "LEAVING", "yes")
+    client = DisqueClient("127.0.0.1:%d" % lone.port)
+    try:
+        replies = client.pipeline([("PING",), ("GETJOB", "TIMEOUT", 100, "FROM", "q")])
+        assert replies[0] == b"PONG"
+        assert isinstance(replies[1], ResponseError) and str(replies[1]).startswith("LEAVING")
+    finally:
+        client.close()
+
+
 def test_gives_up_after_every_node_failed(server_factory):
     lone = server_factory()
     lone.call("CLUSTER", "LEAVING", "yes")
