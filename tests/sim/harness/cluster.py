@@ -26,6 +26,7 @@ from disque.node import Node
 
 from tests.sim.harness.clients import Request, SimClient, SimFailure, parse_reply, to_bytes
 from tests.sim.harness.network import INF, EventLoop, Network, NetParams, SimBus
+from tests.sim.harness.ops import states
 
 BASE_PORT = 7711
 
@@ -434,15 +435,8 @@ class Sim:
         return "\n".join(lines)
 
     def holders(self, job_id: bytes) -> dict[str, str]:
-        """Which live nodes hold ``job_id`` and in which state."""
-        from disque.jobs.job import STATE_NAMES
-        out = {}
-        for sn in self.nodes:
-            if sn.node is not None:
-                job = sn.node.jobs.get(job_id)
-                if job is not None:
-                    out[sn.name] = STATE_NAMES[job.state].decode()
-        return out
+        """``ops.states`` keyed by node name, for failure messages."""
+        return {self.nodes[i].name: state for i, state in states(self, job_id).items()}
 
     def name_of(self, node_id: bytes) -> str:
         sn = self.by_id(node_id)
