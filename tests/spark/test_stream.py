@@ -31,6 +31,15 @@ def _stop(query):
         query.stop()
 
 
+def _run_to_end(query) -> None:
+    """Wait for an availableNow query to stop by itself, without an error."""
+    try:
+        assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not stop"
+    finally:
+        _stop(query)
+    assert query.exception() is None
+
+
 def test_sink_failure_and_restart_lose_nothing(spark, node, tmp_path):
     proc, address, client = node
     total = 300
@@ -69,11 +78,7 @@ def test_sink_failure_and_restart_lose_nothing(spark, node, tmp_path):
     restarted = (_stream(spark, address, "atl", maxJobsPerTrigger=100)
                  .writeStream.foreachBatch(write_batch).option("checkpointLocation", checkpoint)
                  .trigger(availableNow=True).start())
-    try:
-        assert restarted.awaitTermination(QUERY_TIMEOUT), "availableNow query did not stop"
-    finally:
-        _stop(restarted)
-    assert restarted.exception() is None
+    _run_to_end(restarted)
 
     written = spark.read.parquet(sink).collect()
     assert {r.id for r in written} == ids                      # at least once: none lost
@@ -93,11 +98,7 @@ def test_available_now_drains_and_stops_without_duplicates(spark, node, tmp_path
              .writeStream.format("disque").option("nodes", address).option("retry", 60)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
-    try:
-        assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not stop"
-    finally:
-        _stop(query)
-    assert query.exception() is None
+    _run_to_end(query)
     # 4 batches of jobs, then the empty one that makes Spark commit (ack) the last.
     assert query.lastProgress["batchId"] == 4
     assert client.qlen("drain") == 0
@@ -156,11 +157,7 @@ def test_slow_batches_are_kept_alive_with_working(spark, node, tmp_path):
              .writeStream.foreachBatch(slow_sink)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))
              .trigger(availableNow=True).start())
-    try:
-        assert query.awaitTermination(QUERY_TIMEOUT), "availableNow query did not stop"
-    finally:
-        _stop(query)
-    assert query.exception() is None
+    _run_to_end(query)
     assert len(seen) == 40 and len(set(seen)) == 40
     assert requeued == [0]
     assert client.qlen("slow") == 0 and _unacked(client, "slow") == []
