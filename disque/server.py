@@ -168,6 +168,7 @@ class Server(Host):
         self.aof_writer = None
         self.bus: ClusterBus | None = None
         self.output_limited = any(config.client_output_buffer_limit)
+        self.unflushed: list[ClientConnection] = []  # clients with replies to write
         self.node: Node = self._create_node()
 
     # ------------------------------------------------------------ startup
@@ -443,6 +444,20 @@ class Server(Host):
             logger.warning("SHUTDOWN failed, exiting anyway")
             self._stop(1)
 
+    def output_pending(self, client: ClientConnection) -> None:
+        """``client`` has replies: write them once this loop turn's reads are done."""
+        if not self.unflushed:
+            self.loop.call_soon(self.flush_output)
+        self.unflushed.append(client)
+
+    def flush_output(self) -> None:
+        """Write every reply collected since the last call (see ``connection``)."""
+        clients = self.unflushed
+        self.unflushed = []
+        for client in clients:
+            if not client.closing:
+                client.flush_output()
+
     def flush_aof(self) -> None:
         """Write pending AOF records: called before any reply leaves the process."""
         writer = self.aof_writer
@@ -638,6 +653,7 @@ class Server(Host):
 async def _serve(server: Server) -> int:
     await server.start()
     code = await server.stopped
+    server.flush_output()
     for client in list(server.clients.values()):
         client.transport.close()
     return code

@@ -1,0 +1,145 @@
+"""Client connections against fake transports: replies are collected while
+the loop runs the read callbacks and written once per client per turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from disque.config import Config
+from disque.connection import ClientConnection
+from disque.server import Server
+
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+
+class FakeTransport:
+    """Records writes and closes; never applies backpressure."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 40000) if name == "peername" else None
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class FakeLoop:
+    """Keeps call_soon callbacks so a test decides when the loop turn ends."""
+
+    def __init__(self) -> None:
+        self.soon: list = []
+
+    def call_soon(self, callback, *args) -> None:
+        self.soon.append((callback, args))
+
+    def call_later(self, delay: float, callback):
+        return self
+
+    def cancel(self) -> None:
+        pass
+
+    def end_turn(self) -> None:
+        """Run what was scheduled with call_soon, as the loop's next turn would."""
+        soon, self.soon = self.soon, []
+        for callback, args in soon:
+            callback(*args)
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = Config()
+    config.cluster_bus_port = 0
+    server = Server(config, ["disque-server"])
+    server.loop = FakeLoop()
+    return server
+
+
+def connect(server: Server) -> tuple[ClientConnection, FakeTransport]:
+    client = ClientConnection(server)
+    transport = FakeTransport()
+    client.connection_made(transport)
+    return client, transport
+
+
+def test_replies_wait_for_the_end_of_the_loop_turn(server):
+    clients = [connect(server) for _ in range(3)]
+    for client, _ in clients:
+        client.data_received(PING)
+    assert all(not transport.writes for _, transport in clients)
+    assert len(server.loop.soon) == 1, "one flush per turn, not one per client"
+    server.loop.end_turn()
+    assert [transport.writes for _, transport in clients] == [[b"+PONG\r\n"]] * 3
+
+
+def test_replies_of_several_reads_in_one_turn_leave_in_one_write(server):
+    client, transport = connect(server)
+    client.data_received(PING)
+    client.data_received(PING + b"*2\r\n$4\r\nQLEN\r\n$1\r\nq\r\n")
+    server.loop.end_turn()
+    assert transport.writes == [b"+PONG\r\n+PONG\r\n:0\r\n"]
+
+
+def test_quit_writes_the_pending_replies_before_closing(server):
+    client, transport = connect(server)
+    client.data_received(PING + b"*1\r\n$4\r\nQUIT\r\n")
+    assert transport.closed
+    assert transport.writes == [b"+PONG\r\n+OK\r\n"]
+    server.loop.end_turn()  # nothing is written twice or after the close
+    assert transport.writes == [b"+PONG\r\n+OK\r\n"]
+
+
+def test_protocol_error_reply_precedes_the_close(server):
+    client, transport = connect(server)
+    client.data_received(PING + b"*1\r\n#4\r\n")
+    assert transport.closed
+    assert transport.writes == [b"+PONG\r\n-ERR Protocol error: expected '$', got '#'\r\n"]
+
+
+def test_a_client_gone_before_the_flush_gets_nothing(server):
+    gone, gone_transport = connect(server)
+    staying, staying_transport = connect(server)
+    gone.data_received(PING)
+    staying.data_received(PING)
+    gone.connection_lost(None)
+    server.loop.end_turn()
+    assert gone_transport.writes == []
+    assert staying_transport.writes == [b"+PONG\r\n"]
+
+
+def test_aof_records_are_written_before_the_replies(server):
+    order: list[str] = []
+
+    class Writer:
+        buffer = bytearray(b"record")
+
+        def flush(self) -> None:
+            order.append("aof")
+            self.buffer = bytearray()
+
+    server.aof_writer = Writer()
+    client, transport = connect(server)
+    transport.write = lambda data: order.append("reply")
+    client.data_received(PING)
+    assert order == []
+    server.loop.end_turn()
+    assert order == ["aof", "reply"]
