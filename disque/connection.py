@@ -186,8 +186,12 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def resume(self) -> None:
         """Unblocked by the node: run what was read meanwhile, then read again."""
-        if not self.closing:
-            asyncio.get_running_loop().call_soon(self._resume_pending)
+        if self.closing:
+            return
+        if not self.pending and self.reading and self.protocol_error is None:
+            self.pending = None  # the usual case: nothing arrived while it waited
+            return
+        self.server.loop.call_soon(self._resume_pending)
 
     def _resume_pending(self) -> None:
         if self.closing or self.blocked is not None:

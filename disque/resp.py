@@ -168,6 +168,11 @@ class RequestParser:
         Raises ProtocolError, after appending the commands that preceded the
         malformed one, when the stream is invalid.
         """
+        if (self._pending is None and self._args is None and data[:1] == b"*"
+                and len(data) < _FRAMED_SIZES and len(data) <= self.max_bulk_len
+                and data.find(b"*", 1) < 0
+                and not data[1:8].isdigit() and self._parse_alone(data, commands)):
+            return
         if self._pending is not None:
             pending = self._pending
             pending += data
@@ -195,6 +200,36 @@ class RequestParser:
                 if pos < 0:
                     return
                 python = True  # hiredis refused: the Python parser takes this command
+
+    def _parse_alone(self, data: bytes, commands: list) -> bool:
+        """The read is one small command, as unpipelined clients send: parse it
+        with hiredis in one call; False (state untouched) if it is anything
+        else (cut, pipelined, not made of bulk strings), for the general path.
+
+        Walking the bulk headers checks what ``_parse_hiredis`` checks: every
+        element is a '$' string and the last one ends where the data ends;
+        the caller made sure no argument can exceed the bulk length limit.
+        """
+        reader = self._reader
+        reader.feed(data)
+        try:
+            cmd = reader.gets()
+            if type(cmd) is list and not reader.has_data():
+                count = len(cmd)
+                end = 4 if count < 10 else len(str(count)) + 3
+                for arg in cmd:
+                    if data[end] != _DOLLAR:
+                        break
+                    end += _FRAMED[len(arg)]  # TypeError for integers, nil, doubles...
+                else:
+                    if end == len(data):
+                        if count:
+                            commands.append(cmd)
+                        return True
+        except (hiredis.ProtocolError, TypeError, IndexError):
+            pass
+        self._reader = hiredis.Reader()
+        return False
 
     def _parse_hiredis(self, buf: bytes, pos: int, commands: list) -> int:
         """Parse ``buf[pos:]`` with hiredis; return -1 when all of it was

@@ -206,6 +206,19 @@ class TestIgnoredAndMixed:
         message, commands = protocol_error(data)
         assert message == "Protocol error: expected '$', got '%s'" % char
         assert commands == [[b"PING"]]
+        # Alone in its read, the command takes the one-command path first.
+        message, commands = protocol_error(b"*2\r\n$4\r\nECHO\r\n" + element)
+        assert message == "Protocol error: expected '$', got '%s'" % char
+        assert commands == []
+
+    def test_one_command_per_read_path_keeps_the_reader_usable(self):
+        parser = RequestParser()
+        assert parse(multibulk(b"PING"), parser) == [[b"PING"]]
+        assert parse(b"*2\r\n$4\r\nQLEN\r\n$1\r\nq\r\n", parser) == [[b"QLEN", b"q"]]
+        assert parse(b"*1\r\n$4\r\nPI", parser) == []  # cut: not a whole command
+        assert parse(b"NG\r\n", parser) == [[b"PING"]]
+        assert parse(b"*0\r\n", parser) == []
+        assert parse(multibulk(b"PING"), parser) == [[b"PING"]]
 
     def test_set_and_push_headers_are_inline_commands(self):
         data = multibulk(b"PING") + b"~1\r\n$4\r\nPING\r\n>1\r\n$1\r\nx\r\n"
