@@ -11,10 +11,16 @@ Two modes:
   jobs in flight, and producers pause while more than ``max_backlog`` jobs
   are queued but not yet delivered. Without that bound the faster side
   would fill the queue and the latency would measure the backlog's length.
-- fixed rate: producers are paced open-loop (they never wait for replies),
-  so a slow server shows up as latency instead of a lower offered load.
-  The stamp is the actual send time, so the generator's own scheduling
-  lag is not charged to the server.
+- fixed rate: one pacer sends open-loop (it never waits for replies), so a
+  slow server shows up as latency instead of a lower offered load. The
+  producer connections are a pool, as in an application: each job goes out
+  on a connection with nothing in flight, or on the least busy one when
+  none is idle (a synchronous ADDJOB holds its connection until the
+  replicas answer, so jobs queued behind it would wait for that too). The
+  stamp is the actual send time, so the generator's own scheduling lag is
+  not charged to the server; one pacer instead of a timer per connection
+  keeps the generator's own CPU use low on a machine it shares with the
+  servers.
 
 Only jobs delivered inside the measurement window (after a warm-up) count.
 Producer and consumer ports are separate lists so the same generator
@@ -35,6 +41,7 @@ import uvloop
 from bench.resp import RespClient, bulk, connect, encode
 
 STAMP_DIGITS = 20
+PACER_TICK_S = 0.001
 
 
 class CycleError(RuntimeError):
@@ -191,6 +198,39 @@ class CycleResult:
                 "acked": self.acked}
 
 
+class _Pool:
+    """Producer connections handed out like an application's pool: idle ones first."""
+
+    def __init__(self, clients: list[RespClient], on_reply) -> None:
+        self.idle = list(clients)
+        self.in_flight = {client: 0 for client in clients}
+        self.on_reply = on_reply
+        self.busy_turn = 0
+
+    def send(self, payload: bytes) -> None:
+        """One job on an idle connection, else queued behind the next busy one in turn."""
+        if self.idle:
+            client = self.idle.pop()
+        else:
+            clients = list(self.in_flight)
+            client = clients[self.busy_turn % len(clients)]
+            self.busy_turn += 1
+        self.in_flight[client] += 1
+        future = client.request(payload, 1)
+        future.add_done_callback(lambda f, c=client: self._replied(f, c))
+
+    def _replied(self, future: asyncio.Future, client: RespClient) -> None:
+        self.in_flight[client] -= 1
+        if not self.in_flight[client]:
+            self.idle.append(client)
+        self.on_reply(future)
+
+    async def drained(self) -> None:
+        """Wait until every job sent has its reply."""
+        while any(self.in_flight.values()):
+            await asyncio.sleep(0.001)
+
+
 class _Cycle:
     """Shared counters and the clock of one run; all coroutines run on one loop."""
 
@@ -243,22 +283,24 @@ class _Cycle:
                                                      batch))
         self.producing -= 1
 
-    async def produce_paced(self, client: RespClient, rate: float, offset_ns: int) -> None:
-        """Open loop at ``rate`` jobs/s: jobs that fell due while asleep go out in one write."""
+    async def produce_paced(self, clients: list[RespClient], rate: float) -> None:
+        """Open loop at ``rate`` jobs/s over a pool of connections (see the module doc)."""
         interval = 1e9 / rate
-        due = time.monotonic_ns() + offset_ns
-        produce, size, last = self.dialect.produce, self.config.body_bytes, None
+        due = time.monotonic_ns()
+        produce, size = self.dialect.produce, self.config.body_bytes
+        pool = _Pool(clients, self.on_produced)
         while (now := time.monotonic_ns()) < self.window_end:
             if now >= due:
                 n = int((now - due) // interval) + 1
                 self.sent += n
-                last = client.request(produce(stamped_body(now, size)) * n, n)
-                last.add_done_callback(self.on_produced)
+                body = produce(stamped_body(now, size))
+                for _ in range(n):
+                    pool.send(body)
                 due += n * interval
-            await asyncio.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
-        if last is not None:
-            await last  # replies arrive in order: the last one means all have
-        self.producing -= 1
+            # The loop's timers tick in milliseconds: a shorter sleep would spin.
+            await asyncio.sleep(max(PACER_TICK_S, (due - time.monotonic_ns()) / 1e9))
+        await pool.drained()
+        self.producing -= len(clients)
 
     async def consume(self, client: RespClient) -> None:
         """Fetch, and acknowledge the previous fetch in the same write, until the run drains."""
@@ -299,15 +341,11 @@ async def _run(dialect: QueueDialect, producer_ports: Sequence[int],
             async with asyncio.TaskGroup() as tasks:
                 for consumer in consumers:
                     tasks.create_task(cycle.consume(consumer))
-                for i, producer in enumerate(producers):
-                    if config.rate is None:
+                if config.rate is None:
+                    for producer in producers:
                         tasks.create_task(cycle.produce_full(producer))
-                    else:
-                        # Stagger producers so their sends interleave instead of bunching.
-                        offset = int(i * 1e9 / config.rate)
-                        tasks.create_task(cycle.produce_paced(producer,
-                                                              config.rate / config.producers,
-                                                              offset))
+                else:
+                    tasks.create_task(cycle.produce_paced(producers, config.rate))
     finally:
         for client in producers + consumers:
             client.close()

@@ -115,7 +115,8 @@ def _cycle_shape(config: loadgen.CycleConfig) -> str:
         producers = "full load: %d producers, batches of %d, at most %d jobs undelivered" % (
             config.producers, config.batch, config.max_backlog)
     else:
-        producers = "fixed rate %.0f jobs/s: %d paced producers" % (config.rate, config.producers)
+        producers = "fixed rate %.0f jobs/s from one pacer over a pool of %d producer connections" % (
+            config.rate, config.producers)
     return ("%s; %d consumers (GETJOB TIMEOUT 100 COUNT 16, one ACKJOB per fetch); "
             "%d-byte bodies; %.0f s window" % (producers, config.consumers, config.body_bytes,
                                                config.duration))

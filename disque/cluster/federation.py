@@ -25,6 +25,14 @@ RESPONDER_VALIDITY_S = 5
 INTEREST_TTL_MS = 2500  # a requester renews its NEEDJOBS at least this often while waiting
 
 
+def _share(qlen: int, count: int) -> int:
+    """How many of ``qlen`` queued jobs a request for ``count`` gets (§6.7
+    receiver step 2): all it asks for from a long queue, else half, at least one."""
+    if qlen >= 2 * count:
+        return count
+    return max(qlen // 2, 1)
+
+
 class Federation:
     """NEEDJOBS / YOURJOBS (mixed into Node)."""
 
@@ -72,30 +80,30 @@ class Federation:
     def on_needjobs(self, sender: bytes, msg: dict) -> None:
         """Give a batch of queued jobs to a node whose consumers wait (§6.7).
 
-        A request this node cannot serve yet is remembered for a moment, and
-        jobs queued meanwhile are pushed to the requester at once
-        (``push_to_interested``): consumers elsewhere then see new jobs
-        within a network round trip instead of at their next request.
+        What this node cannot give now (all of it when the queue is empty)
+        stays an open request for a moment, and jobs queued meanwhile are
+        pushed to the requester at once (``push_to_interested``), by the
+        same halving rule: consumers elsewhere then see new jobs within a
+        network round trip instead of waiting here for their next request.
         """
         name = msg[m.QUEUE]
         queue = self.queues.get(name)
         if (queue is not None and queue.paused & PAUSE_OUT) or not self.has_link(sender):
             return
         count = min(max(msg[m.COUNT], 1), MAX_REQUEST)
-        if queue is None or not queue.jobs:
-            wants = self.interest.get(name)
-            if wants is None:
-                wants = self.interest[name] = {}
-            wants[sender] = (self.now + INTEREST_TTL_MS, count)
-            return
-        if queue.import_rate(self.now) > 0:
-            return
-        qlen = len(queue.jobs)
-        n = count if qlen >= 2 * count else qlen // 2
-        self._give_jobs(queue, sender, max(n, 1))
+        if queue is not None and queue.jobs:
+            if queue.import_rate(self.now) > 0:
+                return
+            count -= self._give_jobs(queue, sender, _share(len(queue.jobs), count))
+            if not count:
+                return
+        wants = self.interest.get(name)
+        if wants is None:
+            wants = self.interest[name] = {}
+        wants[sender] = (self.now + INTEREST_TTL_MS, count)
 
-    def _give_jobs(self, queue: Queue, node_id: bytes, count: int) -> None:
-        """Pop up to ``count`` jobs and send them in one YOURJOBS."""
+    def _give_jobs(self, queue: Queue, node_id: bytes, count: int) -> int:
+        """Pop up to ``count`` jobs and send them in one YOURJOBS; return how many."""
         jobs = [self.pop_job(queue) for _ in range(min(count, len(queue.jobs)))]
         for job in jobs:
             if job.retry:
@@ -109,6 +117,7 @@ class Federation:
         for job in jobs:
             if job.retry == 0:
                 self.delete_job(job, reason=REASON_MOVED)  # at-most-once: one place only
+        return len(jobs)
 
     def push_to_interested(self) -> None:
         """Send newly queued jobs to nodes that asked for them and wait."""
@@ -120,12 +129,15 @@ class Federation:
             wants = self.interest.get(queue.name)
             if not wants or self.queues.get(queue.name) is not queue:
                 continue
-            while (wants and queue.jobs and not queue.blocked and not queue.paused & PAUSE_OUT
-                   and not queue.import_rate(now)):
-                node_id = next(iter(wants))
+            for node_id in list(wants):  # one share each per pass, in turn
+                if (not queue.jobs or queue.blocked or queue.paused & PAUSE_OUT
+                        or queue.import_rate(now)):
+                    break
                 expire, count = wants.pop(node_id)
                 if expire >= now and self.has_link(node_id):
-                    self._give_jobs(queue, node_id, count)
+                    count -= self._give_jobs(queue, node_id, _share(len(queue.jobs), count))
+                    if count:
+                        wants[node_id] = (expire, count)  # now last: requesters take turns
             if not wants:
                 del self.interest[queue.name]
 

@@ -311,6 +311,33 @@ def test_push_to_a_waiting_consumer_within_one_delay(seed, retry):
     check_cluster(sim)
 
 
+@pytest.mark.parametrize("seed", seeds("test_a_partly_served_request_stays_open", 3))
+def test_a_partly_served_request_stays_open(seed):
+    """What a NEEDJOBS could not get stays asked for: jobs queued at the
+    responder afterwards keep going to the requester, up to its count."""
+    sim = ready(3, seed)
+    log = BusLog(sim)
+    consumer = sim.command(0, "GETJOB", "FROM", "q")
+    sim.run_for(500)
+    first = add(sim, 2, "q", "first", "REPLICATE", 1)
+    assert sim.run_until(lambda: consumer.done, 20, step_ms=0.5)
+    assert getjob_ids(consumer.value) == [first]
+    # The pop emptied node 0's queue while jobs arrive: it asked node 2 for
+    # more at once (ad hoc, count >= 5), and node 2 had none to give yet.
+    sim.run_for(20)
+    asked = [w for w in log.needjobs(0) if w.dst == 2 and w.count >= 5]
+    assert asked, log.needjobs(0)
+    later = []
+    for body in ("second", "third", "fourth"):
+        later.append(add(sim, 2, "q", body, "REPLICATE", 1))
+        sim.run_for(20)
+    assert [w.ids for w in log.yourjobs(2)] == [(first,)] + [(job_id,) for job_id in later]
+    # RETRY > 0: node 2 keeps an active copy for the requeue timer (§6.7 step 4).
+    assert all(states(sim, job_id) == {0: "queued", 2: "active"} for job_id in later)
+    assert sim.call(0, "GETJOB", "NOHANG", "COUNT", 10, "FROM", "q") is not None
+    check_cluster(sim)
+
+
 @pytest.mark.parametrize("seed", seeds("test_pushed_only_to_recent_requests", 3))
 def test_pushed_only_to_recent_requests(seed):
     """Local consumers come first, and a request is remembered for 2.5 s only."""
