@@ -154,12 +154,18 @@ class Federation:
     def on_yourjobs(self, sender: bytes, msg: dict) -> None:
         """Queue jobs received from another node (§6.7)."""
         now = self.now
+        jobs = self.jobs
         for payload in msg.get(m.JOBS) or ():
-            try:
-                received = from_bus(payload, now, self.membership.nodes)
-            except BadJobPayload:
-                break
-            job: Job = self.jobs.get(received.id)
+            # A copy held here wins over the received one (step 1), so a
+            # replica skips decoding what it would discard.
+            job: Job | None = jobs.get(payload[0]) if type(payload) is list and payload \
+                and type(payload[0]) is bytes else None
+            if job is None:
+                try:
+                    received = from_bus(payload, now, self.membership.nodes)
+                except BadJobPayload:
+                    break
+                job = jobs.get(received.id)
             if job is None:
                 job = received
                 self.set_received_qtime(job)
