@@ -6,12 +6,14 @@ while the loop runs the callbacks of every readable socket and written
 together right after (``Server.flush_output``), one ``transport.write``
 per client per loop turn. With many unpipelined clients that halves the
 kernel time per request: the peer gets a burst of replies instead of a
-wake-up for each one, and the AOF is written once per turn. A blocked client (GETJOB, synchronous ADDJOB)
-stops executing until the node unblocks it; what it sends meanwhile is
-kept (reading pauses past MAX_PENDING_COMMANDS) so that its disconnect is
-still noticed. Reading also pauses while the transport's write buffer is
-above its high-water mark, and a pipeline of big replies is held back
-there, so a slow reader cannot make the node buffer replies without bound.
+wake-up for each one, and the AOF is written once per turn.
+
+A blocked client (GETJOB, synchronous ADDJOB) stops executing until the
+node unblocks it; what it sends meanwhile is kept (reading pauses past
+MAX_PENDING_COMMANDS) so that its disconnect is still noticed. Reading
+also pauses while the transport's write buffer is above its high-water
+mark, and a pipeline of big replies is held back there, so a slow reader
+cannot make the node buffer replies without bound.
 """
 
 from __future__ import annotations

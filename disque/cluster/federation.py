@@ -158,8 +158,8 @@ class Federation:
         for payload in msg.get(m.JOBS) or ():
             # A copy held here wins over the received one (step 1), so a
             # replica skips decoding what it would discard.
-            job: Job | None = jobs.get(payload[0]) if type(payload) is list and payload \
-                and type(payload[0]) is bytes else None
+            job_id = payload[0] if type(payload) is list and payload else None
+            job: Job | None = jobs.get(job_id) if type(job_id) is bytes else None
             if job is None:
                 try:
                     received = from_bus(payload, now, self.membership.nodes)
