@@ -202,6 +202,7 @@ class _Pool:
     """Producer connections handed out like an application's pool: idle ones first."""
 
     def __init__(self, clients: list[RespClient], on_reply) -> None:
+        self.clients = list(clients)
         self.idle = list(clients)
         self.in_flight = {client: 0 for client in clients}
         self.on_reply = on_reply
@@ -212,8 +213,7 @@ class _Pool:
         if self.idle:
             client = self.idle.pop()
         else:
-            clients = list(self.in_flight)
-            client = clients[self.busy_turn % len(clients)]
+            client = self.clients[self.busy_turn % len(self.clients)]
             self.busy_turn += 1
         self.in_flight[client] += 1
         future = client.request(payload, 1)

@@ -241,9 +241,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             return
         self.output = None
         server = self.server
-        writer = server.aof_writer
-        if writer is not None and writer.buffer:
-            writer.flush()  # spec: persistence.md, the AOF is written before the reply
+        server.flush_aof()  # spec: persistence.md, the AOF is written before the reply
         self.transport.write(output[0] if len(output) == 1 else b"".join(output))
         if server.output_limited or self.monitor:
             self._check_output_limits()
