@@ -141,6 +141,20 @@ class Gossip:
     def receive_bus(self, link: Link, msg) -> bool:
         """Handle one decoded bus message; False if it was malformed."""
         self.now = self.clock()
+        ok = self._receive_one(link, msg)
+        self._after_messages()
+        return ok
+
+    def receive_batch(self, link: Link, msgs: list) -> None:
+        """Handle the messages of one bus frame, in order. The clock is read
+        and unblocked clients are served once per frame, not per message."""
+        self.now = self.clock()
+        receive_one = self._receive_one
+        for msg in msgs:
+            receive_one(link, msg)
+        self._after_messages()
+
+    def _receive_one(self, link: Link, msg) -> bool:
         problem = m.problem(msg)
         if problem is not None:
             logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
@@ -153,11 +167,13 @@ class Gossip:
             self._on_fail(msg)
         else:
             self.receive(msg[m.SENDER], msg)
+        return True
+
+    def _after_messages(self) -> None:
         if self.ready_queues:
             self.serve_ready_queues()
         if self.interest_ready:
             self.push_to_interested()
-        return True
 
     def _on_ping(self, link: Link, msg: dict) -> None:
         kind = msg[m.TYPE]

@@ -110,6 +110,7 @@ class Membership:
         """Remove a node from the table."""
         node = self.nodes.pop(node_id)
         self.recount()
+        self.update_reachable()  # senders index ``nodes`` with what it lists
         return node
 
     def rename(self, old_id: bytes, new_id: bytes) -> None:
@@ -117,6 +118,7 @@ class Membership:
         node = self.nodes.pop(old_id)
         node.id = new_id
         self.nodes[new_id] = node
+        self.update_reachable()
 
     def recount(self) -> None:
         """Refresh ``size`` after nodes were added, removed or left handshake."""

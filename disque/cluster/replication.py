@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from disque.cluster import messages as m
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
+from disque.jobs.lifecycle import JITTER_RANGE_MS
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
 from disque.queues.queue import PAUSE_IN
 from disque.resp import status
@@ -20,10 +21,12 @@ class Replication:
     def replicate(self, job: Job, count: int, noreply: bool) -> int:
         """Add up to ``count`` new holders and send REPLJOB; return how many were added."""
         delivered = job.delivered
-        candidates = [nid for nid in self.membership.reachable
-                      if nid not in delivered and self.has_link(nid)]
-        self.rng.shuffle(candidates)
-        added = candidates[:count]
+        nodes = self.membership.nodes
+        added = [nid for nid in self.membership.reachable
+                 if nid not in delivered and nodes[nid].link]
+        if len(added) > count:  # a random subset; when all are taken, order is moot
+            self.rng.shuffle(added)
+            del added[count:]
         if added:
             job.delivered = delivered + tuple(added)
         confirmed = job.confirmed or ()
@@ -94,8 +97,8 @@ class Replication:
 
     def on_repljob(self, sender: bytes, msg: dict) -> None:
         """Store a copy sent by the job's origin (spec §6.2)."""
-        if self.memory_level() >= 1 or self.membership.leaving:
-            return
+        if self.used_memory > self.mem_warn_threshold or self.membership.leaving:
+            return  # above 75 % of maxmemory (or leaving): no new copies here
         try:
             job = from_bus(msg[m.JOB], self.now, self.membership.nodes)
         except BadJobPayload:
@@ -119,7 +122,8 @@ class Replication:
         """qtime of a copy received from another node or loaded from the AOF (§6)."""
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = self.now + (job.delay + job.retry) * 1000 + self.jitter()
+            job.qtime = self.now + ((job.delay + job.retry) * 1000 - JITTER_RANGE_MS // 2
+                                    + int(self.random() * JITTER_RANGE_MS))
         else:
             job.qtime = 0
 
