@@ -70,6 +70,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         self.loading = False
         self.monitors: dict = {}
         self.self_delivered = (node_id,)  # shared nodes-delivered of local-only jobs
+        self._header: dict | None = None  # see bus_header
         self.update_memory_limits()
         self._init_dataset()
 
@@ -224,24 +225,27 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         node = self.membership.nodes.get(node_id)
         return node is not None and node.link
 
-    def _stamp(self, msg: dict) -> dict:
-        """Add the common header (spec: cluster-bus.md §1)."""
-        msg[m.VERSION] = m.PROTOCOL_VERSION
-        msg[m.SENDER] = self.id
-        msg[m.PORT] = self.config.port
+    def bus_header(self) -> dict:
+        """The common header of this node's messages (spec: cluster-bus.md §1);
+        the transport sends it once per frame. The same dict is returned
+        until a field changes, so the transport can keep it packed."""
         myself = self.membership.myself
-        msg[m.FLAGS] = myself.flags
-        if myself.bport:
-            msg[m.BPORT] = myself.bport
-        return msg
+        header = self._header
+        if (header is None or header[m.FLAGS] != myself.flags or header[m.SENDER] != self.id
+                or header[m.PORT] != self.config.port
+                or header.get(m.BPORT, 0) != myself.bport):
+            header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: self.id,
+                      m.PORT: self.config.port, m.FLAGS: myself.flags}
+            if myself.bport:
+                header[m.BPORT] = myself.bport
+            self._header = header
+        return header
 
     def send_to(self, node_id: bytes, msg: dict) -> None:
         """Send to one node; skipped silently when there is no link (best effort)."""
         node = self.membership.nodes.get(node_id)
         if node is not None and node.link and node_id != self.id:
             self.membership.messages_sent += 1
-            if m.SENDER not in msg:
-                self._stamp(msg)
             self.bus.send(node_id, msg)
 
     def send_to_holders(self, job, msg: dict) -> None:

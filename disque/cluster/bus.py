@@ -3,11 +3,12 @@
 spec: cluster-bus.md §1. Every node opens its own outbound link to every
 other node and sends all its messages there; inbound connections only
 ever carry a PONG back. A frame is a 4-byte big-endian length followed by
-a msgpack array of message maps: the messages queued for one peer during
-a loop turn travel in a few frames, so a burst of jobs costs one length
-header, one decode call and one dispatch per frame instead of one per
-message. The node core sees decoded messages (``receive_batch``) and link
-events (``link_up`` / ``link_down``); it never touches a socket.
+a msgpack array: the sender's header map (``Node.bus_header``), then the
+message maps. The messages queued for one peer during a loop turn travel
+in a few frames, so a burst of jobs costs one length prefix, one header,
+one decode call and one dispatch per frame instead of one per message.
+The node core sees decoded frames (``receive_frame``) and link events
+(``link_up`` / ``link_down``); it never touches a socket.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ class BusConnection(asyncio.Protocol):
                 return
             self.link.node_id = self.node_id
             try:
-                node.receive_batch(self.link, msgs)
+                node.receive_frame(self.link, msgs)
             except Exception:
                 logger.exception("Error handling bus messages from %s", self.link.peer_ip)
             if self.closed:
@@ -115,13 +116,14 @@ class BusConnection(asyncio.Protocol):
         transport = self.transport
         if not out or transport is None or self.closed:
             return
-        count = len(out)
-        size = sum(map(len, out))
+        header = self.bus.packed_header()
+        count = len(out) + 1
+        size = sum(map(len, out)) + len(header)
         if count < 16:
-            head = _HEADER.pack(size + 1) + _FIXARRAY[count]
+            prefix = _HEADER.pack(size + 1) + _FIXARRAY[count]
         else:
-            head = _HEADER.pack(size + 5) + _ARRAY32.pack(0xDD, count)
-        out.insert(0, head)
+            prefix = _HEADER.pack(size + 5) + _ARRAY32.pack(0xDD, count)
+        out[0:0] = (prefix, header)
         transport.write(b"".join(out))
         if transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
             logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
@@ -149,6 +151,11 @@ class ClusterBus(BusTransport):
         self.dirty: list[BusConnection] = []
         self._packed_msg = None
         self._packed = b""
+        self._header = None
+        self._packed_header = b""
+        # One reusable packer: msgpack.packb builds a new one per call, which
+        # costs more than packing a small message (0.5 vs 1.3 µs per GOTJOB).
+        self._packer = msgpack.Packer(use_bin_type=True).pack
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
         """Accept connections from peers."""
@@ -240,11 +247,19 @@ class ClusterBus(BusTransport):
 
     # ------------------------------------------------------------- helpers
 
+    def packed_header(self) -> bytes:
+        """This node's header, packed again only when it changed."""
+        header = self.node.bus_header()
+        if header is not self._header:
+            self._packed_header = self._packer(header)
+            self._header = header
+        return self._packed_header
+
     def _pack(self, msg: dict) -> bytes:
         # The same message dict is often sent to several nodes in a row
         # (messages are never modified once sent).
         if msg is not self._packed_msg:
-            self._packed = msgpack.packb(msg, use_bin_type=True)
+            self._packed = self._packer(msg)
             self._packed_msg = msg
         return self._packed
 

@@ -139,34 +139,46 @@ class Gossip:
         self.send_to(node.id, {m.TYPE: kind, m.GOSSIP: self._gossip_entries(node.id)})
 
     def receive_bus(self, link: Link, msg) -> bool:
-        """Handle one decoded bus message; False if it was malformed."""
+        """Handle one decoded message that carries its own header (the
+        simulator's network); False if it was malformed."""
         self.now = self.clock()
-        ok = self._receive_one(link, msg)
+        problem = m.header_problem(msg)
+        if problem is None:
+            ok = self._receive_one(link, msg, msg)
+        else:
+            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+            ok = False
         self._after_messages()
         return ok
 
-    def receive_batch(self, link: Link, msgs: list) -> None:
-        """Handle the messages of one bus frame, in order. The clock is read
-        and unblocked clients are served once per frame, not per message."""
+    def receive_frame(self, link: Link, frame: list) -> None:
+        """Handle one bus frame: the sender's header, then its messages in order.
+        The header is checked, the clock read and unblocked clients served once
+        per frame, not per message."""
+        header = frame[0] if frame else None
+        problem = m.header_problem(header)
+        if problem is not None:
+            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+            return
         self.now = self.clock()
         receive_one = self._receive_one
-        for msg in msgs:
-            receive_one(link, msg)
+        for i in range(1, len(frame)):
+            receive_one(link, header, frame[i])
         self._after_messages()
 
-    def _receive_one(self, link: Link, msg) -> bool:
-        problem = m.problem(msg)
+    def _receive_one(self, link: Link, header: dict, msg) -> bool:
+        problem = m.body_problem(msg)
         if problem is not None:
             logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
             return False
         self.membership.messages_received += 1
         kind = msg[m.TYPE]
         if kind in (m.PING, m.PONG, m.MEET):
-            self._on_ping(link, msg)
+            self._on_ping(link, msg if msg is header else {**header, **msg})
         elif kind == m.FAIL:
-            self._on_fail(msg)
+            self._on_fail(msg if msg is header else {**header, **msg})
         else:
-            self.receive(msg[m.SENDER], msg)
+            self.receive(header[m.SENDER], msg)
         return True
 
     def _after_messages(self) -> None:
@@ -186,7 +198,7 @@ class Gossip:
             if link.node_id is not None and link.node_id != self.id:
                 self._delete_node(link.node_id)
             if kind != m.PONG:
-                self.bus.reply(link, self._stamp({m.TYPE: m.PONG, m.GOSSIP: []}))
+                self.bus.reply(link, {m.TYPE: m.PONG, m.GOSSIP: []})
             return
         if (kind == m.MEET or not myself.ip) and link.local_ip and myself.ip != link.local_ip:
             myself.ip = link.local_ip
@@ -196,7 +208,7 @@ class Gossip:
         if kind == m.MEET and sender is None:
             self._start_handshake(link.peer_ip, port, 0, bport)
         if kind != m.PONG:
-            pong = self._stamp({m.TYPE: m.PONG, m.GOSSIP: self._gossip_entries(sender_id)})
+            pong = {m.TYPE: m.PONG, m.GOSSIP: self._gossip_entries(sender_id)}
             self.membership.messages_sent += 1
             self.bus.reply(link, pong)
         outbound = membership.nodes.get(link.node_id) if link.node_id is not None else None

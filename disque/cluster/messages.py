@@ -1,6 +1,8 @@
 """Cluster bus message types and field names (spec: cluster-bus.md §1, §5).
 
-A message is a dict; ``disque.cluster.bus`` frames it with msgpack. The
+A message is a dict of its type and body fields. On the wire a frame holds
+the sender's header (protocol version, node ID, ports, flags) once,
+followed by the messages it carries (see ``disque.cluster.bus``). The
 node core builds and reads these dicts and never sees bytes on a socket.
 """
 
@@ -152,38 +154,53 @@ _BODY_CHECKS = {kind: tuple((key, _CHECKS[what]) for key, what in schema.items()
                 for kind, schema in BODY_SCHEMAS.items()}
 
 
-def problem(msg) -> str | None:
-    """Why a decoded message cannot be processed, or None if it is well formed.
+def header_problem(header) -> str | None:
+    """Why a frame's header cannot be trusted, or None if it is well formed.
 
-    Handlers trust what passes this check, so a peer sending garbage is
-    logged and ignored instead of reaching the state machine. Runs for
-    every message, so it is written for the valid case: ``x >> 16`` is 0
-    exactly for the integers 0..65535.
+    Handlers trust what passes this check and ``body_problem``, so a peer
+    sending garbage is logged and ignored instead of reaching the state
+    machine. Written for the valid case: ``x >> 16`` is 0 exactly for the
+    integers 0..65535.
     """
-    if type(msg) is not dict:
+    if type(header) is not dict:
         return "not a map"
-    get = msg.get
+    get = header.get
     if get(VERSION) != PROTOCOL_VERSION:
         return "unsupported bus protocol version %r" % (get(VERSION),)
-    kind = get(TYPE)
-    checks = _BODY_CHECKS.get(kind) if type(kind) is str else None  # a map is unhashable
-    if checks is None:
-        return "unknown message type %r" % (kind,)
     sender = get(SENDER)
     if type(sender) is not bytes or (sender not in _VALID_IDS and not _is_node_id(sender)):
         return "bad sender"
     port = get(PORT)
     if type(port) is not int or port >> 16:
         return "bad port"
-    if type(get(FLAGS, 0)) is not int or type(get(MFLAGS, 0)) is not int:
+    if type(get(FLAGS, 0)) is not int:
         return "bad flags"
     bport = get(BPORT, 0)
     if type(bport) is not int or bport >> 16:
         return "bad bus port"
+    return None
+
+
+def body_problem(body) -> str | None:
+    """Why one message of a frame cannot be processed, or None (runs per message)."""
+    if type(body) is not dict:
+        return "not a map"
+    get = body.get
+    kind = get(TYPE)
+    checks = _BODY_CHECKS.get(kind) if type(kind) is str else None  # a map is unhashable
+    if checks is None:
+        return "unknown message type %r" % (kind,)
+    if type(get(MFLAGS, 0)) is not int:
+        return "bad flags"
     for key, check in checks:
         if not check(get(key)):
             return "bad %s" % key
     return None
+
+
+def problem(msg) -> str | None:
+    """``header_problem`` and ``body_problem`` of a message that carries both."""
+    return header_problem(msg) or body_problem(msg)
 
 
 def gossip_problem(entry) -> str | None:

@@ -30,9 +30,13 @@ def packed_frame(obj) -> bytes:
     return frame(msgpack.packb(obj, use_bin_type=True))
 
 
-def packed(*messages) -> bytes:
-    """A well-formed frame carrying ``messages``."""
-    return packed_frame(list(messages))
+def packed(*elements) -> bytes:
+    """A frame of ``elements``: well formed when they are a header and messages."""
+    return packed_frame(list(elements))
+
+
+def header_of(node_id: bytes, port: int, **changes) -> dict:
+    return dict({"v": 1, "sender": node_id, "port": port, "flags": 0}, **changes)
 
 
 def send_garbage(port: int, data: bytes) -> bytes:
@@ -56,24 +60,24 @@ def send_garbage(port: int, data: bytes) -> bytes:
 
 
 def read_frame(sock: socket.socket) -> dict:
-    """The first message of the next frame."""
+    """The first message of the next frame, with the frame's header fields."""
     data = b""
     while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
         chunk = sock.recv(65536)
         assert chunk, "bus connection closed"
         data += chunk
-    messages = msgpack.unpackb(data[4:4 + struct.unpack(">I", data[:4])[0]], raw=False,
-                               strict_map_key=False)
-    assert type(messages) is list, messages
-    return messages[0]
+    frame = msgpack.unpackb(data[4:4 + struct.unpack(">I", data[:4])[0]], raw=False,
+                            strict_map_key=False)
+    assert type(frame) is list and len(frame) >= 2, frame
+    return {**frame[0], **frame[1]}
 
 
 def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
     """Malformed traffic, from random bytes to well-framed maps with bad fields."""
-    header = {"v": 1, "sender": known_id, "port": known_port, "flags": 0, "mflags": 0}
+    header = header_of(known_id, known_port)
 
     def msg(kind: str, **body) -> bytes:
-        return packed(dict(header, type=kind, **body))
+        return packed(header, dict(type=kind, **body))
 
     bad_gossip = [1, "x", {"id": 5}, {"id": b"a" * 40, "ip": 7, "port": "p", "ping": "x",
                                       "pong": None, "flags": -1},
@@ -91,19 +95,19 @@ def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
         frame(b"\xa3\xff\xfe\xfd"),  # str that is not UTF-8
         frame(b"\x81\x91\x01\x01"),  # map with an (unhashable) array key
         packed_frame(42), packed_frame("PING"), packed_frame(None),  # not arrays
-        packed_frame({"v": 1, "type": "GOTJOB", "sender": known_id, "port": known_port,
-                      "id": FAKE_JOB_ID}),  # a bare message, not in an array
-        packed([1, 2, 3]), packed(42), packed("PING"), packed(None),
+        packed_frame(dict(header, type="GOTJOB", id=FAKE_JOB_ID)),  # a bare message
+        packed([1, 2, 3]), packed(42), packed("PING"), packed(None),  # bad headers
         packed(msgpack.ExtType(5, b"xx")), packed(),
         packed(42, {"v": 1}, msgpack.ExtType(5, b"xx")),
-        packed({"v": 2, "type": "PING", "sender": known_id, "port": known_port, "gossip": []}),
-        packed({"v": 1, "type": "BOGUS", "sender": b"x" * 40, "port": 1234}),
+        packed(header_of(known_id, known_port, v=2), {"type": "PING", "gossip": []}),
+        packed(header_of(b"x" * 40, 1234), {"type": "BOGUS"}),
+        packed(header_of(123, "x"), {"type": "PING", "gossip": "nope"}),
+        packed(header_of(known_id, known_port, flags="x"), {"type": "PING", "gossip": []}),
+        packed(header_of(known_id, known_port, bport=1 << 20), {"type": "PING", "gossip": []}),
+        packed(header), packed(header, 42, [1], None, "GOTJOB"),  # bad messages
+        packed(header, {"type": "GOTJOB", "id": FAKE_JOB_ID, "mflags": "x"}),
         msg("BOGUS"),
-        packed({"v": 1, "type": b"PING", "sender": known_id, "port": known_port,
-                "gossip": []}),
-        packed({"v": 1, "type": "PING", "sender": 123, "port": "x", "gossip": "nope"}),
-        packed({"v": 1, "type": "PING", "sender": known_id, "port": known_port, "flags": "x",
-                "gossip": []}),
+        msg(b"PING", gossip=[]),
         msg("PING", gossip="nope"),
         msg("PING", gossip=bad_gossip),
         msg("PONG", gossip=bad_gossip),
@@ -132,8 +136,8 @@ def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
         msg("GOTJOB"),
         # Several frames in one write, the last one truncated.
         packed(42) + msg("GOTJOB", id=FAKE_JOB_ID) + b"\x00\x00\x10\x00abc",
-        packed(dict(header, type="GOTJOB", id=FAKE_JOB_ID), 42,
-               dict(header, type="DELJOB", id=FAKE_JOB_ID)),
+        packed(header, {"type": "GOTJOB", "id": FAKE_JOB_ID}, 42,
+               {"type": "DELJOB", "id": FAKE_JOB_ID}),
     ]
 
 
@@ -156,8 +160,7 @@ def test_garbage_on_the_bus_does_not_hurt_the_node(cluster_factory):
 
     # The bus still works: a well-formed PING from an unknown node gets a PONG.
     with socket.create_connection(("127.0.0.1", port + BUS_OFFSET), timeout=5) as sock:
-        sock.sendall(packed({"v": 1, "type": "PING", "sender": b"e" * 40, "port": 1,
-                             "flags": 0, "gossip": []}))
+        sock.sendall(packed(header_of(b"e" * 40, 1), {"type": "PING", "gossip": []}))
         pong = read_frame(sock)
     assert pong["type"] == "PONG" and pong["sender"] == cluster.ids[target].encode()
 
@@ -196,8 +199,7 @@ def test_fake_peer_answering_a_meet_with_a_bad_node_id(cluster_factory):
             with conn:
                 conn.settimeout(5)
                 assert read_frame(conn)["type"] == "MEET"
-                conn.sendall(packed({"v": 1, "type": "PONG", "sender": sender,
-                                     "port": fake_port, "flags": 0, "gossip": []}))
+                conn.sendall(packed(header_of(sender, fake_port), {"type": "PONG", "gossip": []}))
 
                 def settled() -> bool:
                     nodes = cluster.cluster_nodes(0)

@@ -1,8 +1,10 @@
-"""Bus message validation (disque/cluster/messages.py ``problem``).
+"""Bus message validation (disque/cluster/messages.py).
 
-Every decoded frame passes through ``problem`` before a handler sees it,
-so each header field and body field of any type must be rejected cleanly,
-including values msgpack can decode but Python cannot hash.
+A frame's header passes through ``header_problem`` and each of its
+messages through ``body_problem`` before a handler sees it (``problem``
+checks a message that carries both), so each header field and body field
+of any type must be rejected cleanly, including values msgpack can decode
+but Python cannot hash.
 """
 
 from __future__ import annotations
@@ -59,3 +61,14 @@ def test_body_schemas_of_every_type_are_checked():
 
 def test_not_a_map():
     assert m.problem([1, 2]) == "not a map"
+
+
+def test_header_and_body_are_checked_separately():
+    header = {m.VERSION: 1, m.SENDER: SENDER, m.PORT: 7711, m.FLAGS: 0}
+    body = {m.TYPE: m.GOTJOB, m.ID: JOB_ID}
+    assert m.header_problem(header) is None and m.body_problem(body) is None
+    assert m.header_problem(body) == "unsupported bus protocol version None"
+    assert m.body_problem(header) == "unknown message type None"
+    assert m.header_problem(dict(header, sender=b"z" * 40)) == "bad sender"
+    assert m.body_problem(dict(body, mflags="x")) == "bad flags"
+    assert m.body_problem(None) == m.header_problem(None) == "not a map"

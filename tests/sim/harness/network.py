@@ -150,17 +150,22 @@ class SimBus(BusTransport):
         self.pending[node_id] = attempt
         self.net.start_connect(self, attempt, ip, port)
 
+    def _with_header(self, msg: dict) -> dict:
+        # The real bus sends the header once per frame; here every message
+        # travels alone, so it carries the header itself (Node.receive_bus).
+        return {**self.owner.node.bus_header(), **msg}
+
     def send(self, node_id: bytes, msg: dict) -> None:
         conn = self.outbound.get(node_id)
         if conn is not None:
-            self.net.transmit(conn, True, msg)
+            self.net.transmit(conn, True, self._with_header(msg))
         else:
             self.net.send_unlinked(self.owner, node_id, msg)
 
     def reply(self, link: Link, msg: dict) -> None:
         end = link.handle
         if isinstance(end, End):
-            self.net.transmit(end.conn, end.toward_dst, msg)
+            self.net.transmit(end.conn, end.toward_dst, self._with_header(msg))
 
     def close(self, node_id: bytes) -> None:
         attempt = self.pending.pop(node_id, None)
