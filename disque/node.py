@@ -205,6 +205,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         if sender in self.membership.nodes:
             self.bus_handlers[msg[m.TYPE]](self, sender, msg)
 
+    # Job messages; PING, PONG, MEET and FAIL are handled by Gossip.receive_frame.
     bus_handlers = {
         m.REPLJOB: Replication.on_repljob,
         m.GOTJOB: Replication.on_gotjob,

@@ -138,48 +138,48 @@ class Gossip:
             node.ping_sent = self.now
         self.send_to(node.id, {m.TYPE: kind, m.GOSSIP: self._gossip_entries(node.id)})
 
-    def receive_bus(self, link: Link, msg) -> bool:
+    def receive_bus(self, link: Link, msg) -> None:
         """Handle one decoded message that carries its own header (the
-        simulator's network); False if it was malformed."""
-        self.now = self.clock()
-        problem = m.header_problem(msg)
-        if problem is None:
-            ok = self._receive_one(link, msg, msg)
-        else:
-            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
-            ok = False
-        self._after_messages()
-        return ok
+        simulator's network)."""
+        self.receive_frame(link, [msg, msg])
 
     def receive_frame(self, link: Link, frame: list) -> None:
         """Handle one bus frame: the sender's header, then its messages in order.
-        The header is checked, the clock read and unblocked clients served once
-        per frame, not per message."""
+
+        The header is checked, the clock read, the sender looked up and
+        unblocked clients served once per frame, not per message.
+        """
         header = frame[0] if frame else None
         problem = m.header_problem(header)
         if problem is not None:
             logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
             return
         self.now = self.clock()
-        receive_one = self._receive_one
+        sender = header[m.SENDER]
+        nodes = self.membership.nodes
+        known = sender in nodes
+        handlers = self.bus_handlers
+        body_problem = m.body_problem
         for i in range(1, len(frame)):
-            receive_one(link, header, frame[i])
+            msg = frame[i]
+            problem = body_problem(msg)
+            if problem is not None:
+                logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+                continue
+            self.membership.messages_received += 1
+            handler = handlers.get(msg[m.TYPE])
+            if handler is not None:
+                if known:  # job messages from unknown nodes are ignored (spec §1)
+                    handler(self, sender, msg)
+                continue
+            if msg is not header:
+                msg = {**header, **msg}
+            if msg[m.TYPE] == m.FAIL:
+                self._on_fail(msg)
+            else:
+                self._on_ping(link, msg)
+            known = sender in nodes  # a handshake may have added or renamed it
         self._after_messages()
-
-    def _receive_one(self, link: Link, header: dict, msg) -> bool:
-        problem = m.body_problem(msg)
-        if problem is not None:
-            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
-            return False
-        self.membership.messages_received += 1
-        kind = msg[m.TYPE]
-        if kind in (m.PING, m.PONG, m.MEET):
-            self._on_ping(link, msg if msg is header else {**header, **msg})
-        elif kind == m.FAIL:
-            self._on_fail(msg if msg is header else {**header, **msg})
-        else:
-            self.receive(header[m.SENDER], msg)
-        return True
 
     def _after_messages(self) -> None:
         if self.ready_queues:

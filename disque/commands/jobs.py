@@ -281,9 +281,9 @@ def ackjob(node, client, argv: list[bytes]) -> bytes:
                       node.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
             job.state = ACKED
             node.register_job(job)
-        elif node.ack_job(job):
+        elif node.ack_job(job, schedule=False):
             acked += 1
-        node.gc_attempt(job)
+        node.gc_attempt(job)  # sets the GC timer
     return integer(acked)
 
 

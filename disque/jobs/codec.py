@@ -41,9 +41,10 @@ def to_storage(job: Job) -> tuple:
 def _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
            delivered, known_nodes) -> Job:
     """Validate decoded fields and make the Job (etime, flags and state set by callers)."""
-    if not (type(job_id) is bytes and len(job_id) == 40 and job_id[:2] == b"D-"
-            and job_id[10] == 45 and job_id[35] == 45 and type(queue) is bytes
-            and type(body) is bytes and type(delivered) in (list, tuple)):
+    if not (type(job_id) is bytes and len(job_id) == 40 and job_id[0] == 68
+            and job_id[1] == 45 and job_id[10] == 45 and job_id[35] == 45
+            and type(queue) is bytes and type(body) is bytes
+            and type(delivered) in (list, tuple)):
         raise BadJobPayload("bad job fields")
     numbers = (repl, ctime, etime, delay, retry, nacks, adeliv, flags)
     if set(map(type, numbers)) != _INT_ONLY or min(numbers) < 0:  # two C-level passes

@@ -172,8 +172,9 @@ class JobLifecycle:
 
     # ---------------------------------------------------------------- acks
 
-    def ack_job(self, job: Job) -> bool:
-        """Move ``job`` to ``acked``; False if it already was."""
+    def ack_job(self, job: Job, schedule: bool = True) -> bool:
+        """Move ``job`` to ``acked``; False if it already was. Without
+        ``schedule`` the caller sets the GC timer (``gc_attempt`` does)."""
         state = job.state
         if state == ACKED:
             return False
@@ -187,7 +188,8 @@ class JobLifecycle:
         self.evictable[job] = None
         if (state == ACTIVE or state == QUEUED) and self.aof is not None:
             self.aof.deljob(job, REASON_ACKED)
-        self.schedule_job(job)
+        if schedule:
+            self.schedule_job(job)
         return True
 
     def gc_attempt(self, job: Job) -> None:
