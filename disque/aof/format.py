@@ -21,7 +21,6 @@ REASON_DELETED = b"deleted"
 REASON_EVICTED = b"evicted"
 REASON_MOVED = b"moved"
 
-_LOADJOB_FORMAT = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n"
 _DELJOB_FORMAT = b"*7\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n"
 _packb = msgpack.Packer(use_bin_type=True).pack
 
@@ -30,10 +29,22 @@ def _digits(n: int) -> int:
     return len(str(n))
 
 
+_LOADJOB_HEAD = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n"
+_stamp_cache = [-1, b""]  # the record tail of the last time seen: one per ms
+
+
+def _stamp_tail(now_ms: int) -> bytes:
+    if _stamp_cache[0] != now_ms:
+        stamp = b"%d" % now_ms
+        _stamp_cache[:] = now_ms, b"\r\n$%d\r\n%b\r\n" % (len(stamp), stamp)
+    return _stamp_cache[1]
+
+
 def loadjob_record(job, now_ms: int) -> bytes:
-    """``LOADJOB <msgpack job> <unix ms>`` (on the ADDJOB hot path with appendonly on)."""
+    """``LOADJOB <msgpack job> <unix ms>`` (on the ADDJOB hot path with appendonly on:
+    the tail with the time is formatted once per millisecond)."""
     payload = _packb(to_storage(job))
-    return _LOADJOB_FORMAT % (len(payload), payload, len(str(now_ms)), now_ms)
+    return b"".join((_LOADJOB_HEAD % len(payload), payload, _stamp_tail(now_ms)))
 
 
 def deljob_record(job, now_ms: int, reason: bytes) -> bytes:

@@ -97,8 +97,12 @@ class AofWriter:
     # ---------------------------------------------------- node-facing sink
 
     def loadjob(self, job) -> None:
-        """A job now lives on this node."""
-        self._append(loadjob_record(job, self.node.now))
+        """A job now lives on this node (``_append`` inlined: once per ADDJOB)."""
+        record = loadjob_record(job, self.node.now)
+        if self.state == STATE_ON:
+            self.buffer += record
+        if self.diff is not None:
+            self.diff += record
 
     def deljob(self, job, reason: bytes) -> None:
         """A job left this node."""
