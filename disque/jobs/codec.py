@@ -38,9 +38,14 @@ def to_storage(job: Job) -> tuple:
             job.nacks, job.adeliv, job.flags, job.delivered, job.state)
 
 
-def _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-           delivered, known_nodes) -> Job:
-    """Validate decoded fields and make the Job (etime, flags and state set by callers)."""
+def _build(fields, known_nodes, own: tuple | None) -> Job:
+    """Validate decoded fields and make the Job (etime, flags and state set by callers).
+
+    A job held only by ``own[0]`` (this node) shares the tuple ``own``, as
+    jobs created here do: a million loaded jobs then need no million tuples.
+    """
+    (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
+     delivered) = fields[:_FIELDS]
     if not (type(job_id) is bytes and len(job_id) == 40 and job_id[0] == 68
             and job_id[1] == 45 and job_id[10] == 45 and job_id[35] == 45
             and type(queue) is bytes and type(body) is bytes
@@ -54,7 +59,9 @@ def _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv,
     job = Job(job_id, queue, body, repl, ctime, etime, delay, retry)
     job.nacks = nacks & 0xFFFF
     job.adeliv = adeliv & 0xFFFF
-    if len(delivered) == 1 and type(delivered[0]) is bytes and (
+    if len(delivered) == 1 and own is not None and delivered[0] == own[0]:
+        job.delivered = own
+    elif len(delivered) == 1 and type(delivered[0]) is bytes and (
             known_nodes is None or delivered[0] in known_nodes):
         job.delivered = (delivered[0],)
     else:
@@ -68,25 +75,21 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
     if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
         raise BadJobPayload("not a job")
-    (job_id, queue, body, repl, ctime, remaining, delay, retry, nacks, adeliv, flags,
-     delivered) = payload[:_FIELDS]
-    job = _build(job_id, queue, body, repl, ctime, remaining, delay, retry, nacks, adeliv, flags,
-                 delivered, known_nodes)
-    job.etime = now_ms // 1000 + remaining
-    job.flags = flags & ~DELIVERED & 0x7
+    job = _build(payload, known_nodes, None)
+    job.etime = now_ms // 1000 + job.etime  # sent as seconds remaining
+    job.flags = payload[10] & ~DELIVERED & 0x7
     job.state = ACTIVE
     return job
 
 
-def from_storage(payload, known_nodes) -> tuple[Job, bool]:
-    """Decode an AOF job; returns (job in state active, was it stored as queued)."""
+def from_storage(payload, known_nodes, own: tuple | None = None) -> tuple[Job, bool]:
+    """Decode an AOF job; returns (job in state active, was it stored as queued).
+    ``own`` is the loading node's shared nodes-delivered of local-only jobs."""
     if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
         raise BadJobPayload("not a stored job")
-    (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-     delivered, state) = payload
+    state = payload[12]
     if state != ACTIVE and state != QUEUED:
         raise BadJobPayload("bad stored state")
-    job = _build(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-                 delivered, known_nodes)
-    job.flags = flags & 0x7
+    job = _build(payload, known_nodes, own)
+    job.flags = payload[10] & 0x7
     return job, state == QUEUED
