@@ -201,7 +201,7 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
     # ----------------------------------------------------------------- bus
 
     def receive(self, sender: bytes, msg: dict) -> None:
-        """Dispatch a validated job message from a known node."""
+        """Dispatch a validated job message; ignored unless the sender is known (spec §1)."""
         if sender in self.membership.nodes:
             self.bus_handlers[msg[m.TYPE]](self, sender, msg)
 

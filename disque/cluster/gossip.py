@@ -18,6 +18,8 @@ FORGET_BLACKLIST_MS = 60_000
 RANDOM_PING_INTERVAL_MS = 1000
 RANDOM_PING_SAMPLE = 5
 MIN_HANDSHAKE_TIMEOUT_MS = 1000
+# Handled here; every other message type goes to Node.receive.
+_MEMBERSHIP_TYPES = frozenset((m.PING, m.PONG, m.MEET, m.FAIL))
 
 
 def random_node_id(rng) -> bytes:
@@ -146,8 +148,8 @@ class Gossip:
     def receive_frame(self, link: Link, frame: list) -> None:
         """Handle one bus frame: the sender's header, then its messages in order.
 
-        The header is checked, the clock read, the sender looked up and
-        unblocked clients served once per frame, not per message.
+        The header is checked, the clock read and unblocked clients served
+        once per frame, not per message.
         """
         header = frame[0] if frame else None
         problem = m.header_problem(header)
@@ -156,9 +158,6 @@ class Gossip:
             return
         self.now = self.clock()
         sender = header[m.SENDER]
-        nodes = self.membership.nodes
-        known = sender in nodes
-        handlers = self.bus_handlers
         body_problem = m.body_problem
         for i in range(1, len(frame)):
             msg = frame[i]
@@ -167,18 +166,16 @@ class Gossip:
                 logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
                 continue
             self.membership.messages_received += 1
-            handler = handlers.get(msg[m.TYPE])
-            if handler is not None:
-                if known:  # job messages from unknown nodes are ignored (spec §1)
-                    handler(self, sender, msg)
+            kind = msg[m.TYPE]
+            if kind not in _MEMBERSHIP_TYPES:
+                self.receive(sender, msg)
                 continue
             if msg is not header:
                 msg = {**header, **msg}
-            if msg[m.TYPE] == m.FAIL:
+            if kind == m.FAIL:
                 self._on_fail(msg)
             else:
                 self._on_ping(link, msg)
-            known = sender in nodes  # a handshake may have added or renamed it
         self._after_messages()
 
     def _after_messages(self) -> None:
@@ -247,7 +244,7 @@ class Gossip:
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
                 self.cluster_config_dirty = True
-        leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.problem)
+        leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.header_problem)
         if leaving != sender.flags & LEAVING:
             sender.flags ^= LEAVING
             self.cluster_config_dirty = True

@@ -218,11 +218,6 @@ def body_problem(body) -> str | None:
     return validate(body)
 
 
-def problem(msg) -> str | None:
-    """``header_problem`` and ``body_problem`` of a message that carries both."""
-    return header_problem(msg) or body_problem(msg)
-
-
 def gossip_problem(entry) -> str | None:
     """Why one gossip entry cannot be used, or None."""
     if type(entry) is not dict:
