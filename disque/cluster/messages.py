@@ -164,12 +164,8 @@ def _fields_validator(schema: dict):
 
 
 def _job_id_only(body: dict) -> str | None:
-    # Most messages carry just a job ID: checked inline, no loop, no calls.
-    v = body.get(ID)
-    if (type(v) is bytes and len(v) == 40 and v[0] == 68 and v[1] == 45 and v[10] == 45
-            and v[35] == 45):
-        return None
-    return "bad %s" % ID
+    # Most messages carry just a job ID: one check, no loop.
+    return None if _is_job_id(body.get(ID)) else "bad %s" % ID
 
 
 # Per type, one function checking its body fields, made once from BODY_SCHEMAS.

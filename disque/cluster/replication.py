@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from disque.cluster import messages as m
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
-from disque.jobs.lifecycle import JITTER_RANGE_MS
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
 from disque.queues.queue import PAUSE_IN
 from disque.resp import status
@@ -122,8 +121,7 @@ class Replication:
         """qtime of a copy received from another node or loaded from the AOF (§6)."""
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = self.now + ((job.delay + job.retry) * 1000 - JITTER_RANGE_MS // 2
-                                    + int(self.random() * JITTER_RANGE_MS))
+            job.qtime = self.now + (job.delay + job.retry) * 1000 + self.jitter()
         else:
             job.qtime = 0
 
