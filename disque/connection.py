@@ -134,22 +134,33 @@ class ClientConnection(asyncio.Protocol, ClientState):
             elif reply:
                 self._write(reply)
         else:
+            node = self.node
+            run_commands = node.run_commands
             out = []
             size = 0
-            for i, argv in enumerate(commands):
+            i = 0
+            n = len(commands)
+            while i < n:
+                argv = commands[i]
                 mode = self.reply_mode
-                reply = call(self, argv)
-                if reply is None:
-                    self._blocked(commands[i + 1:])
-                    break
-                if mode:
-                    reply = self._filter_reply(mode, reply)
-                if reply:
-                    out.append(reply)
-                    size += len(reply)
-                if self.close_after_reply:
-                    break
-                if size >= WRITE_HIGH_WATER and i + 1 < len(commands):
+                run = None if mode else run_commands.get(argv[0])
+                if run is not None and (end := node.call_run(self, run, commands, i, out)) > i:
+                    size += sum(map(len, out[i - end:]))
+                    i = end
+                else:
+                    reply = call(self, argv)
+                    i += 1
+                    if reply is None:
+                        self._blocked(commands[i:])
+                        break
+                    if mode:
+                        reply = self._filter_reply(mode, reply)
+                    if reply:
+                        out.append(reply)
+                        size += len(reply)
+                    if self.close_after_reply:
+                        break
+                if size >= WRITE_HIGH_WATER and i < n:
                     # A pipeline of big replies: hand them to the transport, which
                     # closes the client past a hard output limit; without one, hold
                     # the rest of the pipeline back while the peer is not reading
@@ -162,7 +173,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
                         break
                     hard_limit = self.server.config.client_output_buffer_limit[0]
                     if self.paused_for_output and not hard_limit:
-                        self.pending = commands[i + 1:]
+                        self.pending = commands[i:]
                         break
             if out:
                 self._write(b"".join(out))

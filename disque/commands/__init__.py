@@ -2,7 +2,9 @@
 
 Handlers take ``(node, client, argv)`` and return the encoded reply, or
 None when the client blocked. Each family of commands lives in its own
-module and lists its entries in a ``TABLE``.
+module and lists its entries in a ``TABLE``; a module's ``RUN_HANDLERS``
+name the commands that also have a handler for a pipelined run of them
+(see ``Node.call_run``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class Command:
 
     __slots__ = ("name", "lname", "arity", "flags", "handler", "calls", "usec", "write",
                  "denyoom", "loading_ok", "monitored", "fast", "is_auth", "is_ping",
-                 "arity_error", "min_args", "max_args")
+                 "arity_error", "min_args", "max_args", "run_handler")
 
     def __init__(self, name: str, arity: int, flags: str,
                  handler: Callable[..., bytes | None]) -> None:
@@ -42,6 +44,8 @@ class Command:
         # arity N > 0: exactly N words; -N: at least N (spec: commands.md §0)
         self.min_args = arity if arity > 0 else -arity
         self.max_args = arity if arity > 0 else 1 << 30
+        # (node, commands, start, out) -> index after the commands it executed
+        self.run_handler: Callable[..., int] | None = None
 
     def flag_words(self) -> list[bytes]:
         """COMMAND's flag list, in the spec's order."""
@@ -58,8 +62,10 @@ def build_command_table() -> dict[bytes, Command]:
     from disque.commands import admin, cluster, info, jobs, monitor, queues
     table: dict[bytes, Command] = {}
     for module in (jobs, queues, admin, info, monitor, cluster):
+        run_handlers = getattr(module, "RUN_HANDLERS", {})
         for name, arity, flags, handler in module.TABLE:
             cmd = Command(name, arity, flags, handler)
+            cmd.run_handler = run_handlers.get(name)
             table[name.encode()] = cmd
             table[name.upper().encode()] = cmd
     return table

@@ -102,12 +102,59 @@ def _addjob_defaults(node, argv: list[bytes]) -> bytes:
         if queue.paused & PAUSE_IN:
             return errors.PAUSED
         name = queue.name  # one name object shared by every job of the queue
-    job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
+    return _plain_job(node, name, argv[2])
+
+
+def _plain_job(node, queue_name: bytes, body: bytes) -> bytes:
+    """Create and queue a job with the defaults; return the ADDJOB reply."""
+    job = Job(node.ids.new_id(DEFAULT_TTL, MAX_DEFAULT_RETRY), queue_name, body, 1,
+              node.new_ctime(), node.now // 1000 + DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
     job.delivered = node.self_delivered
-    node.add_new_job(job)
+    node.add_new_job(job)  # queueing sets qtime: now + RETRY ± jitter
     if node.aof is not None:
         node.aof.loadjob(job)
     return b"+" + job.id + b"\r\n"
+
+
+def addjob_run(node, commands: list, start: int, out: list) -> int:
+    """Pipelined ``ADDJOB queue body timeout`` commands on a lone node (see
+    ``Node.call_run``): each gets what ``_addjob_defaults`` would give it,
+    with what cannot change during the run read once. Stops before the
+    first command that has options or would be refused; the normal path
+    answers that one."""
+    membership = node.membership
+    if membership.size != 1 or membership.leaving:
+        return start
+    name = commands[start][0]
+    queues = node.queues
+    append = out.append
+    queue = None
+    i = start
+    n = len(commands)
+    while i < n:
+        argv = commands[i]
+        if len(argv) != 4 or argv[0] != name:
+            break
+        timeout = argv[3]
+        if timeout != b"0":
+            value = parse_int(timeout)
+            if value is None or value < 0:
+                break
+        if node.used_memory > node.mem_warn_threshold:
+            break
+        queue_name = argv[1]
+        if queue is None or queue_name != queue.name:
+            queue = queues.get(queue_name)
+            if queue is not None and queue.paused & PAUSE_IN:
+                break
+        append(_plain_job(node, queue_name if queue is None else queue.name, argv[2]))
+        # What Node.call does after each command: blocked consumers first.
+        if node.ready_queues:
+            node.serve_ready_queues()
+        if node.interest_ready:
+            node.push_to_interested()
+        i += 1
+    return i
 
 
 def addjob(node, client, argv: list[bytes]) -> bytes | None:
@@ -381,6 +428,8 @@ def loadjob(node, client, argv: list[bytes]) -> bytes:
     """LOADJOB exists only inside the AOF."""
     return errors.LOADJOB_FROM_CLIENT
 
+
+RUN_HANDLERS = {"addjob": addjob_run}
 
 TABLE = (
     ("addjob", -4, "wmF", addjob),

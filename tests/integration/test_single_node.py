@@ -205,6 +205,30 @@ def test_blocked_clients_are_served_fifo_one_job_each(r, conns):
     assert blocked_clients(r) == 0
 
 
+def test_a_long_pipeline_of_addjobs_keeps_order_and_answers_each_command(r):
+    # Plain ADDJOBs in a pipeline run as a batch (Node.call_run); the ones the
+    # batch cannot take are answered in their place by the normal path.
+    pipe = r.pipeline(transaction=False)
+    for i in range(2000):
+        if i == 700:
+            pipe.execute_command("ADDJOB", "lp", "job %d" % i, 0, "RETRY", 7)
+        elif i == 1400:
+            pipe.execute_command("ADDJOB", "lp", "job %d" % i, "soon")
+        else:
+            pipe.execute_command("ADDJOB", "lp", "job %d" % i, 0)
+    pipe.execute_command("QLEN", "lp")
+    replies = pipe.execute(raise_on_error=False)
+    assert isinstance(replies[1400], redis.ResponseError)
+    ids = [reply for i, reply in enumerate(replies[:2000]) if i != 1400]
+    assert all(job_id.startswith(b"D-") for job_id in ids) and len(set(ids)) == 1999
+    assert replies[2000] == 1999
+    peeked = r.execute_command("QPEEK", "lp", 1999)
+    assert [job[1] for job in peeked] == ids
+    assert [job[2] for job in peeked] == [b"job %d" % i for i in range(2000) if i != 1400]
+    assert show(r, ids[700])["retry"] == 7
+    assert info(r, "commandstats")["cmdstat_addjob"].startswith("calls=2000,")
+
+
 def test_getjob_timeout_replies_null_after_about_the_timeout(conns):
     conn = conns()
     started = time.monotonic()
