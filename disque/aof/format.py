@@ -30,21 +30,37 @@ def _digits(n: int) -> int:
 
 
 _LOADJOB_HEAD = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n"
+_HEADS = 4096  # record heads made in advance, for payloads up to this size
+_LOADJOB_HEADS = [_LOADJOB_HEAD % size for size in range(_HEADS)]
 _stamp_cache = [-1, b""]  # the record tail of the last time seen: one per ms
 
 
-def _stamp_tail(now_ms: int) -> bytes:
+def _restamp(now_ms: int) -> None:
+    stamp = b"%d" % now_ms
+    _stamp_cache[:] = now_ms, b"\r\n$%d\r\n%b\r\n" % (len(stamp), stamp)
+
+
+def append_loadjob(out: bytearray, job, now_ms: int) -> None:
+    """Append ``LOADJOB <msgpack job> <unix ms>`` to ``out``.
+
+    On the ADDJOB hot path with appendonly on, so the record is never
+    built as an object of its own: the head comes from a table and the
+    tail with the time is formatted once per millisecond.
+    """
+    payload = _packb(to_storage(job))
+    size = len(payload)
+    out += _LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size
+    out += payload
     if _stamp_cache[0] != now_ms:
-        stamp = b"%d" % now_ms
-        _stamp_cache[:] = now_ms, b"\r\n$%d\r\n%b\r\n" % (len(stamp), stamp)
-    return _stamp_cache[1]
+        _restamp(now_ms)
+    out += _stamp_cache[1]
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
-    """``LOADJOB <msgpack job> <unix ms>`` (on the ADDJOB hot path with appendonly on:
-    the tail with the time is formatted once per millisecond)."""
-    payload = _packb(to_storage(job))
-    return b"".join((_LOADJOB_HEAD % len(payload), payload, _stamp_tail(now_ms)))
+    """One LOADJOB record as bytes."""
+    out = bytearray()
+    append_loadjob(out, job, now_ms)
+    return bytes(out)
 
 
 def deljob_record(job, now_ms: int, reason: bytes) -> bytes:

@@ -21,7 +21,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from disque.aof.format import deljob_record, loadjob_record
+from disque.aof.format import append_loadjob, deljob_record
 from disque.jobs.job import ACTIVE, QUEUED
 
 STATE_OFF = "off"
@@ -97,12 +97,17 @@ class AofWriter:
     # ---------------------------------------------------- node-facing sink
 
     def loadjob(self, job) -> None:
-        """A job now lives on this node (``_append`` inlined: once per ADDJOB)."""
-        record = loadjob_record(job, self.node.now)
+        """A job now lives on this node (once per ADDJOB: the record goes
+        straight into the buffer)."""
+        diff = self.diff
         if self.state == STATE_ON:
-            self.buffer += record
-        if self.diff is not None:
-            self.diff += record
+            buffer = self.buffer
+            start = len(buffer)
+            append_loadjob(buffer, job, self.node.now)
+            if diff is not None:
+                diff += buffer[start:]
+        elif diff is not None:
+            append_loadjob(diff, job, self.node.now)
 
     def deljob(self, job, reason: bytes) -> None:
         """A job left this node."""
@@ -286,7 +291,7 @@ class AofWriter:
                         now = node.now
                         for job in jobs:
                             if job.state == ACTIVE or job.state == QUEUED:
-                                out += loadjob_record(job, now)
+                                append_loadjob(out, job, now)
                         if cursor == 0 or time.monotonic() >= deadline:
                             break
                     _write_all(fd, out)
@@ -363,7 +368,7 @@ class AofWriter:
             now = node.now
             for job in list(node.jobs.values()):
                 if job.state == ACTIVE or job.state == QUEUED:
-                    out += loadjob_record(job, now)
+                    append_loadjob(out, job, now)
                     if len(out) > INCREMENTAL_FSYNC_BYTES:
                         _write_all(fd, out)
                         out.clear()
