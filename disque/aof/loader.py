@@ -201,7 +201,7 @@ class AofLoader:
     def _loadjob(self, payload: bytes, offset: int) -> None:
         node = self.node
         try:
-            job, was_queued = from_storage(_unpackb(payload, raw=False), node.membership.nodes,
+            job, was_queued = from_storage(_unpackb(payload), node.membership.nodes,
                                            node.self_delivered)
         except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException) as exc:
             raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
