@@ -1,6 +1,8 @@
 """One client connection: bytes in, commands to the node, replies out.
 
-Pipelined commands of one read are executed in order. Replies are not
+Pipelined commands of one read are executed in order; consecutive ones
+that a command's run handler takes together (plain ADDJOBs) go to
+``Node.call_run`` as one batch, with the same replies. Replies are not
 written at once: like Redis's "write before sleep", they are collected
 while the loop runs the callbacks of every readable socket and written
 together right after (``Server.flush_output``), one ``transport.write``
