@@ -9,6 +9,7 @@ import asyncio
 import errno
 import logging
 import os
+import threading
 
 import pytest
 
@@ -276,6 +277,29 @@ async def test_rewrite_while_the_node_keeps_changing(node_writer, monkeypatch):
     assert writer.start_rewrite()
     await wait_rewrite(writer)
     assert loaded_state() == live_state(node)
+
+
+async def test_the_replaced_file_is_closed_off_the_event_loop(node_writer, monkeypatch):
+    node, writer = node_writer
+    writer.open_existing()
+    populate(node, 20)
+    writer.flush()
+    old_fd = writer.fd
+    closed_in: list[str] = []
+    real_close = os.close
+
+    def close(fd: int) -> None:
+        if fd == old_fd:
+            closed_in.append(threading.current_thread().name)
+        real_close(fd)
+    monkeypatch.setattr(writer_module.os, "close", close)
+    assert writer.start_rewrite()
+    await wait_rewrite(writer)
+    writer.fsync_pool.submit(lambda: None).result()  # the pool ran what came before
+    assert writer.fd != old_fd
+    assert len(closed_in) == 1 and closed_in[0].startswith("aof-fsync")
+    with pytest.raises(OSError):
+        os.fstat(old_fd)
 
 
 async def test_rewrite_snapshot_is_complete_even_if_a_slice_starts_late(node_writer,
