@@ -118,36 +118,20 @@ def _plain_job(node, queue_name: bytes, body: bytes) -> bytes:
 
 def addjob_run(node, commands: list, start: int, out: list) -> int:
     """Pipelined ``ADDJOB queue body timeout`` commands on a lone node (see
-    ``Node.call_run``): each gets what ``_addjob_defaults`` would give it,
-    with what cannot change during the run read once. Stops before the
-    first command that has options or would be refused; the normal path
-    answers that one."""
-    membership = node.membership
-    if membership.size != 1 or membership.leaving:
+    ``Node.call_run``): each is answered by ``_addjob_defaults``, errors
+    included. The run stops before the first command with options, or when
+    memory passes the eviction threshold, where ``Node.call`` must act."""
+    if node.membership.size != 1:
         return start
     name = commands[start][0]
-    queues = node.queues
     append = out.append
-    queue = None
     i = start
     n = len(commands)
     while i < n:
         argv = commands[i]
-        if len(argv) != 4 or argv[0] != name:
+        if len(argv) != 4 or argv[0] != name or node.used_memory > node.mem_evict_threshold:
             break
-        timeout = argv[3]
-        if timeout != b"0":
-            value = parse_int(timeout)
-            if value is None or value < 0:
-                break
-        if node.used_memory > node.mem_warn_threshold:
-            break
-        queue_name = argv[1]
-        if queue is None or queue_name != queue.name:
-            queue = queues.get(queue_name)
-            if queue is not None and queue.paused & PAUSE_IN:
-                break
-        append(_plain_job(node, queue_name if queue is None else queue.name, argv[2]))
+        append(_addjob_defaults(node, argv))
         # What Node.call does after each command: blocked consumers first.
         if node.ready_queues:
             node.serve_ready_queues()

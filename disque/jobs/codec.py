@@ -13,7 +13,6 @@ from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 _FIELDS = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
 
 
-
 class BadJobPayload(ValueError):
     """A serialised job that cannot be decoded."""
 

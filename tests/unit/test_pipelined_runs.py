@@ -167,7 +167,7 @@ def test_monitor_sees_every_command_of_the_run():
     assert sum(b'"ADDJOB" "q"' in line for line in lines) == 2
 
 
-def test_memory_above_the_warning_level_ends_the_run_with_the_normal_error():
+def test_memory_above_the_warning_level_gives_the_normal_error_in_a_run():
     twin = Twin(maxmemory=2_000_000)
     client, transport = twin.connect()
     twin.send(client, b"".join([resp("ADDJOB", "q", b"y" * 100_000, 0)] * 40))
