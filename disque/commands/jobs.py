@@ -102,15 +102,9 @@ def _addjob_defaults(node, argv: list[bytes]) -> bytes:
         if queue.paused & PAUSE_IN:
             return errors.PAUSED
         name = queue.name  # one name object shared by every job of the queue
-    return _plain_job(node, name, argv[2])
-
-
-def _plain_job(node, queue_name: bytes, body: bytes) -> bytes:
-    """Create and queue a job with the defaults; return the ADDJOB reply."""
-    job = Job(node.ids.new_id(DEFAULT_TTL, MAX_DEFAULT_RETRY), queue_name, body, 1,
-              node.new_ctime(), node.now // 1000 + DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
+    job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
     job.delivered = node.self_delivered
-    node.add_new_job(job)  # queueing sets qtime: now + RETRY ± jitter
+    node.add_new_job(job)
     if node.aof is not None:
         node.aof.loadjob(job)
     return b"+" + job.id + b"\r\n"
