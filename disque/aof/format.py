@@ -56,13 +56,6 @@ def append_loadjob(out: bytearray, job, now_ms: int) -> None:
     out += _stamp_cache[1]
 
 
-def loadjob_record(job, now_ms: int) -> bytes:
-    """One LOADJOB record as bytes."""
-    out = bytearray()
-    append_loadjob(out, job, now_ms)
-    return bytes(out)
-
-
 def deljob_record(job, now_ms: int, reason: bytes) -> bytes:
     """``DELJOB <id> <unix ms> <queue> <nacks> <additional deliveries> <reason>``."""
     queue = job.queue or b""

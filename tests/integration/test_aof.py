@@ -25,8 +25,9 @@ import msgpack
 import pytest
 import redis
 
-from disque.aof.format import loadjob_record, read_record
+from disque.aof.format import read_record
 from disque.jobs.job import QUEUED, Job
+from tests.support.aof import loadjob_record
 from tests.support.cluster import encode_command, parse_show, raw_command
 from tests.support.process import REPO, DisqueProcess, wait_until
 

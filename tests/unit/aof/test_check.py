@@ -8,8 +8,9 @@ import msgpack
 import pytest
 
 from disque.aof.check import check, main
-from disque.aof.format import REASON_ACKED, deljob_record, loadjob_record
+from disque.aof.format import REASON_ACKED, deljob_record
 from disque.jobs.job import Job
+from tests.support.aof import loadjob_record
 
 RECORD_MS = 1_700_000_000_000
 

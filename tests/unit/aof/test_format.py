@@ -9,9 +9,10 @@ import msgpack
 import pytest
 
 from disque.aof.format import (REASON_ACKED, REASON_EXPIRED, AofFormatError, Truncated,
-                               deljob_record, loadjob_record, read_record)
+                               deljob_record, read_record)
 from disque.jobs.codec import from_storage
 from disque.jobs.job import BCAST_QUEUED, DELIVERED, QUEUED, Job
+from tests.support.aof import loadjob_record
 
 JOB_ID = b"D-a1b2c3d4-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
 NODE_A = b"a" * 40

@@ -9,9 +9,10 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import REASON_ACKED, deljob_record, loadjob_record, read_record
+from disque.aof.format import REASON_ACKED, deljob_record, read_record
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
+from tests.support.aof import loadjob_record
 from tests.unit.helpers import PEER_ID, START_MS, Cmd, add_peer, advance, make_node
 
 LOG = logging.getLogger("test.aof.loader")
