@@ -11,10 +11,9 @@ import argparse
 import os
 import sys
 
-import msgpack
-
-from disque.aof.format import DELJOB, LOADJOB, AofFormatError, Truncated, read_record
-from disque.jobs.codec import BadJobPayload, from_storage
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, decode_payload,
+                               read_record)
+from disque.jobs.codec import from_storage
 
 
 def check(data: bytes) -> tuple[int, str | None, bool]:
@@ -31,8 +30,8 @@ def check(data: bytes) -> tuple[int, str | None, bool]:
         name = argv[0].upper()
         if name == LOADJOB and len(argv) >= 2:
             try:
-                from_storage(msgpack.unpackb(argv[1], raw=False), None)
-            except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException) as exc:
+                from_storage(decode_payload(argv[1]), None)
+            except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
                 return pos, "corrupted job at offset %d: %s" % (pos, exc), False
         elif not (name == DELJOB and len(argv) >= 2):
             return pos, "unknown command %r at offset %d" % (argv[0][:32], pos), False

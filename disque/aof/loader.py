@@ -12,13 +12,11 @@ from __future__ import annotations
 import os
 
 import hiredis
-import msgpack
-
-from disque.aof.format import DELJOB, LOADJOB, AofFormatError, Truncated, read_record
-from disque.jobs.codec import BadJobPayload, from_storage
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, decode_payload,
+                               read_record)
+from disque.jobs.codec import from_storage
 
 READ_CHUNK = 8 * 1024 * 1024
-_unpackb = msgpack.unpackb
 # hiredis moves its unread bytes to the front of its buffer each time it
 # has consumed 1 KB, so it is fed small pieces to keep that cheap.
 FAST_READ_CHUNK = 4096
@@ -201,9 +199,9 @@ class AofLoader:
     def _loadjob(self, payload: bytes, offset: int) -> None:
         node = self.node
         try:
-            job, was_queued = from_storage(_unpackb(payload), node.membership.nodes,
+            job, was_queued = from_storage(decode_payload(payload), node.membership.nodes,
                                            node.self_delivered)
-        except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException) as exc:
+        except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
             raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                % (offset, exc)) from None
         if job.etime <= node.now // 1000 or job.id in node.jobs:

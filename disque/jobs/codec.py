@@ -1,15 +1,17 @@
 """Job serialisation for the cluster bus and the AOF (spec: jobs-and-ids.md §10).
 
-A serialised job is a list, packed by msgpack at the bus or AOF layer.
-On the bus the expire time travels as seconds remaining (+1) so clocks
-need not agree; in the AOF it is absolute. Node IDs the receiver does not
-know are dropped.
+A serialised job is a list of fields: msgpack packs it on the bus, and
+``disque.aof.format`` decodes AOF payloads into the same fields. On the
+bus the expire time travels as seconds remaining (+1) so clocks need not
+agree; in the AOF it is absolute. Node IDs the receiver does not know are
+dropped.
 """
 
 from __future__ import annotations
 
 from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 
+MAX_ETIME = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 _FIELDS = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
 
 
@@ -26,13 +28,6 @@ def to_bus(job: Job, now_ms: int) -> list:
     """Bus form: relative TTL, DELIVERED cleared."""
     remaining = max(1, job.etime - now_ms // 1000 + 1)
     return _fields(job, remaining, job.flags & ~DELIVERED)
-
-
-def to_storage(job: Job) -> tuple:
-    """AOF form: absolute etime, local flags and the state (msgpack packs tuples
-    as arrays, and one tuple is cheaper than two lists on the ADDJOB path)."""
-    return (job.id, job.queue, job.body, job.repl, job.ctime, job.etime, job.delay, job.retry,
-            job.nacks, job.adeliv, job.flags, job.delivered, job.state)
 
 
 def _build(fields, known_nodes, own: tuple | None) -> Job:
@@ -76,7 +71,8 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
     if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
         raise BadJobPayload("not a job")
     job = _build(payload, known_nodes, None)
-    job.etime = now_ms // 1000 + job.etime  # sent as seconds remaining
+    # Sent as seconds remaining; capped so that it stays a 64-bit number (AOF).
+    job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
     job.state = ACTIVE
     return job
@@ -84,7 +80,10 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
 
 def from_storage(payload, known_nodes, own: tuple | None = None) -> tuple[Job, bool]:
     """Decode an AOF job; returns (job in state active, was it stored as queued).
-    ``own`` is the loading node's shared nodes-delivered of local-only jobs."""
+
+    ``payload``: id, queue, body, repl, ctime, absolute etime, delay, retry,
+    nacks, adeliv, flags, nodes delivered, state. ``own`` is the loading
+    node's shared nodes-delivered of local-only jobs."""
     if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
         raise BadJobPayload("not a stored job")
     state = payload[12]

@@ -11,7 +11,8 @@ import logging
 from typing import Any, Iterator
 
 import hiredis
-import msgpack
+
+from disque.aof.format import decode_payload
 
 log = logging.getLogger("disque.spark")
 
@@ -103,10 +104,9 @@ class RecordColumns:
 
     def _loadjob(self, command: list[bytes]) -> None:
         try:
-            job = msgpack.unpackb(command[1], raw=False)
             (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, deliveries,
-             flags, nodes, state) = job[:13]
-        except (IndexError, ValueError, TypeError, msgpack.ExtraData) as exc:
+             flags, nodes, state) = decode_payload(command[1])[:13]
+        except (IndexError, ValueError, TypeError) as exc:
             raise AofFormatError("%s: bad LOADJOB payload: %s" % (self.file, exc)) from None
         self._row(record="LOADJOB",
                   time=int(command[2]) if len(command) > 2 else None,

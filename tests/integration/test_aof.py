@@ -21,11 +21,10 @@ import time
 from pathlib import Path
 
 import hiredis
-import msgpack
 import pytest
 import redis
 
-from disque.aof.format import read_record
+from disque.aof.format import decode_payload, read_record
 from disque.jobs.job import QUEUED, Job
 from tests.support.aof import loadjob_record
 from tests.support.cluster import encode_command, parse_show, raw_command
@@ -119,7 +118,7 @@ def record_offsets(path: Path) -> list[int]:
 def loadjob_time(records: list[list[bytes]], job_id: bytes) -> bytes:
     """Record time of the LOADJOB of ``job_id``."""
     return next(argv[2] for argv in records
-                if argv[0] == b"LOADJOB" and msgpack.unpackb(argv[1])[0] == job_id)
+                if argv[0] == b"LOADJOB" and decode_payload(argv[1])[0] == job_id)
 
 
 def crash_and_restart(proc: DisqueProcess) -> None:
@@ -249,10 +248,10 @@ def test_sigkill_brings_back_every_logged_job(server_factory, fsync):
         assert abs(int(argv[2]) - now_ms) < 60_000, argv
     acked = next(argv for argv in records if argv[0] == b"DELJOB" and argv[1] == gone["acked"])
     assert acked[3:] == [b"q6", b"0", b"0", b"acked"]  # queue, nacks, additional deliveries
-    stored = {}  # job id -> the msgpack fields of its LOADJOB (docs/aof-format.md)
+    stored = {}  # job id -> the fields of its LOADJOB (docs/aof-format.md)
     for argv in records:
         if argv[0] == b"LOADJOB":
-            payload = msgpack.unpackb(argv[1])
+            payload = list(decode_payload(argv[1]))
             stored[payload[0]] = payload
     plain = stored[jobs["plain"]]
     assert plain[1:4] == [b"q1", b"plain", 1]  # queue, body, repl
@@ -415,7 +414,7 @@ def test_config_set_appendonly_at_runtime(server_factory):
     wait_until(lambda: info(proc)["aof_state"] == "on", 30, interval=0.05,
                message="aof_state:on")
     assert info(proc)["aof_enabled"] == "1"
-    logged = {msgpack.unpackb(argv[1])[0] for argv in aof_records(proc.dir / AOF)
+    logged = {decode_payload(argv[1])[0] for argv in aof_records(proc.dir / AOF)
               if argv[0] == b"LOADJOB"}
     assert logged == ids  # the snapshot, the ADDJOB made meanwhile, not the ACKed job
     ids.add(proc.call("ADDJOB", "q", "after", 0))
@@ -522,7 +521,7 @@ def _garbage(data: bytes, at: int) -> tuple[bytes, int]:
 
 def _bad_payload(data: bytes, at: int) -> tuple[bytes, int]:
     argv, end = read_record(data, at, len(data))
-    payload = b"\xc1" * len(argv[1])  # same length, not msgpack
+    payload = b"\xc1" * len(argv[1])  # same length, neither payload form
     return data[:at] + data[at:end].replace(argv[1], payload) + data[end:], at
 
 

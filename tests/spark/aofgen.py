@@ -7,6 +7,8 @@ against one implementation of it.
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 
 ACTIVE, QUEUED = 1, 2
@@ -34,12 +36,18 @@ def node_id(n: int) -> bytes:
 def loadjob(jid: bytes, queue: bytes, body: bytes, ctime_ms: int, record_ms: int, *,
             tie: int = 0, repl: int = 1, ttl: int = 86400, delay: int = 0, retry: int = 300,
             nacks: int = 0, deliveries: int = 0, flags: int = 1,
-            nodes: tuple[bytes, ...] = (), state: int = QUEUED) -> bytes:
-    """``LOADJOB <msgpack payload> <record ms>``: the 13-field payload of the table."""
-    payload = msgpack.packb([
-        jid, queue, body, repl, ctime_ms * 1_000_000 + tie, ctime_ms // 1000 + ttl, delay,
-        retry, nacks, deliveries, flags, list(nodes or (node_id(0),)), state,
-    ], use_bin_type=True)
+            nodes: tuple[bytes, ...] = (), state: int = QUEUED, legacy: bool = False) -> bytes:
+    """``LOADJOB <payload> <record ms>``: the packed payload of the table, or with
+    ``legacy`` the 13-element msgpack array that earlier versions wrote."""
+    nodes = nodes or (node_id(0),)
+    ctime, etime = ctime_ms * 1_000_000 + tie, ctime_ms // 1000 + ttl
+    if legacy:
+        payload = msgpack.packb([jid, queue, body, repl, ctime, etime, delay, retry, nacks,
+                                 deliveries, flags, list(nodes), state], use_bin_type=True)
+    else:
+        payload = struct.pack("<BBBHQQQQQQIIH40s", 1, state, flags, repl, ctime, etime, delay,
+                              retry, nacks, deliveries, len(queue), len(body), len(nodes), jid)
+        payload += queue + body + b"".join(nodes)
     return _request(b"LOADJOB", payload, b"%d" % record_ms)
 
 

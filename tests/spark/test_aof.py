@@ -40,7 +40,8 @@ class GeneratedJob:
 
 
 def generate(directory, seed=7):
-    """Two nodes' AOFs with replicas, moves, orphans, a bare DELJOB and a torn tail.
+    """Two nodes' AOFs with replicas, moves, orphans, a bare DELJOB, a torn tail, and
+    one record in five with the msgpack payload of earlier versions.
 
     Returns the ground truth: every job, and the DELJOB-only IDs (created before a rewrite)."""
     rng = random.Random(seed)
@@ -56,7 +57,8 @@ def generate(directory, seed=7):
         for n in holders:
             events[n].append((ctime + n, aofgen.loadjob(
                 job.id.encode(), queue.encode(), body, ctime, ctime + n, tie=i % 3,
-                nodes=tuple(aofgen.node_id(h) for h in holders))))
+                nodes=tuple(aofgen.node_id(h) for h in holders),
+                legacy=i % 5 == 0)))  # a file an upgrade went on appending to
         if i % 17 == 0 and holders == (0, 1):
             job.moved = True
             events[0].append((ctime + 3, aofgen.deljob(job.id.encode(), ctime + 3,

@@ -5,14 +5,17 @@ be a record are an ``AofFormatError`` at the offending byte."""
 
 from __future__ import annotations
 
-import msgpack
+import struct
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disque.aof.format import (REASON_ACKED, REASON_EXPIRED, AofFormatError, Truncated,
-                               deljob_record, read_record)
-from disque.jobs.codec import from_storage
-from disque.jobs.job import BCAST_QUEUED, DELIVERED, QUEUED, Job
-from tests.support.aof import loadjob_record
+                               decode_payload, deljob_record, read_record)
+from disque.jobs.codec import BadJobPayload, from_storage
+from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
+from tests.support.aof import loadjob_record, msgpack_loadjob_record, msgpack_payload
 
 JOB_ID = b"D-a1b2c3d4-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
 NODE_A = b"a" * 40
@@ -40,11 +43,12 @@ def parse_all(data: bytes) -> list[list[bytes]]:
 
 
 def test_loadjob_record_layout_and_payload():
+    """The payload layout of docs/aof-format.md, byte for byte."""
     job = sample_job()
     record = loadjob_record(job, RECORD_MS)
-    payload = msgpack.packb([JOB_ID, b"que\r\nue", job.body, 2, job.ctime, 1_700_003_600, 7, 30,
-                             3, 258, BCAST_QUEUED | DELIVERED, [NODE_A, NODE_B], QUEUED],
-                            use_bin_type=True)
+    payload = (struct.pack("<BBBHQQQQQQIIH", 1, QUEUED, BCAST_QUEUED | DELIVERED, 2, job.ctime,
+                           1_700_003_600, 7, 30, 3, 258, 7, len(job.body), 2)
+               + JOB_ID + b"que\r\nue" + job.body + NODE_A + NODE_B)
     assert record == (b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$13\r\n1700000000123\r\n"
                       % (len(payload), payload))
     argv, end = read_record(record, 0, len(record))
@@ -52,17 +56,53 @@ def test_loadjob_record_layout_and_payload():
     assert argv == [b"LOADJOB", payload, b"1700000000123"]
 
 
-def test_loadjob_round_trip_keeps_every_stored_field():
-    job = sample_job()
-    argv = parse_all(loadjob_record(job, RECORD_MS))[0]
-    copy, was_queued = from_storage(msgpack.unpackb(argv[1], raw=False), None)
-    assert was_queued
+def assert_same_stored_job(copy, job):
     assert (copy.id, copy.queue, copy.body) == (job.id, job.queue, job.body)
     assert (copy.repl, copy.ctime, copy.etime, copy.delay, copy.retry) == (
-        2, job.ctime, 1_700_003_600, 7, 30)
+        job.repl, job.ctime, job.etime, job.delay, job.retry)
     assert (copy.nacks, copy.adeliv, copy.flags, copy.delivered) == (
-        3, 258, BCAST_QUEUED | DELIVERED, (NODE_A, NODE_B))
+        job.nacks, job.adeliv, job.flags, job.delivered)
     assert copy.qtime == 0  # qtime is recomputed at load time, never stored
+
+
+@pytest.mark.parametrize("make", [loadjob_record, msgpack_loadjob_record])
+def test_loadjob_round_trip_keeps_every_stored_field(make):
+    """Records of this version and the msgpack ones of earlier versions."""
+    job = sample_job()
+    argv = parse_all(make(job, RECORD_MS))[0]
+    copy, was_queued = from_storage(decode_payload(argv[1]), None)
+    assert was_queued
+    assert_same_stored_job(copy, job)
+
+
+@given(st.binary(max_size=300), st.binary(max_size=100), st.integers(1, 65535),
+       st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**64 - 1), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
+       st.integers(0, 7), st.lists(st.sampled_from([NODE_A, NODE_B, b"c" * 40]), max_size=3,
+                                   unique=True), st.sampled_from([ACTIVE, QUEUED]))
+def test_every_storable_job_round_trips(body, queue, repl, ctime, etime, delay, retry, nacks,
+                                        adeliv, flags, delivered, state):
+    job = Job(JOB_ID, queue, body, repl, ctime, etime, delay, retry)
+    job.nacks, job.adeliv, job.flags, job.delivered, job.state = (
+        nacks, adeliv, flags, tuple(delivered), state)
+    argv = parse_all(loadjob_record(job, RECORD_MS))[0]
+    copy, was_queued = from_storage(decode_payload(argv[1]), None)
+    assert was_queued == (state == QUEUED)
+    assert_same_stored_job(copy, job)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p[:50],  # shorter than the fixed part
+    lambda p: p[:-1],  # one byte of a node ID missing
+    lambda p: p + b"x",  # a byte too many
+    lambda p: p[:56] + b"\xff" + p[57:],  # a queue length beyond the payload
+    lambda p: b"\xc1" + p[1:],  # neither form (0xc1 is never used by msgpack)
+    lambda p: msgpack_payload(sample_job())[:-3],  # a msgpack array cut short
+])
+def test_damaged_payloads_are_bad_job_payloads(damage):
+    payload = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
+    with pytest.raises(BadJobPayload):
+        from_storage(decode_payload(damage(payload)), None)
 
 
 def test_deljob_record_layout():

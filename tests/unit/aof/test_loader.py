@@ -12,7 +12,7 @@ from disque.aof import loader as loader_module
 from disque.aof.format import REASON_ACKED, deljob_record, read_record
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
-from tests.support.aof import loadjob_record
+from tests.support.aof import loadjob_record, msgpack_loadjob_record, stored_fields
 from tests.unit.helpers import PEER_ID, START_MS, Cmd, add_peer, advance, make_node
 
 LOG = logging.getLogger("test.aof.loader")
@@ -47,6 +47,19 @@ def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
 
 def record(source, job_id: bytes) -> bytes:
     return loadjob_record(source.jobs[job_id], source.now)
+
+
+def test_a_file_an_earlier_version_began_loads_whole(source, tmp_path):
+    """Its LOADJOB payloads are msgpack arrays; this version appends packed ones."""
+    cmd = Cmd(source)
+    old = [cmd.addjob("q", "old %d" % i, "RETRY", 3) for i in range(3)]
+    new = cmd.addjob("q", "new", "RETRY", 3)
+    write(tmp_path / "a.aof", *(msgpack_loadjob_record(source.jobs[j], source.now) for j in old),
+          deljob_record(source.jobs[old[1]], source.now, REASON_ACKED), record(source, new))
+    node = make_node()
+    assert load(node, tmp_path / "a.aof").jobs_loaded == 4
+    assert sorted(node.jobs) == sorted((old[0], old[2], new))
+    assert [node.jobs[j].body for j in (old[0], old[2], new)] == [b"old 0", b"old 2", b"new"]
 
 
 def test_jobs_come_back_active_with_qtime_rearmed(source, tmp_path):
@@ -219,12 +232,17 @@ def test_corrupt_job_payload_is_fatal_with_its_offset(source, tmp_path, payload)
         load(make_node(), tmp_path / "a.aof")
 
 
-def test_bad_stored_state_is_corruption(source, tmp_path):
+@pytest.mark.parametrize("legacy", [False, True])
+def test_bad_stored_state_is_corruption(source, tmp_path, legacy):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
-    good = record(source, job_id)
-    fields = msgpack.unpackb(read_record(good, 0, len(good))[0][1], raw=False)
-    fields[12] = 3  # acked is never stored
-    payload = msgpack.packb(fields, use_bin_type=True)
+    if legacy:
+        fields = stored_fields(source.jobs[job_id])
+        fields[12] = 3  # acked is never stored
+        payload = msgpack.packb(fields, use_bin_type=True)
+    else:
+        good = record(source, job_id)
+        payload = read_record(good, 0, len(good))[0][1]
+        payload = payload[:1] + b"\x03" + payload[2:]  # the state byte
     write(tmp_path / "a.aof", b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$1\r\n0\r\n"
           % (len(payload), payload))
     with pytest.raises(AofLoadError, match="at offset 0"):

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque.jobs.codec import BadJobPayload, from_bus, from_storage, to_bus, to_storage
+from disque.jobs.codec import MAX_ETIME, BadJobPayload, from_bus, from_storage, to_bus
+from tests.support.aof import stored_fields
 from disque.jobs.job import ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED, Job
 
 JOB_ID = b"D-a1b2c3d4-AAAAAAAAAAAAAAAAAAAAAAAA-05a1"
@@ -71,7 +72,7 @@ def test_unknown_nodes_are_dropped_and_duplicates_merged():
 
 def test_storage_round_trip():
     job = sample_job()
-    payload = packed(to_storage(job))
+    payload = packed(stored_fields(job))
     copy, was_queued = from_storage(payload, {A: None, B: None})
     assert was_queued is True
     assert copy.etime == job.etime  # absolute in the AOF
@@ -79,17 +80,17 @@ def test_storage_round_trip():
     assert copy.state == ACTIVE
     assert (copy.nacks, copy.adeliv, copy.delivered) == (2, 4, (A, B))
     job.state = ACTIVE
-    assert from_storage(to_storage(job), None)[1] is False
+    assert from_storage(stored_fields(job), None)[1] is False
 
 
 def test_storage_refuses_other_states():
     for state in (ACKED, 0, 9, None):
-        payload = list(to_storage(sample_job()))
+        payload = list(stored_fields(sample_job()))
         payload[12] = state
         with pytest.raises(BadJobPayload):
             from_storage(payload, None)
     with pytest.raises(BadJobPayload):
-        from_storage(to_storage(sample_job())[:12], None)
+        from_storage(stored_fields(sample_job())[:12], None)
 
 
 def test_counters_wrap_at_16_bits():
@@ -156,5 +157,12 @@ def test_round_trip_property(body, queue, repl, ctime, delay, retry, delivered):
         queue, body, repl, ctime, delay, retry)
     assert copy.delivered == tuple(delivered)
     assert copy.etime == job.etime + 1
-    stored, _ = from_storage(packed(to_storage(job)), None)
+    stored, _ = from_storage(packed(stored_fields(job)), None)
     assert stored.etime == job.etime
+
+
+def test_a_huge_remaining_ttl_from_a_peer_stays_a_64_bit_expire_time():
+    """msgpack lets a peer send 2**64 - 1 seconds; the AOF stores etime in 64 bits."""
+    payload = to_bus(sample_job(), NOW_MS)
+    payload[5] = 2**64 - 1
+    assert from_bus(packed(payload), NOW_MS, None).etime == MAX_ETIME == 2**63 - 1
