@@ -11,9 +11,8 @@ import argparse
 import os
 import sys
 
-from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, decode_payload,
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, load_job,
                                read_record)
-from disque.jobs.codec import from_storage
 
 
 def check(data: bytes) -> tuple[int, str | None, bool]:
@@ -30,7 +29,7 @@ def check(data: bytes) -> tuple[int, str | None, bool]:
         name = argv[0].upper()
         if name == LOADJOB and len(argv) >= 2:
             try:
-                from_storage(decode_payload(argv[1]), None)
+                load_job(argv[1], None)
             except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
                 return pos, "corrupted job at offset %d: %s" % (pos, exc), False
         elif not (name == DELJOB and len(argv) >= 2):

@@ -17,7 +17,8 @@ import struct
 
 import msgpack
 
-from disque.jobs.codec import BadJobPayload
+from disque.jobs.codec import BadJobPayload, from_packed_storage, from_storage
+from disque.jobs.job import Job
 
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
@@ -80,11 +81,13 @@ def append_loadjob(out: bytearray, job, now_ms: int) -> None:
                   queue, body, nodes, _stamp_cache[1]))
 
 
-def decode_payload(payload: bytes) -> tuple | list:
-    """A LOADJOB payload as the fields ``codec.from_storage`` takes.
+def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job, bool]:
+    """The job of a LOADJOB payload, and whether it was stored as queued
+    (see ``codec.from_storage``). Raises BadJobPayload.
 
-    Raises BadJobPayload when the bytes are neither form; the fields
-    themselves are checked by ``codec.from_storage``.
+    The loader's per-job path: a packed payload is unpacked inline and its
+    fields go straight to the Job, without the type checks a msgpack one
+    needs (a sixth of the instructions of loading a job).
     """
     if payload[:1] == _V1_MARKER:
         if len(payload) < _V1_SIZE:
@@ -100,12 +103,14 @@ def decode_payload(payload: bytes) -> tuple | list:
         else:
             delivered = [payload[at:at + _NODE_ID_LEN]
                          for at in range(body_end, len(payload), _NODE_ID_LEN)]
-        return (job_id, payload[_V1_SIZE:queue_end], payload[queue_end:body_end], repl, ctime,
-                etime, delay, retry, nacks, adeliv, flags, delivered, state)
+        return from_packed_storage(job_id, payload[_V1_SIZE:queue_end],
+                                   payload[queue_end:body_end], repl, ctime, etime, delay, retry,
+                                   nacks, adeliv, flags, delivered, state, known_nodes, own)
     try:
-        return _unpackb(payload)
+        fields = _unpackb(payload)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadJobPayload("not a job payload: %s" % exc) from None
+    return from_storage(fields, known_nodes, own)
 
 
 def deljob_record(job, now_ms: int, reason: bytes) -> bytes:

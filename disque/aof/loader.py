@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 
 import hiredis
-from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, decode_payload,
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, load_job,
                                read_record)
-from disque.jobs.codec import from_storage
 
 READ_CHUNK = 8 * 1024 * 1024
 # hiredis moves its unread bytes to the front of its buffer each time it
@@ -199,8 +198,7 @@ class AofLoader:
     def _loadjob(self, payload: bytes, offset: int) -> None:
         node = self.node
         try:
-            job, was_queued = from_storage(decode_payload(payload), node.membership.nodes,
-                                           node.self_delivered)
+            job, was_queued = load_job(payload, node.membership.nodes, node.self_delivered)
         except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
             raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                % (offset, exc)) from None

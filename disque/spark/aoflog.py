@@ -12,12 +12,11 @@ from typing import Any, Iterator
 
 import hiredis
 
-from disque.aof.format import decode_payload
+from disque.aof.format import load_job
 
 log = logging.getLogger("disque.spark")
 
 READ_CHUNK = 4 << 20
-STATE_NAMES = {1: "active", 2: "queued"}
 # A DELJOB reason that is not the end of the job: a copy moved to another node.
 NOT_TERMINAL_REASONS = ("moved",)
 
@@ -104,18 +103,18 @@ class RecordColumns:
 
     def _loadjob(self, command: list[bytes]) -> None:
         try:
-            (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, deliveries,
-             flags, nodes, state) = decode_payload(command[1])[:13]
-        except (IndexError, ValueError, TypeError) as exc:
+            job, queued = load_job(command[1], None)
+        except (IndexError, ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
             raise AofFormatError("%s: bad LOADJOB payload: %s" % (self.file, exc)) from None
         self._row(record="LOADJOB",
                   time=int(command[2]) if len(command) > 2 else None,
-                  id=_text(job_id), queue=_text(queue), ctime=ctime, ctime_ms=ctime // 1_000_000,
-                  body_length=len(body), body=body if self.with_body else None,
-                  repl=repl, etime=etime, delay=delay, retry=retry, nacks=nacks,
-                  additional_deliveries=deliveries, flags=flags,
-                  nodes_delivered=[_text(n) for n in nodes],
-                  state=STATE_NAMES.get(state, str(state)))
+                  id=_text(job.id), queue=_text(job.queue), ctime=job.ctime,
+                  ctime_ms=job.ctime // 1_000_000, body_length=len(job.body),
+                  body=job.body if self.with_body else None,
+                  repl=job.repl, etime=job.etime, delay=job.delay, retry=job.retry,
+                  nacks=job.nacks, additional_deliveries=job.adeliv, flags=job.flags,
+                  nodes_delivered=[_text(n) for n in job.delivered],
+                  state="queued" if queued else "active")
 
     def _deljob(self, command: list[bytes]) -> None:
         if len(command) >= 7:

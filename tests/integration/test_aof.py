@@ -24,7 +24,7 @@ import hiredis
 import pytest
 import redis
 
-from disque.aof.format import decode_payload, read_record
+from disque.aof.format import load_job, read_record
 from disque.jobs.job import QUEUED, Job
 from tests.support.aof import loadjob_record
 from tests.support.cluster import encode_command, parse_show, raw_command
@@ -118,7 +118,7 @@ def record_offsets(path: Path) -> list[int]:
 def loadjob_time(records: list[list[bytes]], job_id: bytes) -> bytes:
     """Record time of the LOADJOB of ``job_id``."""
     return next(argv[2] for argv in records
-                if argv[0] == b"LOADJOB" and decode_payload(argv[1])[0] == job_id)
+                if argv[0] == b"LOADJOB" and load_job(argv[1], None)[0].id == job_id)
 
 
 def crash_and_restart(proc: DisqueProcess) -> None:
@@ -248,16 +248,16 @@ def test_sigkill_brings_back_every_logged_job(server_factory, fsync):
         assert abs(int(argv[2]) - now_ms) < 60_000, argv
     acked = next(argv for argv in records if argv[0] == b"DELJOB" and argv[1] == gone["acked"])
     assert acked[3:] == [b"q6", b"0", b"0", b"acked"]  # queue, nacks, additional deliveries
-    stored = {}  # job id -> the fields of its LOADJOB (docs/aof-format.md)
+    stored = {}  # job id -> (job, stored as queued?) of its LOADJOB (docs/aof-format.md)
     for argv in records:
         if argv[0] == b"LOADJOB":
-            payload = list(decode_payload(argv[1]))
-            stored[payload[0]] = payload
-    plain = stored[jobs["plain"]]
-    assert plain[1:4] == [b"q1", b"plain", 1]  # queue, body, repl
-    assert abs(plain[4] // 1_000_000 - int(loadjob_time(records, jobs["plain"]))) < 1000
-    assert plain[7] == 1 and plain[12] == 2  # retry, stored as queued
-    assert stored[jobs["delayed"]][6] == 4 and stored[jobs["delayed"]][12] == 1  # delay, active
+            job, queued = load_job(argv[1], None)
+            stored[job.id] = job, queued
+    plain, queued = stored[jobs["plain"]]
+    assert (plain.queue, plain.body, plain.repl, plain.retry, queued) == (b"q1", b"plain", 1, 1, True)
+    assert abs(plain.ctime // 1_000_000 - int(loadjob_time(records, jobs["plain"]))) < 1000
+    delayed, queued = stored[jobs["delayed"]]
+    assert (delayed.delay, queued) == (4, False)  # stored as active
 
     crash_and_restart(proc)
     assert info(proc)["aof_state"] == "on"
@@ -414,7 +414,7 @@ def test_config_set_appendonly_at_runtime(server_factory):
     wait_until(lambda: info(proc)["aof_state"] == "on", 30, interval=0.05,
                message="aof_state:on")
     assert info(proc)["aof_enabled"] == "1"
-    logged = {decode_payload(argv[1])[0] for argv in aof_records(proc.dir / AOF)
+    logged = {load_job(argv[1], None)[0].id for argv in aof_records(proc.dir / AOF)
               if argv[0] == b"LOADJOB"}
     assert logged == ids  # the snapshot, the ADDJOB made meanwhile, not the ACKed job
     ids.add(proc.call("ADDJOB", "q", "after", 0))

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from disque.aof.format import (REASON_ACKED, REASON_EXPIRED, AofFormatError, Truncated,
-                               decode_payload, deljob_record, read_record)
-from disque.jobs.codec import BadJobPayload, from_storage
+                               deljob_record, load_job, read_record)
+from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, msgpack_payload
 
@@ -70,7 +70,7 @@ def test_loadjob_round_trip_keeps_every_stored_field(make):
     """Records of this version and the msgpack ones of earlier versions."""
     job = sample_job()
     argv = parse_all(make(job, RECORD_MS))[0]
-    copy, was_queued = from_storage(decode_payload(argv[1]), None)
+    copy, was_queued = load_job(argv[1], None)
     assert was_queued
     assert_same_stored_job(copy, job)
 
@@ -86,7 +86,7 @@ def test_every_storable_job_round_trips(body, queue, repl, ctime, etime, delay, 
     job.nacks, job.adeliv, job.flags, job.delivered, job.state = (
         nacks, adeliv, flags, tuple(delivered), state)
     argv = parse_all(loadjob_record(job, RECORD_MS))[0]
-    copy, was_queued = from_storage(decode_payload(argv[1]), None)
+    copy, was_queued = load_job(argv[1], None)
     assert was_queued == (state == QUEUED)
     assert_same_stored_job(copy, job)
 
@@ -96,13 +96,16 @@ def test_every_storable_job_round_trips(body, queue, repl, ctime, etime, delay, 
     lambda p: p[:-1],  # one byte of a node ID missing
     lambda p: p + b"x",  # a byte too many
     lambda p: p[:56] + b"\xff" + p[57:],  # a queue length beyond the payload
+    lambda p: p[:1] + b"\x03" + p[2:],  # state acked, never stored
+    lambda p: p[:3] + b"\x00\x00" + p[5:],  # replication factor 0
+    lambda p: p[:63] + b"X" + p[64:],  # not a job ID
     lambda p: b"\xc1" + p[1:],  # neither form (0xc1 is never used by msgpack)
     lambda p: msgpack_payload(sample_job())[:-3],  # a msgpack array cut short
 ])
 def test_damaged_payloads_are_bad_job_payloads(damage):
     payload = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
     with pytest.raises(BadJobPayload):
-        from_storage(decode_payload(damage(payload)), None)
+        load_job(damage(payload), None)
 
 
 def test_deljob_record_layout():
