@@ -10,7 +10,7 @@ import pytest
 from disque.aof.check import check, main
 from disque.aof.format import REASON_ACKED, deljob_record
 from disque.jobs.job import Job
-from tests.support.aof import loadjob_record
+from tests.support.aof import loadjob_record, msgpack_loadjob_record
 
 RECORD_MS = 1_700_000_000_000
 
@@ -43,6 +43,12 @@ def test_valid_file(tmp_path, capsys):
     assert "AOF analyzed: size=%d, ok_up_to=%d, diff=0" % (len(data), len(data)) in out
     assert "AOF is valid" in out
     assert run(capsys, "--fix", str(path))[0] == 0 and path.read_bytes() == data
+
+
+def test_a_file_an_earlier_version_began_is_valid():
+    """msgpack payloads first, then the packed ones this version appends."""
+    data = msgpack_loadjob_record(job(1), RECORD_MS) + good_file()[0]
+    assert check(data) == (len(data), None, False)
 
 
 def test_empty_file_is_valid(tmp_path, capsys):
