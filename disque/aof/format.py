@@ -6,9 +6,10 @@ decoding reports exact byte offsets so a damaged file can be diagnosed
 and a truncated tail cut off.
 
 A LOADJOB payload is a packed little-endian struct, as in the original
-server: per ADDJOB it costs three quarters of what packing the job with
-msgpack did. Files of earlier versions, whose payloads are msgpack arrays,
-load as well: a msgpack array never starts with the struct's marker byte.
+server: per ADDJOB it costs about three quarters of what packing the job
+with msgpack did. Files of earlier versions, whose payloads are msgpack
+arrays, load as well: a msgpack array never starts with the struct's
+marker byte.
 """
 
 from __future__ import annotations

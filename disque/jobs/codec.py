@@ -1,7 +1,8 @@
 """Job serialisation for the cluster bus and the AOF (spec: jobs-and-ids.md §10).
 
-A serialised job is a list of fields: msgpack packs it on the bus, and
-``disque.aof.format`` decodes AOF payloads into the same fields. On the
+A serialised job is a list of fields, packed by msgpack on the bus and in
+the AOF payloads of earlier versions; ``disque.aof.format`` hands the
+values of its packed payloads to ``from_packed_storage`` directly. On the
 bus the expire time travels as seconds remaining (+1) so clocks need not
 agree; in the AOF it is absolute. Node IDs the receiver does not know are
 dropped.
@@ -110,7 +111,7 @@ def from_packed_storage(job_id: bytes, queue: bytes, body: bytes, repl: int, cti
                         own: tuple | None = None) -> tuple[Job, bool]:
     """``from_storage`` for the fields of a packed AOF payload, whose layout
     already makes them bytes and unsigned integers: the load path, without
-    the type checks (a fifth of the instructions of loading a job)."""
+    the type checks."""
     if state != ACTIVE and state != QUEUED:
         raise BadJobPayload("bad stored state")
     job = _job(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, delivered,
