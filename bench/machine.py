@@ -29,6 +29,32 @@ def _output(argv: list[str]) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def parse_cpu_ticks(stat: str) -> tuple[int, int]:
+    """(steal, total) clock ticks of all CPUs from /proc/stat text. Guest time
+    is left out of the total: the kernel already counts it as user time."""
+    fields = stat.split("\n", 1)[0].split()
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        raise ValueError("no aggregate cpu line in /proc/stat")
+    ticks = [int(value) for value in fields[1:9]]  # user .. steal
+    return ticks[7], sum(ticks)
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """``parse_cpu_ticks`` of this machine now; None where /proc/stat is missing."""
+    try:
+        return parse_cpu_ticks(Path("/proc/stat").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def steal_percent(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Share of the CPU time between two ``cpu_ticks`` that the hypervisor gave
+    to other guests: a run with much of it measured a machine that was not ours."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
 def load_average() -> list[float]:
     """1/5/15-minute load: above nproc, other processes were competing for the cores."""
     return [round(x, 2) for x in os.getloadavg()]

@@ -75,15 +75,17 @@ def make_settings(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def run_sections(names: list[str], settings: Settings,
-                 port_base: int | None) -> tuple[list[Measurement], list[dict[str, str]]]:
-    """Run sections in order; a failing section is recorded and the next one still runs."""
+def run_sections(names: list[str], settings: Settings, port_base: int | None,
+                 steal: dict[str, float | None]) -> tuple[list[Measurement], list[dict[str, str]]]:
+    """Run sections in order; a failing section is recorded and the next one still runs.
+    ``steal`` receives each section's share of CPU time stolen by the hypervisor."""
     measurements: list[Measurement] = []
     errors: list[dict[str, str]] = []
     with Servers(port_base) as servers:
         for name in names:
             log.info("section %s", name)
             started = time.monotonic()
+            ticks = machine.cpu_ticks()
             try:
                 measurements.extend(SECTIONS[name](servers, settings))
             except Exception as exc:  # report it and keep the other sections' numbers
@@ -92,7 +94,9 @@ def run_sections(names: list[str], settings: Settings,
             for death in servers.reap():
                 log.error("%s", death)
                 errors.append({"section": name, "error": death})
-            log.info("section %s took %.1f s", name, time.monotonic() - started)
+            steal[name] = machine.steal_percent(ticks, machine.cpu_ticks())
+            log.info("section %s took %.1f s, %s %% of CPU time stolen", name,
+                     time.monotonic() - started, steal[name])
     return measurements, errors
 
 
@@ -138,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = make_settings(args)
     signal.signal(signal.SIGTERM, _terminate)
     info = machine.describe()
+    # Other guests of the host take CPU time from this one ("steal"): the
+    # reference then drops too, but ratios get much noisier.
+    steal: dict[str, float | None] = {}
+    info["steal_percent_by_section"] = steal
     started = time.monotonic()
     try:
-        measurements, errors = run_sections(names, settings, args.port_base)
+        measurements, errors = run_sections(names, settings, args.port_base, steal)
     except KeyboardInterrupt:
         log.error("interrupted; servers stopped, no report written")
         return 130

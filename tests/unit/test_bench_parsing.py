@@ -18,7 +18,7 @@ from bench.loadgen import (
     percentile,
     stamped_body,
 )
-from bench.machine import parse_cpu_model
+from bench.machine import parse_cpu_model, parse_cpu_ticks, steal_percent
 from bench.measurement import Measurement, Reference, Target
 from bench.redis_benchmark import BenchmarkError, parse_csv
 from bench.resp import RespClient, encode
@@ -104,6 +104,17 @@ def test_cpu_model():
 
 
 # ------------------------------------------------------------ job bodies and replies
+
+
+def test_cpu_ticks_and_steal_share():
+    stat = ("cpu  1200524 0 305755 2710111 5517 0 117564 158340 7 0\n"
+            "cpu0 600000 0 150000 1355000 2700 0 58000 79000 0 0\n")
+    assert parse_cpu_ticks(stat) == (158340, 1200524 + 305755 + 2710111 + 5517 + 117564 + 158340)
+    with pytest.raises(ValueError):
+        parse_cpu_ticks("intr 12 34\n")
+    assert steal_percent((100, 1000), (500, 2000)) == 40.0
+    assert steal_percent(None, (500, 2000)) is None
+    assert steal_percent((100, 1000), (100, 1000)) is None
 
 
 def test_stamped_body_round_trip():
