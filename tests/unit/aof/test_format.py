@@ -166,3 +166,16 @@ def test_read_record_accepts_bytes_and_a_bytearray():
         argv, end = read_record(buf, 0, len(record))
         assert end == len(record) and argv[0] == b"LOADJOB"
         assert all(type(a) is bytes for a in argv)
+
+
+@given(st.binary(max_size=400), st.integers(0, 400))
+def test_any_bytes_load_or_are_a_bad_job_payload(data, at):
+    """A damaged payload never raises anything the loader does not turn into
+    "Corrupted job at offset N": neither form, either form cut or spliced."""
+    packed = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
+    legacy = msgpack_payload(sample_job())
+    for payload in (data, packed[:at] + data, b"\x01" + data, legacy[:at] + data):
+        try:
+            load_job(payload, None)
+        except BadJobPayload:
+            pass
