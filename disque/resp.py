@@ -41,6 +41,7 @@ ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
 
 _STAR = 42
 _DOLLAR = 36
+_CR = 13
 # Bytes taken by a bulk argument of a given size: '$' size CRLF data CRLF.
 _FRAMED_SIZES = 4096
 _FRAMED = [size + len(str(size)) + 5 for size in range(_FRAMED_SIZES)]
@@ -152,10 +153,14 @@ def _parse_count(digits: bytes) -> int | None:
 class RequestParser:
     """Turns a client's byte stream into commands (lists of bytes)."""
 
-    __slots__ = ("max_bulk_len", "_reader", "_pending", "_args", "_left", "_need")
+    __slots__ = ("max_bulk_len", "_alone_limit", "_reader", "_pending", "_args", "_left",
+                 "_need")
 
     def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
         self.max_bulk_len = max_bulk_len
+        # Reads shorter than this may be one whole command for _parse_alone:
+        # its bulk sizes are in the _FRAMED table and within max_bulk_len.
+        self._alone_limit = min(_FRAMED_SIZES, max_bulk_len + 1)
         self._reader = hiredis.Reader()
         self._pending: bytearray | None = None  # unparsed bytes held by the Python parser
         self._args: list[bytes] | None = None  # multibulk being assembled
@@ -168,10 +173,14 @@ class RequestParser:
         Raises ProtocolError, after appending the commands that preceded the
         malformed one, when the stream is invalid.
         """
-        if (self._pending is None and self._args is None and data[:1] == b"*"
-                and len(data) < _FRAMED_SIZES and len(data) <= self.max_bulk_len
-                and data.find(b"*", 1) < 0
-                and not data[1:8].isdigit() and self._parse_alone(data, commands)):
+        # Cheapest tests first: this runs once per read of every client. The
+        # count must have under 7 digits before hiredis sees it (hiredis
+        # allocates the array it announces); one or two digits is the rule.
+        n = len(data)
+        if (3 < n < self._alone_limit and data[0] == _STAR and self._pending is None
+                and self._args is None
+                and (data[2] == _CR or data[3] == _CR or not data[1:8].isdigit())
+                and _STAR not in data[1:] and self._parse_alone(data, commands)):
             return
         if self._pending is not None:
             pending = self._pending

@@ -190,6 +190,15 @@ class TestIgnoredAndMixed:
         data = multibulk(b"A") + b"B c\r\n" + multibulk(b"D", b"e f") + b"\r\nG\r\n"
         assert parse(data) == [[b"A"], [b"B", b"c"], [b"D", b"e f"], [b"G"]]
 
+    @pytest.mark.parametrize("count", [1, 9, 10, 99, 100, 300])
+    def test_one_command_per_read_whatever_its_count_width(self, count):
+        """The one-command-per-read path tells a count's width by where its
+        CR is; three digits and more take the slower test, with the same result."""
+        args = [b"A%d" % i for i in range(count)]
+        parser = RequestParser()
+        for _ in range(3):  # the parser's state stays clean between reads
+            assert parse(multibulk(*args), parser) == [args]
+
     def test_empty_multibulk_followed_by_incomplete_command(self):
         # The empty command must not be mistaken for the parser's own sentinel.
         parser = RequestParser()
