@@ -75,12 +75,14 @@ def make_settings(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def run_sections(names: list[str], settings: Settings, port_base: int | None,
-                 steal: dict[str, float | None]) -> tuple[list[Measurement], list[dict[str, str]]]:
+def run_sections(names: list[str], settings: Settings, port_base: int | None
+                 ) -> tuple[list[Measurement], list[dict[str, str]], dict[str, float | None]]:
     """Run sections in order; a failing section is recorded and the next one still runs.
-    ``steal`` receives each section's share of CPU time stolen by the hypervisor."""
+    Also returns each section's share of CPU time stolen by the hypervisor: other
+    guests of the host took it, and the ratios of such a section are much noisier."""
     measurements: list[Measurement] = []
     errors: list[dict[str, str]] = []
+    steal: dict[str, float | None] = {}
     with Servers(port_base) as servers:
         for name in names:
             log.info("section %s", name)
@@ -97,7 +99,7 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None,
             steal[name] = machine.steal_percent(ticks, machine.cpu_ticks())
             log.info("section %s took %.1f s, %s %% of CPU time stolen", name,
                      time.monotonic() - started, steal[name])
-    return measurements, errors
+    return measurements, errors, steal
 
 
 def build_report(measurements: list[Measurement], errors: list[dict[str, str]],
@@ -142,13 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = make_settings(args)
     signal.signal(signal.SIGTERM, _terminate)
     info = machine.describe()
-    # Other guests of the host take CPU time from this one ("steal"): the
-    # reference then drops too, but ratios get much noisier.
-    steal: dict[str, float | None] = {}
-    info["steal_percent_by_section"] = steal
     started = time.monotonic()
     try:
-        measurements, errors = run_sections(names, settings, args.port_base, steal)
+        measurements, errors, info["steal_percent_by_section"] = run_sections(
+            names, settings, args.port_base)
     except KeyboardInterrupt:
         log.error("interrupted; servers stopped, no report written")
         return 130
