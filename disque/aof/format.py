@@ -18,7 +18,7 @@ import struct
 
 import msgpack
 
-from disque.jobs.codec import BadJobPayload, from_packed_storage, from_storage
+from disque.jobs.codec import BadJobPayload, from_checked_storage, from_storage
 from disque.jobs.job import Job
 
 LOADJOB = b"LOADJOB"
@@ -104,9 +104,10 @@ def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job
         else:
             delivered = [payload[at:at + _NODE_ID_LEN]
                          for at in range(body_end, len(payload), _NODE_ID_LEN)]
-        return from_packed_storage(job_id, payload[_V1_SIZE:queue_end],
-                                   payload[queue_end:body_end], repl, ctime, etime, delay, retry,
-                                   nacks, adeliv, flags, delivered, state, known_nodes, own)
+        return from_checked_storage(job_id, payload[_V1_SIZE:queue_end],
+                                    payload[queue_end:body_end], repl, ctime, etime, delay,
+                                    retry, nacks, adeliv, flags, delivered, state, known_nodes,
+                                    own)
     try:
         fields = _unpackb(payload)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:

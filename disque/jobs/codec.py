@@ -2,7 +2,7 @@
 
 A serialised job is a list of fields, packed by msgpack on the bus and in
 the AOF payloads of earlier versions; ``disque.aof.format`` hands the
-values of its packed payloads to ``from_packed_storage`` directly. On the
+values of its packed payloads to ``from_checked_storage`` directly. On the
 bus the expire time travels as seconds remaining (+1) so clocks need not
 agree; in the AOF it is absolute. Node IDs the receiver does not know are
 dropped.
@@ -31,9 +31,9 @@ def to_bus(job: Job, now_ms: int) -> list:
     return _fields(job, remaining, job.flags & ~DELIVERED)
 
 
-def _build(fields, known_nodes, own: tuple | None) -> Job:
-    """Check the types of decoded fields and make the Job (etime, flags and
-    state set by callers)."""
+def _check_types(fields) -> None:
+    """Raise BadJobPayload unless the first 12 decoded fields have the types
+    of a job: bytes, a list of node IDs and non-negative integers."""
     (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
      delivered) = fields[:_FIELDS]
     if not (type(job_id) is bytes and type(queue) is bytes and type(body) is bytes
@@ -45,8 +45,6 @@ def _build(fields, known_nodes, own: tuple | None) -> Job:
             and type(adeliv) is int and type(flags) is int) or (
             ctime | etime | delay | retry | nacks | adeliv | flags) < 0:
         raise BadJobPayload("bad job numbers")
-    return _job(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, delivered,
-                known_nodes, own)
 
 
 def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime: int,
@@ -81,7 +79,8 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
     if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
         raise BadJobPayload("not a job")
-    job = _build(payload, known_nodes, None)
+    _check_types(payload)
+    job = _job(*payload[:10], payload[11], known_nodes, None)  # flags (10) set below
     # Sent as seconds remaining; capped so that it stays a 64-bit number (AOF).
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
@@ -97,21 +96,17 @@ def from_storage(payload, known_nodes, own: tuple | None = None) -> tuple[Job, b
     node's shared nodes-delivered of local-only jobs."""
     if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
         raise BadJobPayload("not a stored job")
-    state = payload[12]
-    if state != ACTIVE and state != QUEUED:
-        raise BadJobPayload("bad stored state")
-    job = _build(payload, known_nodes, own)
-    job.flags = payload[10] & 0x7
-    return job, state == QUEUED
+    _check_types(payload)
+    return from_checked_storage(*payload, known_nodes, own)
 
 
-def from_packed_storage(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int,
-                        etime: int, delay: int, retry: int, nacks: int, adeliv: int, flags: int,
-                        delivered, state: int, known_nodes,
-                        own: tuple | None = None) -> tuple[Job, bool]:
-    """``from_storage`` for the fields of a packed AOF payload, whose layout
-    already makes them bytes and unsigned integers: the load path, without
-    the type checks."""
+def from_checked_storage(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int,
+                         etime: int, delay: int, retry: int, nacks: int, adeliv: int, flags: int,
+                         delivered, state: int, known_nodes,
+                         own: tuple | None = None) -> tuple[Job, bool]:
+    """``from_storage`` for fields of the right types. A packed AOF payload's
+    are, by its layout, so the loader calls this directly: loading a job
+    then skips the type checks."""
     if state != ACTIVE and state != QUEUED:
         raise BadJobPayload("bad stored state")
     job = _job(job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, delivered,
