@@ -461,7 +461,7 @@ class Server(Host):
     def flush_aof(self) -> None:
         """Write pending AOF records: called before any reply leaves the process."""
         writer = self.aof_writer
-        if writer is not None and writer.buffer:
+        if writer is not None and writer.pending:
             writer.flush()
 
     def shutdown(self, rewrite_aof: bool) -> bool:

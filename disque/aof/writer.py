@@ -3,9 +3,11 @@
 spec: persistence.md §2-§4, §6. Records produced while a command (or bus
 message) is processed are buffered and written with one ``write`` before
 any reply of that event-loop turn leaves the process, so a node killed
-right after answering still has them in the page cache. ``appendfsync
-always`` fsyncs before replying, ``everysec`` fsyncs in a worker thread
-once a second, ``no`` leaves it to the OS.
+right after answering still has them in the page cache. A new job's
+LOADJOB record is built then too, with the turn's others (see
+``format.append_loadjobs``), or earlier when another record must follow
+it. ``appendfsync always`` fsyncs before replying, ``everysec`` fsyncs in
+a worker thread once a second, ``no`` leaves it to the OS.
 
 A rewrite does not fork: the live jobs are serialised a slice at a time
 from the event loop through the job scan index (every job present for
@@ -21,7 +23,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from disque.aof.format import append_loadjob, deljob_record
+from disque.aof.format import append_loadjobs, deljob_record
 from disque.jobs.job import ACTIVE, QUEUED
 
 STATE_OFF = "off"
@@ -43,6 +45,11 @@ def _write_all(fd: int, data) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _stored(jobs) -> list:
+    """The jobs a rewrite writes: the active and queued ones."""
+    return [job for job in jobs if job.state == ACTIVE or job.state == QUEUED]
 
 
 def _write_prefix(fd: int, data: bytearray) -> tuple[int, OSError | None]:
@@ -69,6 +76,7 @@ class AofWriter:
         self.state = STATE_OFF
         self.fd = -1
         self.buffer = bytearray()
+        self.new_jobs: list = []  # created since the last flush, records not built yet
         self.diff: bytearray | None = None  # records made during a background rewrite
         self.rewrite_task: asyncio.Task | None = None
         self.rewrite_started = 0.0
@@ -92,28 +100,35 @@ class AofWriter:
     @property
     def pending(self) -> bool:
         """Records wait to be written."""
-        return bool(self.buffer)
+        return bool(self.buffer or self.new_jobs)
 
     # ---------------------------------------------------- node-facing sink
 
     def loadjob(self, job) -> None:
-        """A job now lives on this node (once per ADDJOB: the record goes
-        straight into the buffer)."""
-        diff = self.diff
-        if self.state == STATE_ON:
-            buffer = self.buffer
-            start = len(buffer)
-            append_loadjob(buffer, job, self.node.now)
-            if diff is not None:
-                diff += buffer[start:]
-        elif diff is not None:
-            append_loadjob(diff, job, self.node.now)
+        """A job now lives on this node (once per ADDJOB, so all it costs
+        here is a list append: the record is built at the next flush)."""
+        self.new_jobs.append(job)
 
     def deljob(self, job, reason: bytes) -> None:
         """A job left this node."""
         self._append(deljob_record(job, self.node.now, reason))
 
+    def _record_new_jobs(self) -> None:
+        """Build the LOADJOB records of the jobs created since the last call."""
+        jobs = self.new_jobs
+        if self.state == STATE_ON:
+            buffer = self.buffer
+            start = len(buffer)
+            append_loadjobs(buffer, jobs, self.node.now)
+            if self.diff is not None:
+                self.diff += buffer[start:]
+        elif self.diff is not None:
+            append_loadjobs(self.diff, jobs, self.node.now)
+        jobs.clear()
+
     def _append(self, record: bytes) -> None:
+        if self.new_jobs:  # their LOADJOBs come first: this may be one's DELJOB
+            self._record_new_jobs()
         if self.state == STATE_ON:
             self.buffer += record
         if self.diff is not None:
@@ -130,6 +145,8 @@ class AofWriter:
 
     def flush(self) -> None:
         """Write buffered records; fsync now under ``appendfsync always``."""
+        if self.new_jobs:
+            self._record_new_jobs()
         if not self.buffer or self.fd < 0:
             return
         written, exc = _write_prefix(self.fd, self.buffer)
@@ -250,6 +267,8 @@ class AofWriter:
         """BGREWRITEAOF: False if one is already running."""
         if self.rewrite_task is not None:
             return False
+        if self.new_jobs:  # jobs created before the rewrite are in its snapshot
+            self._record_new_jobs()
         self.rewrite_started = time.monotonic()
         if self.state != STATE_OFF:
             self.diff = bytearray()
@@ -288,10 +307,7 @@ class AofWriter:
                     out = bytearray()
                     while True:  # at least one scan step per slice, however late it starts
                         cursor, jobs = node.job_scan.scan(cursor, REWRITE_SLICE_JOBS)
-                        now = node.now
-                        for job in jobs:
-                            if job.state == ACTIVE or job.state == QUEUED:
-                                append_loadjob(out, job, now)
+                        append_loadjobs(out, _stored(jobs), node.now)
                         if cursor == 0 or time.monotonic() >= deadline:
                             break
                     _write_all(fd, out)
@@ -366,15 +382,11 @@ class AofWriter:
         node = self.node
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            out = bytearray()
-            now = node.now
-            for job in list(node.jobs.values()):
-                if job.state == ACTIVE or job.state == QUEUED:
-                    append_loadjob(out, job, now)
-                    if len(out) > INCREMENTAL_FSYNC_BYTES:
-                        _write_all(fd, out)
-                        out.clear()
-            _write_all(fd, out)
+            jobs = _stored(node.jobs.values())
+            for start in range(0, len(jobs), REWRITE_SLICE_JOBS):
+                out = bytearray()
+                append_loadjobs(out, jobs[start:start + REWRITE_SLICE_JOBS], node.now)
+                _write_all(fd, out)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -385,6 +397,8 @@ class AofWriter:
 
     def info_fields(self) -> list[tuple[str, object]]:
         """The AOF part of INFO Persistence."""
+        if self.new_jobs:
+            self._record_new_jobs()
         running = self.rewrite_task is not None
         fields = [("aof_enabled", int(self.state != STATE_OFF)),
                   ("aof_state", self.state),

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import msgpack
 
-from disque.aof.format import append_loadjob
+from disque.aof.format import append_loadjobs
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
     """One LOADJOB record as bytes, as the node appends it."""
     out = bytearray()
-    append_loadjob(out, job, now_ms)
+    append_loadjobs(out, (job,), now_ms)
     return bytes(out)
 
 

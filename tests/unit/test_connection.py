@@ -130,11 +130,11 @@ def test_aof_records_are_written_before_the_replies(server):
     order: list[str] = []
 
     class Writer:
-        buffer = bytearray(b"record")
+        pending = True
 
         def flush(self) -> None:
             order.append("aof")
-            self.buffer = bytearray()
+            self.pending = False
 
     server.aof_writer = Writer()
     client, transport = connect(server)

@@ -86,6 +86,46 @@ def test_records_wait_in_the_buffer_until_flush(node_writer):
     assert writer.current_size == os.path.getsize("disque.aof")
 
 
+def test_records_of_a_turn_follow_its_commands_in_order(node_writer):
+    """LOADJOB records are built at flush time, for the whole turn: a job
+    consumed, acked or deleted before that still gets its LOADJOB first,
+    recorded in a state a load accepts, so the file replays to the live state."""
+    node, writer = node_writer
+    writer.open_existing()
+    cmd = Cmd(node)
+    acked = cmd.addjob("q", "acked in the same turn")
+    taken = cmd.addjob("q", "taken in the same turn")
+    deleted = cmd.addjob("q", "deleted in the same turn")
+    kept = cmd.addjob("q", "kept")
+    delayed = cmd.addjob("later", "delayed", "DELAY", 100)
+    assert [j[1] for j in cmd.ok("GETJOB", "COUNT", 2, "FROM", "q")] == [acked, taken]
+    assert cmd.ok("ACKJOB", acked) == 1
+    assert cmd.ok("DELJOB", deleted) == 1
+    assert writer.pending and os.path.getsize("disque.aof") == 0
+    writer.flush()
+    logged = [(r[0], r[1] if r[0] == b"DELJOB" else None) for r in records()]
+    assert logged == [(b"LOADJOB", None)] * 5 + [(b"DELJOB", acked), (b"DELJOB", deleted)]
+    assert loaded_state() == live_state(node)
+    assert set(loaded_state()) == {taken, kept, delayed}
+
+
+async def test_jobs_created_before_a_rewrite_starts_are_recorded_once(node_writer):
+    node, writer = node_writer
+    writer.open_existing()
+    before = Cmd(node).addjob("q", "before the rewrite")
+    assert writer.start_rewrite()
+    assert not writer.diff  # its record went to the buffer: the snapshot has the job
+    await wait_rewrite(writer)
+    assert [r[0] for r in records()] == [b"LOADJOB"] and before in loaded_state()
+
+
+def test_info_counts_records_not_built_yet(node_writer):
+    node, writer = node_writer
+    writer.open_existing()
+    Cmd(node).addjob("q", "x" * 100)
+    assert dict(writer.info_fields())["aof_buffer_length"] > 100
+
+
 def test_nothing_is_logged_while_off(node_writer):
     node, writer = node_writer
     Cmd(node).addjob("q", "x")
@@ -341,7 +381,8 @@ async def test_enable_writes_the_current_state_then_appends(node_writer, monkeyp
     assert writer.enable()
     assert writer.state == STATE_WAIT_REWRITE and node.aof is writer
     during = cmd.addjob("q", "during wait-rewrite")
-    assert not writer.pending and writer.diff  # only the rewrite's diff gets it
+    writer.flush()  # before a reply: the record is built, and only the rewrite's diff gets it
+    assert not writer.pending and writer.diff
     await wait_rewrite(writer)
     assert writer.state == STATE_ON and writer.fd >= 0
     assert during in loaded_state()
