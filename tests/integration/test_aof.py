@@ -329,6 +329,28 @@ def test_every_confirmed_addjob_survives_sigkill_mid_stream(server_factory, fsyn
     assert len(jobs) <= sent and not job_ids(proc, "queued")
 
 
+def test_one_pipeline_creating_taking_and_flushing_jobs_replays_in_order(server_factory):
+    """The LOADJOBs of a loop turn are built when the turn's records are
+    written: records of jobs taken or deleted in the same pipeline still come
+    before their DELJOBs, in a state a restart accepts."""
+    proc = server_factory("appendonly yes\n")
+    replies = pipeline(proc.port, [("ADDJOB", "q", "taken", 0), ("ADDJOB", "q", "queued", 0),
+                                   ("GETJOB", "NOHANG", "FROM", "q"),
+                                   ("ADDJOB", "q", "delayed", 0, "DELAY", 60),
+                                   ("DEBUG", "FLUSHALL"), ("ADDJOB", "q", "kept", 0)])
+    taken, queued, got, delayed, flushed, kept = replies
+    assert got[0][1] == taken and flushed == b"OK"
+    records = aof_records(proc.dir / AOF)
+    assert [(argv[0], argv[1] if argv[0] == b"DELJOB" else None) for argv in records] == \
+        [(b"LOADJOB", None)] * 3 + [(b"DELJOB", job_id) for job_id in (taken, queued, delayed)] \
+        + [(b"LOADJOB", None)]
+    stored = [load_job(argv[1], None) for argv in records if argv[0] == b"LOADJOB"]
+    assert [(job.id, queued_state) for job, queued_state in stored] == \
+        [(taken, False), (queued, True), (delayed, False), (kept, True)]
+    crash_and_restart(proc)
+    assert job_ids(proc) == {kept}
+
+
 # ------------------------------------------------------------------ rewrites
 
 def test_bgrewriteaof_under_load_then_sigkill(server_factory):
