@@ -187,10 +187,15 @@ class AofWriter:
         return self.config.no_appendfsync_on_rewrite and self.rewrite_task is not None
 
     def cron(self) -> None:
-        """Every server cron tick: retry failed writes, fsync everysec, auto rewrite."""
+        """Every server cron tick: write records no reply carried out (a client
+        under CLIENT REPLY OFF, a copy from a peer that wants no answer), retry
+        failed writes, fsync everysec, auto rewrite."""
         now_ms = self.node.now
-        if self.write_error is not None and now_ms - self.last_write_retry >= WRITE_RETRY_MS:
-            self.last_write_retry = now_ms
+        if self.write_error is not None:
+            if now_ms - self.last_write_retry >= WRITE_RETRY_MS:
+                self.last_write_retry = now_ms
+                self.flush()
+        elif self.pending:
             self.flush()
         if (self.config.appendfsync == "everysec" and self.fd >= 0 and self.fsync_pending_bytes
                 and time.monotonic() - self.last_fsync >= 1.0 and not self._fsync_suppressed()):

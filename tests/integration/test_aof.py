@@ -351,6 +351,18 @@ def test_one_pipeline_creating_taking_and_flushing_jobs_replays_in_order(server_
     assert job_ids(proc) == {kept}
 
 
+def test_records_of_a_client_without_replies_reach_the_file(server_factory):
+    """No reply leaves for CLIENT REPLY OFF, so no reply writes its records:
+    the cron does, and a SIGKILL a second later keeps the job."""
+    proc = server_factory("appendonly yes\n")
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as sock:
+        sock.sendall(b"CLIENT REPLY OFF\r\n" + encode_command("ADDJOB", "q", "silent", 0))
+        wait_until(lambda: (proc.dir / AOF).stat().st_size > 0, 5, interval=0.05,
+                   message="the LOADJOB record of a client without replies")
+        crash_and_restart(proc)
+    assert [show(proc, job_id)["body"] for job_id in job_ids(proc)] == [b"silent"]
+
+
 # ------------------------------------------------------------------ rewrites
 
 def test_bgrewriteaof_under_load_then_sigkill(server_factory):

@@ -183,6 +183,14 @@ def test_background_fsync_at_most_once_a_second(node_writer, monkeypatch, policy
         assert writer.fsync_pending_bytes == 0 or policy == "no"
 
 
+def test_the_cron_writes_records_no_reply_carried_out(node_writer):
+    node, writer = node_writer
+    writer.open_existing()
+    Cmd(node).addjob("q", "under CLIENT REPLY OFF, nothing else flushes it")
+    writer.cron()
+    assert not writer.pending and [r[0] for r in records()] == [b"LOADJOB"]
+
+
 class FailingWrites:
     """os.write for the AOF descriptor that accepts ``budget`` bytes, then ENOSPC."""
 
