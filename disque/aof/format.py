@@ -67,9 +67,10 @@ def append_loadjobs(out: bytearray, jobs, now_ms: int) -> None:
     The writer builds the records of a whole loop turn in one call, when it
     flushes: one tight loop keeps this code and struct's in the CPU caches,
     where building each record as its job is created, in between parsing
-    and queueing, missed them (callgrind: a third fewer cache misses per
-    job). A job is recorded queued or active: one acked in the same turn
-    after it was created is recorded active, and its DELJOB follows.
+    and queueing, missed them (callgrind: 985 first-level cache misses per
+    pipelined ADDJOB instead of 1,369; 927 without the AOF). A job is
+    recorded queued or active: one acked in the same turn after it was
+    created is recorded active, and its DELJOB follows.
     """
     if _stamp_cache[0] != now_ms:
         _restamp(now_ms)
