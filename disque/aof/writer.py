@@ -116,6 +116,8 @@ class AofWriter:
     def _record_new_jobs(self) -> None:
         """Build the LOADJOB records of the jobs created since the last call."""
         jobs = self.new_jobs
+        if not jobs:
+            return
         if self.state == STATE_ON:
             buffer = self.buffer
             start = len(buffer)
@@ -127,8 +129,7 @@ class AofWriter:
         jobs.clear()
 
     def _append(self, record: bytes) -> None:
-        if self.new_jobs:  # their LOADJOBs come first: this may be one's DELJOB
-            self._record_new_jobs()
+        self._record_new_jobs()  # their LOADJOBs come first: this may be one's DELJOB
         if self.state == STATE_ON:
             self.buffer += record
         if self.diff is not None:
@@ -145,8 +146,7 @@ class AofWriter:
 
     def flush(self) -> None:
         """Write buffered records; fsync now under ``appendfsync always``."""
-        if self.new_jobs:
-            self._record_new_jobs()
+        self._record_new_jobs()
         if not self.buffer or self.fd < 0:
             return
         written, exc = _write_prefix(self.fd, self.buffer)
@@ -272,8 +272,7 @@ class AofWriter:
         """BGREWRITEAOF: False if one is already running."""
         if self.rewrite_task is not None:
             return False
-        if self.new_jobs:  # jobs created before the rewrite are in its snapshot
-            self._record_new_jobs()
+        self._record_new_jobs()  # jobs created before the rewrite are in its snapshot
         self.rewrite_started = time.monotonic()
         if self.state != STATE_OFF:
             self.diff = bytearray()
@@ -402,8 +401,7 @@ class AofWriter:
 
     def info_fields(self) -> list[tuple[str, object]]:
         """The AOF part of INFO Persistence."""
-        if self.new_jobs:
-            self._record_new_jobs()
+        self._record_new_jobs()
         running = self.rewrite_task is not None
         fields = [("aof_enabled", int(self.state != STATE_OFF)),
                   ("aof_state", self.state),
