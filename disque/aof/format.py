@@ -1,12 +1,12 @@
 """AOF records: LOADJOB and DELJOB as RESP multibulk requests.
 
 The format is documented in docs/aof-format.md (spec: persistence.md §1).
-Encoding is used on the hot path (every ADDJOB with appendonly on);
-decoding reports exact byte offsets so a damaged file can be diagnosed
-and a truncated tail cut off.
+Encoding is on the hot path (every loop turn that created jobs, with
+appendonly on); decoding reports exact byte offsets so a damaged file can
+be diagnosed and a truncated tail cut off.
 
 A LOADJOB payload is a packed little-endian struct, as in the original
-server: per ADDJOB it costs about three quarters of what packing the job
+server: per job it costs about three quarters of what packing the job
 with msgpack did. Files of earlier versions, whose payloads are msgpack
 arrays, load as well: a msgpack array never starts with the struct's
 marker byte.
