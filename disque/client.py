@@ -10,6 +10,8 @@ Retrying after a connection error re-sends commands whose effect is unknown,
 so a job can be added twice: producers get at-least-once, like the queue.
 
 Not thread-safe: give each thread its own client.
+
+Needs the ``client`` extra (redis-py), which the server itself does without.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
-import redis
+try:
+    import redis
+except ImportError as exc:  # the server does not need redis-py; only this client does
+    raise ImportError("disque.client needs redis-py: pip install 'disque-server[client]'"
+                      ) from exc
 
 try:  # redis-py packs with hiredis too; calling it directly skips per-argument checks
     from hiredis import pack_command as _hiredis_pack

@@ -1,4 +1,5 @@
-"""Spark connectors for Disque (needs the ``spark`` extra: pyspark and pyarrow).
+"""Spark connectors for Disque (needs the ``spark`` extra: pyspark, pyarrow and
+redis-py).
 
 * ``format("disque")``: write DataFrames as jobs (batch and streaming), read a
   queue as an at-least-once stream, or take a snapshot of what the nodes hold.

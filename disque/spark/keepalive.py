@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from redis.exceptions import ResponseError
-
+from disque.client import ResponseError
 from disque.spark.options import ConnectionOptions
 
 log = logging.getLogger("disque.spark")

@@ -15,8 +15,8 @@ from typing import Any, Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
-from redis.exceptions import ResponseError
 
+from disque.client import ResponseError
 from disque.spark.options import AddJobOptions, ConnectionOptions, Options
 
 try:  # Arrow writers arrived in PySpark 4.1; rows work everywhere.
