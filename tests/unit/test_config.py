@@ -1,4 +1,4 @@
-"""Tests for disque/config.py: file parsing, CONFIG GET/SET/REWRITE (spec: config.md)."""
+"""Tests for the disque/config/ package: file parsing, CONFIG GET/SET/REWRITE (spec: config.md)."""
 
 from __future__ import annotations
 

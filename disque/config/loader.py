@@ -1,0 +1,123 @@
+"""Loading a config file and command-line overrides into a Config (spec: config.md §1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from disque.argsplit import UnbalancedQuotes, quote_arg, split_args
+from disque.config.errors import ConfigError, InvalidValue
+from disque.config.messages import (
+    BAD_DIRECTIVE,
+    CANT_CHDIR,
+    CANT_OPEN_CONFIG,
+    INCLUDE_TOO_DEEP,
+    NO_SUCH_COMMAND,
+    TARGET_EXISTS,
+    UNBALANCED_QUOTES,
+)
+from disque.config.values import ascii_lower, decode, printable
+
+if TYPE_CHECKING:
+    from disque.config.directive import Directive
+    from disque.config.settings import Config
+
+MAX_INCLUDE_DEPTH = 32
+
+
+class Loader:
+    """Applies config lines to a Config; one instance per file (include nests)."""
+
+    def __init__(self, config: Config, directives: Mapping[str, Directive],
+                 commands: set[str] | None, depth: int = 0) -> None:
+        self.config = config
+        self.directives = directives
+        self.commands = commands
+        self.depth = depth
+
+    def run(self, lines: Iterable[bytes]) -> None:
+        """Apply every line; raise ConfigError at the first bad one."""
+        for number, raw in enumerate(lines, 1):
+            line = raw.strip(b" \t\r\n")
+            if not line or line.startswith(b"#"):
+                continue
+            try:
+                self._apply_line(line)
+            except InvalidValue as exc:
+                raise ConfigError.at_line(number, printable(line), exc.reason) from None
+
+    def _apply_line(self, line: bytes) -> None:
+        try:
+            argv = split_args(line)
+        except UnbalancedQuotes:
+            raise InvalidValue(UNBALANCED_QUOTES) from None
+        if not argv:
+            return
+        directive = self.directives.get(decode(argv[0].lower()))
+        args = [decode(arg) for arg in argv[1:]]
+        if (directive is None or "F" not in directive.flags
+                or not directive.nargs[0] <= len(args) <= directive.nargs[1]):
+            raise InvalidValue(BAD_DIRECTIVE)
+        value = directive.parse(args)
+        if directive.apply is not None:
+            directive.apply(self, value)
+        else:
+            setattr(self.config, directive.attr, value)
+
+    def chdir(self, path: str) -> None:
+        """`dir` takes effect immediately so later relative paths resolve against it."""
+        try:
+            os.chdir(path)
+        except OSError as exc:
+            raise InvalidValue(CANT_CHDIR.format(path=path, reason=exc.strerror)) from None
+
+    def include(self, path: str) -> None:
+        """Apply another file at this point (relative to the current directory)."""
+        if self.depth >= MAX_INCLUDE_DEPTH:
+            raise InvalidValue(INCLUDE_TOO_DEEP)
+        try:
+            lines = read_lines(path)
+        except OSError as exc:
+            raise InvalidValue(CANT_OPEN_CONFIG.format(path=path, reason=exc.strerror)) from None
+        Loader(self.config, self.directives, self.commands, self.depth + 1).run(lines)
+
+    def rename(self, names: tuple[str, str]) -> None:
+        """Record a rename-command; checked against the command table when one is known."""
+        old, new = names
+        if self.commands is not None:
+            if ascii_lower(old) not in self.commands:
+                raise InvalidValue(NO_SUCH_COMMAND)
+            self.commands.discard(ascii_lower(old))
+            if new:
+                if ascii_lower(new) in self.commands:
+                    raise InvalidValue(TARGET_EXISTS)
+                self.commands.add(ascii_lower(new))
+        self.config.rename_commands.append((old, new))
+
+
+def read_lines(path: str) -> list[bytes]:
+    """A config file's lines, without their newlines."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def override_lines(overrides: Iterable[str | bytes]) -> list[bytes]:
+    """Turn argv overrides into config lines: each ``--name`` starts a line (redis-server)."""
+    lines: list[bytes] = []
+    for arg in overrides:
+        raw = os.fsencode(arg)
+        if raw.startswith(b"--"):
+            lines.append(raw[2:])
+        else:
+            quoted = quote_arg(raw).encode("ascii")
+            if lines:
+                lines[-1] += b" " + quoted
+            else:
+                lines.append(quoted)
+    return lines
+

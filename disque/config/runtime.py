@@ -1,0 +1,60 @@
+"""CONFIG GET and CONFIG SET: reading and changing a running server's configuration."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from disque.config.errors import ConfigSetError, InvalidValue
+from disque.config.globmatch import stringmatch
+from disque.config.messages import ERR_CHANGING_DIR, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED
+from disque.config.table import DIRECTIVES, GETTABLE
+from disque.config.values import decode, encode, printable
+
+if TYPE_CHECKING:
+    from disque.config.settings import Config
+
+Listener = Callable[[Any, Any], None]
+
+
+def get_values(config: Config, pattern: bytes) -> list[bytes]:
+    """[name, value, ...] for every visible parameter matching the glob."""
+    reply: list[bytes] = []
+    for directive in GETTABLE:
+        name = directive.name.encode()
+        if stringmatch(pattern, name, nocase=True):
+            reply.append(name)
+            reply.append(encode(directive.show(getattr(config, directive.attr))))
+    return reply
+
+
+def set_value(config: Config, listeners: Mapping[str, Listener], name: bytes,
+              value: bytes) -> None:
+    """Validate, store, notify the directive's listener; raise ConfigSetError."""
+    directive = DIRECTIVES.get(decode(name.lower()))
+    if directive is None or "S" not in directive.flags or directive.parse_set is None:
+        raise ConfigSetError(ERR_UNSUPPORTED.format(name=printable(name)))
+    try:
+        new = directive.parse_set(decode(value))
+    except InvalidValue:
+        raise ConfigSetError(ERR_INVALID_ARGUMENT.format(
+            value=printable(value), name=printable(name))) from None
+    listener = listeners.get(directive.name)
+    if not directive.stored:  # dir: the cwd itself is the value
+        if listener is not None:
+            listener(config.dir, new)
+            return
+        try:
+            os.chdir(new)
+        except OSError as exc:
+            raise ConfigSetError(ERR_CHANGING_DIR.format(reason=exc.strerror)) from None
+        return
+    old = getattr(config, directive.attr)
+    setattr(config, directive.attr, new)
+    if listener is not None:
+        try:
+            listener(old, new)
+        except Exception:
+            setattr(config, directive.attr, old)
+            raise

@@ -1,0 +1,127 @@
+"""``Config``: the server's settings, one attribute per directive.
+
+Nothing here opens sockets or log files: the server reacts to runtime
+changes through ``Config.on_change``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Iterable
+
+from disque.config.errors import ConfigError
+from disque.config.loader import Loader, override_lines, read_lines
+from disque.config.messages import CANT_OPEN_CONFIG
+from disque.config.rewrite import rewrite_file, rewrite_lines
+from disque.config.runtime import Listener, get_values, set_value
+from disque.config.table import DIRECTIVE_TABLE, DIRECTIVES
+from disque.config.values import ascii_lower
+
+
+class Config:
+    """The server configuration: one attribute per directive ('-' -> '_')."""
+
+    port: int
+    bind: list[str]
+    tcp_backlog: int
+    unixsocket: str
+    unixsocketperm: int
+    timeout: int
+    tcp_keepalive: int
+    daemonize: bool
+    pidfile: str
+    supervised: str
+    loglevel: str
+    logfile: str
+    syslog_enabled: bool
+    syslog_ident: str
+    syslog_facility: str
+    databases: int
+    maxclients: int
+    maxmemory: int
+    maxmemory_policy: str
+    maxmemory_samples: int
+    activerehashing: bool
+    hz: int
+    appendonly: bool
+    appendfilename: str
+    appendfsync: str
+    no_appendfsync_on_rewrite: bool
+    auto_aof_rewrite_percentage: int
+    auto_aof_rewrite_min_size: int
+    aof_rewrite_incremental_fsync: bool
+    aof_load_truncated: bool
+    aof_enqueue_jobs_once: bool
+    requirepass: str
+    rename_commands: list[tuple[str, str]]
+    cluster_config_file: str
+    cluster_node_timeout: int
+    cluster_bus_port: int
+    slowlog_log_slower_than: int
+    slowlog_max_len: int
+    latency_monitor_threshold: int
+    client_output_buffer_limit: tuple[int, int, int]
+    watchdog_period: int
+    proto_max_bulk_len: int
+    config_file: str | None
+
+    def __init__(self) -> None:
+        for directive in DIRECTIVE_TABLE:
+            if directive.stored:
+                setattr(self, directive.attr, copy.copy(directive.default))
+        self.rename_commands = []
+        self.config_file = None
+        self._listeners: dict[str, Listener] = {}
+
+    @property
+    def dir(self) -> str:
+        """The working directory (``dir`` is the process cwd, not a stored value)."""
+        try:
+            return os.getcwd()
+        except OSError:
+            return ""
+
+    @classmethod
+    def load(cls, path: str | None, overrides: Iterable[str] = (), *,
+             commands: Iterable[str] | None = None) -> Config:
+        """Read ``path`` (if any) then the ``--name args...`` overrides; raise ConfigError.
+
+        ``commands``, when given, is the command table used to validate
+        rename-command lines (names are matched case-insensitively).
+        """
+        config = cls()
+        lines: list[bytes] = []
+        if path is not None:
+            config.config_file = os.path.abspath(path)  # before any `dir` chdir
+            try:
+                lines = read_lines(path)
+            except OSError as exc:
+                raise ConfigError(CANT_OPEN_CONFIG.format(path=path, reason=exc.strerror)) from None
+        lines.extend(override_lines(overrides))
+        table = None if commands is None else {ascii_lower(name) for name in commands}
+        Loader(config, DIRECTIVES, table).run(lines)
+        return config
+
+    def get(self, pattern: bytes) -> list[bytes]:
+        """CONFIG GET: [name, value, ...] for every visible parameter matching the glob."""
+        return get_values(self, pattern)
+
+    def set(self, name: bytes, value: bytes) -> None:
+        """CONFIG SET: validate, store, notify the listener; raise ConfigSetError."""
+        set_value(self, self._listeners, name, value)
+
+    def on_change(self, name: str, listener: Listener) -> None:
+        """Register ``listener(old, new)`` for CONFIG SET of directive ``name`` (replaces any)."""
+        key = name.lower()
+        if key not in DIRECTIVES:
+            raise ValueError(f"unknown config directive {name!r}")
+        self._listeners[key] = listener
+
+    def rewrite_lines(self) -> list[str]:
+        """The lines CONFIG REWRITE would write (without newlines); may raise OSError."""
+        return rewrite_lines(self)
+
+    def rewrite(self) -> None:
+        """CONFIG REWRITE: update the config file in place, keeping comments; raise ConfigSetError."""
+        rewrite_file(self)

@@ -1,0 +1,211 @@
+"""The directive table (spec: config.md §2) and the parsers of its one-off directives."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+
+from disque.config.directive import (
+    Directive,
+    boolean,
+    choice,
+    integer,
+    memory,
+    single_argument,
+    string,
+)
+from disque.config.errors import InvalidValue
+from disque.config.loader import Loader
+from disque.config.messages import (
+    APPENDFILENAME_PATH,
+    INVALID_BACKLOG,
+    INVALID_BUS_PORT,
+    INVALID_DATABASES,
+    INVALID_FACILITY,
+    INVALID_FSYNC,
+    INVALID_KEEPALIVE,
+    INVALID_LOGLEVEL,
+    INVALID_MAXCLIENTS,
+    INVALID_POLICY,
+    INVALID_PORT,
+    INVALID_SAMPLES,
+    INVALID_SOCKET_PERM,
+    INVALID_SUPERVISED,
+    INVALID_TIMEOUT,
+    MAXMEMORY_NOT_POSITIVE,
+    NEGATIVE_LATENCY,
+    NEGATIVE_MIN_SIZE,
+    NEGATIVE_PERCENTAGE,
+    NEGATIVE_SLOWLOG_LEN,
+    NEGATIVE_SOFT_SECONDS,
+    NODE_TIMEOUT_TOO_SMALL,
+    NOT_INTEGER,
+    NOT_MEMORY,
+    PASSWORD_TOO_LONG,
+    PROTO_MAX_BULK_LEN_TOO_SMALL,
+    TOO_MANY_BIND,
+    UNKNOWN_CLIENT_CLASS,
+)
+from disque.config.values import (
+    GB,
+    INT_MAX,
+    LLONG_MIN,
+    MB,
+    ascii_lower,
+    encode,
+    file_int,
+    format_memory,
+    memory_value,
+    octal_text,
+    quoted_if_set,
+    strict_int,
+)
+
+MIN_HZ = 1
+MAX_HZ = 500
+MAX_BIND_ADDRESSES = 16
+AUTHPASS_MAX_LEN = 512
+KEEPALIVE_YES_SECONDS = 300  # what CONFIG SET tcp-keepalive yes means (compatibility)
+_OCTAL = re.compile(r"[0-7]+")
+
+
+def _check_basename(text: str) -> None:
+    if "/" in text or "\\" in text:
+        raise InvalidValue(APPENDFILENAME_PATH)
+
+
+def _check_password(text: str) -> None:
+    if len(encode(text)) > AUTHPASS_MAX_LEN:
+        raise InvalidValue(PASSWORD_TOO_LONG)
+
+
+def _parse_bind(args: list[str]) -> list[str]:
+    if len(args) > MAX_BIND_ADDRESSES:
+        raise InvalidValue(TOO_MANY_BIND)
+    return list(args)
+
+
+def _write_bind(addresses: list[str]) -> str | None:
+    return " ".join(addresses) if addresses else None
+
+
+def _parse_socket_perm(args: list[str]) -> int:
+    if not _OCTAL.fullmatch(args[0]) or int(args[0], 8) > 0o777:
+        raise InvalidValue(INVALID_SOCKET_PERM)
+    return int(args[0], 8)
+
+
+def _clamp_hz(value: int) -> int:
+    return min(max(value, MIN_HZ), MAX_HZ)
+
+
+def _parse_hz(args: list[str]) -> int:
+    return _clamp_hz(file_int(args[0]))
+
+
+def _set_hz(text: str) -> int:
+    value = strict_int(text)
+    if value < 0:
+        raise InvalidValue()
+    return _clamp_hz(value)
+
+
+def _client_limit(words: list[str], parse_seconds: Callable[[str], int]) -> tuple[int, int, int]:
+    """Validate one "<class> <hard> <soft> <soft-seconds>" group; sizes take memory units."""
+    klass, hard, soft, seconds = words
+    if ascii_lower(klass) != "normal":
+        raise InvalidValue(UNKNOWN_CLIENT_CLASS)
+    hard_bytes, soft_bytes = memory_value(hard), memory_value(soft)
+    if hard_bytes < 0 or soft_bytes < 0:
+        raise InvalidValue(NOT_MEMORY)
+    soft_seconds = parse_seconds(seconds)
+    if soft_seconds < 0:
+        raise InvalidValue(NEGATIVE_SOFT_SECONDS)
+    return hard_bytes, soft_bytes, soft_seconds
+
+
+def _parse_client_limit(args: list[str]) -> tuple[int, int, int]:
+    return _client_limit(args, file_int)
+
+
+def _set_client_limit(text: str) -> tuple[int, int, int]:
+    # Several groups may be given in one string, as in Redis; all are validated
+    # before any is accepted, and only the "normal" class exists.
+    words = text.split()
+    if not words or len(words) % 4:
+        raise InvalidValue()
+    limits = [_client_limit(words[i:i + 4], strict_int) for i in range(0, len(words), 4)]
+    return limits[-1]
+
+
+def _show_client_limit(value: tuple[int, int, int]) -> str:
+    return "normal {} {} {}".format(*value)
+
+
+def _write_client_limit(value: tuple[int, int, int]) -> str:
+    hard, soft, seconds = value
+    return f"normal {format_memory(hard)} {format_memory(soft)} {seconds}"
+
+
+# Order is CONFIG GET's order.
+DIRECTIVE_TABLE: tuple[Directive, ...] = (
+    integer("port", 7711, "FGR", INVALID_PORT, high=65535),
+    Directive("bind", [], "FGR", _parse_bind, nargs=(1, sys.maxsize), show=" ".join,
+              write=_write_bind, write_always=True),
+    integer("tcp-backlog", 511, "FGR", INVALID_BACKLOG),
+    string("unixsocket", "", "FGR", optional=True),
+    Directive("unixsocketperm", 0, "FGR", _parse_socket_perm, show=octal_text, write=octal_text),
+    integer("timeout", 0, "FSGR", INVALID_TIMEOUT),
+    # CONFIG SET also takes yes/no, as the C server treated it as a boolean (decision 10).
+    integer("tcp-keepalive", 0, "FSGR", INVALID_KEEPALIVE, high=INT_MAX,
+             set_words={"yes": KEEPALIVE_YES_SECONDS, "no": 0}),
+    boolean("daemonize", False, "FGR"),
+    string("pidfile", "/var/run/disque.pid", "FGR"),
+    choice("supervised", "no", "FSGR", ("no", "systemd", "auto"), INVALID_SUPERVISED),
+    choice("loglevel", "notice", "FSGR", ("debug", "verbose", "notice", "warning"),
+            INVALID_LOGLEVEL),
+    string("logfile", "", "FGR"),
+    boolean("syslog-enabled", False, "FR"),
+    string("syslog-ident", "disque", "FR"),
+    choice("syslog-facility", "local0", "FGR", ("user",) + tuple(f"local{i}" for i in range(8)),
+            INVALID_FACILITY),
+    Directive("dir", None, "FSGR", single_argument, parse_set=str, write=quoted_if_set,
+              write_always=True, apply=Loader.chdir),
+    integer("databases", 16, "FG", INVALID_DATABASES, low=1),
+    Directive("include", None, "F", single_argument, apply=Loader.include),
+    integer("maxclients", 10000, "FSGR", INVALID_MAXCLIENTS, low=1),
+    memory("maxmemory", GB, "FSGR", MAXMEMORY_NOT_POSITIVE, low=1, set_low=0),
+    choice("maxmemory-policy", "acks", "FSGR", ("acks", "noeviction"), INVALID_POLICY),
+    integer("maxmemory-samples", 5, "FSGR", INVALID_SAMPLES, low=1),
+    boolean("activerehashing", True, "FSGR"),
+    Directive("hz", 10, "FSGR", _parse_hz, parse_set=_set_hz),
+    boolean("appendonly", False, "FSGR"),
+    string("appendfilename", "disque.aof", "FR", check=_check_basename),
+    choice("appendfsync", "everysec", "FSGR", ("always", "everysec", "no"), INVALID_FSYNC),
+    boolean("no-appendfsync-on-rewrite", False, "FGR"),
+    integer("auto-aof-rewrite-percentage", 100, "FSGR", NEGATIVE_PERCENTAGE),
+    memory("auto-aof-rewrite-min-size", 64 * MB, "FSGR", NEGATIVE_MIN_SIZE, low=0,
+            set_units=False),
+    boolean("aof-rewrite-incremental-fsync", True, "FSGR"),
+    boolean("aof-load-truncated", True, "FSGR"),
+    boolean("aof-enqueue-jobs-once", False, "FSGR"),
+    string("requirepass", "", "FSGR", check=_check_password, optional=True),
+    Directive("rename-command", None, "F", tuple, nargs=(2, 2), apply=Loader.rename),
+    string("cluster-config-file", "nodes.conf", "FR"),
+    integer("cluster-node-timeout", 15000, "FSGR", NODE_TIMEOUT_TOO_SMALL, low=1, set_low=0),
+    integer("cluster-bus-port", 0, "FGR", INVALID_BUS_PORT, high=65535),
+    # A negative threshold (slow log off) is accepted from the file only.
+    integer("slowlog-log-slower-than", 10000, "FSGR", NOT_INTEGER, low=LLONG_MIN, set_low=0),
+    integer("slowlog-max-len", 128, "FSGR", NEGATIVE_SLOWLOG_LEN),
+    integer("latency-monitor-threshold", 0, "FSGR", NEGATIVE_LATENCY),
+    Directive("client-output-buffer-limit", (0, 0, 0), "FSGR", _parse_client_limit,
+              nargs=(4, 4), parse_set=_set_client_limit, show=_show_client_limit,
+              write=_write_client_limit),
+    integer("watchdog-period", 0, "SG", NOT_INTEGER),
+    memory("proto-max-bulk-len", 512 * MB, "FSGR", PROTO_MAX_BULK_LEN_TOO_SMALL, low=MB),
+)
+
+DIRECTIVES: dict[str, Directive] = {d.name: d for d in DIRECTIVE_TABLE}
+GETTABLE = tuple(d for d in DIRECTIVE_TABLE if "G" in d.flags)      # CONFIG GET shows these
+REWRITTEN = tuple(d for d in DIRECTIVE_TABLE if "R" in d.flags)     # CONFIG REWRITE writes these
