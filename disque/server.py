@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import gc
 import os
 import platform
 import random
@@ -30,6 +29,7 @@ from disque.cluster.gossip import random_node_id
 from disque.commands import build_command_table, unique_commands
 from disque.config import Config, ConfigError, ConfigSetError
 from disque.connection import ClientConnection
+from disque.gctuning import GarbageCollector
 from disque.host import Host
 from disque.jobs.timers import NEVER
 from disque.log import logger
@@ -50,8 +50,6 @@ NO_CONFIG_WARNING = ("Warning: no config file specified, using the default confi
                      "to specify a config file use disque-server /path/to/disque.conf")
 RESERVED_FDS = 32
 TIMER_SLACK_MS = 1
-FULL_GC_INTERVAL_S = 300
-FULL_GC_MAX_OBJECTS = 2_000_000
 
 
 def wall_clock_ms() -> int:
@@ -88,35 +86,6 @@ def daemonize() -> None:
         os.dup2(null, fd)
     if null > 2:
         os.close(null)
-
-
-class GarbageCollector:
-    """Cyclic GC tuned for a heap of long-lived jobs.
-
-    CPython's generational GC re-traverses every tracked object each time
-    the old generation grows by 25 %, which with a million queued jobs
-    doubles the cost of ADDJOB and causes long pauses. Jobs never need the
-    cycle collector (their skiplist links are cut when they leave a queue),
-    so young objects are collected every cron tick and survivors frozen;
-    a full collection runs every few minutes while the heap is small
-    enough for it to be quick.
-    """
-
-    def __init__(self) -> None:
-        gc.disable()
-        self.last_full = time.monotonic()
-
-    def tick(self) -> None:
-        """Called from the cron."""
-        gc.collect(1)
-        gc.freeze()
-        now = time.monotonic()
-        if now - self.last_full > FULL_GC_INTERVAL_S:
-            self.last_full = now
-            if gc.get_freeze_count() < FULL_GC_MAX_OBJECTS:
-                gc.unfreeze()
-                gc.collect()
-                gc.freeze()
 
 
 def atomic_write(path: str, data: str) -> None:
