@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import platform
 import random
 import resource
 import signal
@@ -20,7 +19,7 @@ import time
 
 import uvloop
 
-from disque import __version__, log
+from disque import __version__, log, serverinfo
 from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
 from disque.cluster.bus import ClusterBus
@@ -119,7 +118,7 @@ class Server(Host):
         self.rejected_connections = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
-        self.net_samples: list[tuple[float, int, int]] = []
+        self.net_rate = serverinfo.NetworkRate()
         self.start_time = time.time()
         self.run_id = "%040x" % random.SystemRandom().getrandbits(160)
         self.listeners: list[asyncio.AbstractServer] = []
@@ -366,7 +365,7 @@ class Server(Host):
             node.cron()
             now = node.now
             node.stats.sample_ops(now)
-            self._sample_network()
+            self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
             self._close_idle_clients(now)
             if self.aof is not None:
                 self.aof.cron()
@@ -375,12 +374,6 @@ class Server(Host):
             logger.exception("Error in server cron")
         self._schedule_cron()
         self.arm_timer()
-
-    def _sample_network(self) -> None:
-        samples = self.net_samples
-        samples.append((time.monotonic(), self.net_input_bytes, self.net_output_bytes))
-        if len(samples) > 16:
-            del samples[0]
 
     def _close_idle_clients(self, now: int) -> None:
         timeout = self.config.timeout
@@ -473,7 +466,7 @@ class Server(Host):
         self.rejected_connections = 0
         self.net_input_bytes = 0
         self.net_output_bytes = 0
-        self.net_samples.clear()
+        self.net_rate.clear()
 
     def client_list(self, node) -> bytes:
         now = node.now
@@ -539,84 +532,13 @@ class Server(Host):
         return True
 
     def info_fields(self, section: str) -> list[tuple[str, object]]:
-        if section == "server":
-            return self._info_server()
-        if section == "clients":
-            biggest = max((c.parser.buffered() for c in self.clients.values()), default=0)
-            return [("connected_clients", len(self.clients)),
-                    ("client_longest_output_list", 0),
-                    ("client_biggest_input_buf", biggest)]
-        if section == "memory":
-            rss = self._rss()
-            used = self.node.used_memory
-            return [("used_memory_rss", rss),
-                    ("mem_fragmentation_ratio", "%.2f" % (rss / used if used else 0)),
-                    ("mem_allocator", "pymalloc")]
-        if section == "persistence":
-            return self._info_persistence()
-        if section == "stats":
-            in_kbps, out_kbps = self._kbps()
-            return [("total_connections_received", self.connections_received),
-                    ("total_net_input_bytes", self.net_input_bytes),
-                    ("total_net_output_bytes", self.net_output_bytes),
-                    ("instantaneous_input_kbps", "%.2f" % in_kbps),
-                    ("instantaneous_output_kbps", "%.2f" % out_kbps),
-                    ("rejected_connections", self.rejected_connections),
-                    ("latest_fork_usec", 0)]
-        if section == "cpu":
-            usage = resource.getrusage(resource.RUSAGE_SELF)
-            children = resource.getrusage(resource.RUSAGE_CHILDREN)
-            return [("used_cpu_sys", "%.2f" % usage.ru_stime),
-                    ("used_cpu_user", "%.2f" % usage.ru_utime),
-                    ("used_cpu_sys_children", "%.2f" % children.ru_stime),
-                    ("used_cpu_user_children", "%.2f" % children.ru_utime)]
-        return []
-
-    def _info_server(self) -> list[tuple[str, object]]:
-        uname = platform.uname()
-        uptime = int(time.time() - self.start_time)
-        compiler = platform.python_compiler().split()
-        return [("disque_version", __version__),
-                ("disque_git_sha1", "00000000"),
-                ("disque_git_dirty", 0),
-                ("disque_build_id", "%016x" % (hash(__version__) & 0xFFFFFFFFFFFFFFFF)),
-                ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
-                ("arch_bits", 64 if sys.maxsize > 2 ** 32 else 32),
-                ("multiplexing_api", "epoll" if sys.platform.startswith("linux") else "kqueue"),
-                ("gcc_version", compiler[1] if len(compiler) > 1 else "0.0.0"),
-                ("process_id", os.getpid()),
-                ("run_id", self.run_id),
-                ("uptime_in_seconds", uptime),
-                ("uptime_in_days", uptime // 86400),
-                ("executable", os.path.abspath(self.argv[0])),
-                ("config_file", self.config.config_file or "")]
-
-    def _info_persistence(self) -> list[tuple[str, object]]:
-        if self.aof is None:
-            return [("loading", 0)]
-        return self.aof.info_fields()
+        return serverinfo.info_fields(self, section)
 
     def bgrewriteaof(self) -> bytes:
         return self.aof.bgrewriteaof()
 
     def debug_reload_aof(self) -> bool:
         return self.aof.reload()
-
-    def _kbps(self) -> tuple[float, float]:
-        samples = self.net_samples
-        if len(samples) < 2:
-            return 0.0, 0.0
-        (t0, in0, out0), (t1, in1, out1) = samples[0], samples[-1]
-        elapsed = max(t1 - t0, 1e-3)
-        return (in1 - in0) / 1024 / elapsed, (out1 - out0) / 1024 / elapsed
-
-    @staticmethod
-    def _rss() -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, IndexError):
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 async def _serve(server: Server) -> int:

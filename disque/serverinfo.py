@@ -1,0 +1,140 @@
+"""The process's INFO fields: what the server adds to the node's INFO sections.
+
+The node renders INFO and asks its host for the fields only the process
+knows (sockets, memory as the OS sees it, CPU time, uptime); this module
+computes them from the running ``Server``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from disque import __version__
+
+if TYPE_CHECKING:
+    from disque.server import Server
+
+GIT_SHA1 = "00000000"       # not built from a git checkout, as the C server reports then
+MEM_ALLOCATOR = "pymalloc"
+NETWORK_SAMPLES = 16        # cron ticks over which instantaneous_*_kbps is averaged
+
+InfoFields = list[tuple[str, object]]
+
+
+class NetworkRate:
+    """Byte counters sampled by the cron, for INFO's instantaneous kbps."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int, int]] = []
+
+    def sample(self, input_bytes: int, output_bytes: int) -> None:
+        """Record the counters now; only the last NETWORK_SAMPLES are kept."""
+        samples = self.samples
+        samples.append((time.monotonic(), input_bytes, output_bytes))
+        if len(samples) > NETWORK_SAMPLES:
+            del samples[0]
+
+    def kbps(self) -> tuple[float, float]:
+        """(input, output) KiB per second across the kept samples."""
+        samples = self.samples
+        if len(samples) < 2:
+            return 0.0, 0.0
+        (t0, in0, out0), (t1, in1, out1) = samples[0], samples[-1]
+        elapsed = max(t1 - t0, 1e-3)
+        return (in1 - in0) / 1024 / elapsed, (out1 - out0) / 1024 / elapsed
+
+    def clear(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.samples.clear()
+
+
+def rss_bytes() -> int:
+    """Resident set size (peak RSS where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _server_fields(server: Server) -> InfoFields:
+    uname = platform.uname()
+    uptime = int(time.time() - server.start_time)
+    compiler = platform.python_compiler().split()
+    return [("disque_version", __version__),
+            ("disque_git_sha1", GIT_SHA1),
+            ("disque_git_dirty", 0),
+            ("disque_build_id", "%016x" % (hash(__version__) & 0xFFFFFFFFFFFFFFFF)),
+            ("os", "%s %s %s" % (uname.system, uname.release, uname.machine)),
+            ("arch_bits", 64 if sys.maxsize > 2 ** 32 else 32),
+            ("multiplexing_api", "epoll" if sys.platform.startswith("linux") else "kqueue"),
+            ("gcc_version", compiler[1] if len(compiler) > 1 else "0.0.0"),
+            ("process_id", os.getpid()),
+            ("run_id", server.run_id),
+            ("uptime_in_seconds", uptime),
+            ("uptime_in_days", uptime // 86400),
+            ("executable", os.path.abspath(server.argv[0])),
+            ("config_file", server.config.config_file or "")]
+
+
+def _clients_fields(server: Server) -> InfoFields:
+    biggest = max((c.parser.buffered() for c in server.clients.values()), default=0)
+    return [("connected_clients", len(server.clients)),
+            ("client_longest_output_list", 0),
+            ("client_biggest_input_buf", biggest)]
+
+
+def _memory_fields(server: Server) -> InfoFields:
+    rss = rss_bytes()
+    used = server.node.used_memory
+    return [("used_memory_rss", rss),
+            ("mem_fragmentation_ratio", "%.2f" % (rss / used if used else 0)),
+            ("mem_allocator", MEM_ALLOCATOR)]
+
+
+def _persistence_fields(server: Server) -> InfoFields:
+    if server.aof is None:
+        return [("loading", 0)]
+    return server.aof.info_fields()
+
+
+def _stats_fields(server: Server) -> InfoFields:
+    in_kbps, out_kbps = server.net_rate.kbps()
+    return [("total_connections_received", server.connections_received),
+            ("total_net_input_bytes", server.net_input_bytes),
+            ("total_net_output_bytes", server.net_output_bytes),
+            ("instantaneous_input_kbps", "%.2f" % in_kbps),
+            ("instantaneous_output_kbps", "%.2f" % out_kbps),
+            ("rejected_connections", server.rejected_connections),
+            ("latest_fork_usec", 0)]
+
+
+def _cpu_fields(server: Server) -> InfoFields:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return [("used_cpu_sys", "%.2f" % usage.ru_stime),
+            ("used_cpu_user", "%.2f" % usage.ru_utime),
+            ("used_cpu_sys_children", "%.2f" % children.ru_stime),
+            ("used_cpu_user_children", "%.2f" % children.ru_utime)]
+
+
+_SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
+    "server": _server_fields,
+    "clients": _clients_fields,
+    "memory": _memory_fields,
+    "persistence": _persistence_fields,
+    "stats": _stats_fields,
+    "cpu": _cpu_fields,
+}
+
+
+def info_fields(server: Server, section: str) -> InfoFields:
+    """The process-level fields of INFO ``section``; none for sections the node owns alone."""
+    fields = _SECTIONS.get(section)
+    return fields(server) if fields is not None else []
