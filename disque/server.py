@@ -19,14 +19,13 @@ import time
 
 import uvloop
 
-from disque import __version__, log, serverinfo
+from disque import __version__, cli, log, serverinfo
 from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
 from disque.cluster.bus import ClusterBus
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
-from disque.commands import build_command_table, unique_commands
-from disque.config import Config, ConfigError, ConfigSetError
+from disque.config import Config, ConfigSetError
 from disque.connection import ClientConnection
 from disque.gctuning import GarbageCollector
 from disque.host import Host
@@ -34,19 +33,6 @@ from disque.jobs.timers import NEVER
 from disque.log import logger
 from disque.node import Node
 
-USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
-       ./disque-server - (read config from stdin)
-       ./disque-server -v or --version
-       ./disque-server -h or --help
-
-Examples:
-       ./disque-server (run the server with default conf)
-       ./disque-server /etc/disque/7711.conf
-       ./disque-server --port 7777
-       ./disque-server /etc/mydisque.conf --loglevel verbose
-"""
-NO_CONFIG_WARNING = ("Warning: no config file specified, using the default config. In order "
-                     "to specify a config file use disque-server /path/to/disque.conf")
 RESERVED_FDS = 32
 TIMER_SLACK_MS = 1
 
@@ -553,28 +539,16 @@ async def _serve(server: Server) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``disque-server [config] [--directive value ...]``."""
     argv = list(sys.argv if argv is None else argv)
-    args = argv[1:]
-    if args and args[0] in ("-v", "--version"):
-        print("Disque server v=%s sha=00000000:0 malloc=pymalloc bits=64" % __version__)
-        return 0
-    if args and args[0] in ("-h", "--help"):
-        sys.stderr.write(USAGE)
-        return 1
-    path = None
-    if args and not args[0].startswith("--"):
-        path = args.pop(0)
     try:
-        names = [c.name for c in unique_commands(build_command_table())]
-        config = Config.load(path, args, commands=names)
-    except ConfigError as exc:
-        sys.stderr.write(str(exc))
-        return 1
+        config = cli.load_config(argv[1:])
+    except cli.CommandLineExit as exc:
+        return exc.code
     if config.daemonize:
         daemonize()
     log.configure(config.logfile, config.loglevel, config.syslog_enabled, config.syslog_ident,
                   config.syslog_facility)
-    if path is None:
-        logger.warning(NO_CONFIG_WARNING)
+    if config.config_file is None:
+        logger.warning(cli.NO_CONFIG_WARNING)
     try:
         server = Server(config, argv)
         if config.daemonize:

@@ -1,0 +1,66 @@
+"""The disque-server command line: -v, -h, a config file and --directive overrides.
+
+Options follow redis-server: the first argument, unless it starts with
+``--``, is the config file; every ``--name args...`` after it is one more
+config line, applied after the file.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from disque import __version__
+from disque.commands import build_command_table, unique_commands
+from disque.config import Config, ConfigError
+from disque.serverinfo import GIT_SHA1, MEM_ALLOCATOR
+
+USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
+       ./disque-server - (read config from stdin)
+       ./disque-server -v or --version
+       ./disque-server -h or --help
+
+Examples:
+       ./disque-server (run the server with default conf)
+       ./disque-server /etc/disque/7711.conf
+       ./disque-server --port 7777
+       ./disque-server /etc/mydisque.conf --loglevel verbose
+"""
+VERSION_LINE = "Disque server v={version} sha={sha}:0 malloc={malloc} bits=64\n"
+NO_CONFIG_WARNING = ("Warning: no config file specified, using the default config. In order "
+                     "to specify a config file use disque-server /path/to/disque.conf")
+VERSION_FLAGS = ("-v", "--version")
+HELP_FLAGS = ("-h", "--help")
+OVERRIDE_PREFIX = "--"
+
+
+class CommandLineExit(Exception):
+    """The command line was answered without starting a server; exit with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def load_config(args: list[str]) -> Config:
+    """The Config that ``args`` (argv without the program name) asks for.
+
+    Raises CommandLineExit after printing the version, the usage or a
+    config error.
+    """
+    if args and args[0] in VERSION_FLAGS:
+        sys.stdout.write(VERSION_LINE.format(version=__version__, sha=GIT_SHA1,
+                                             malloc=MEM_ALLOCATOR))
+        raise CommandLineExit(0)
+    if args and args[0] in HELP_FLAGS:
+        sys.stderr.write(USAGE)
+        raise CommandLineExit(1)
+    path = None
+    overrides = args
+    if args and not args[0].startswith(OVERRIDE_PREFIX):
+        path, overrides = args[0], args[1:]
+    try:
+        names = [c.name for c in unique_commands(build_command_table())]
+        return Config.load(path, overrides, commands=names)
+    except ConfigError as exc:
+        sys.stderr.write(str(exc))
+        raise CommandLineExit(1) from None
