@@ -7,9 +7,10 @@ import os
 import sys
 import time
 
-LEVELS = {"debug": logging.DEBUG, "verbose": 15, "notice": logging.INFO,
+VERBOSE = 15  # the original's level between debug and notice; logging has none
+LEVELS = {"debug": logging.DEBUG, "verbose": VERBOSE, "notice": logging.INFO,
           "warning": logging.WARNING}
-_LEVEL_CHARS = {logging.DEBUG: ".", 15: "-", logging.INFO: "*", logging.WARNING: "#",
+_LEVEL_CHARS = {logging.DEBUG: ".", VERBOSE: "-", logging.INFO: "*", logging.WARNING: "#",
                 logging.ERROR: "#", logging.CRITICAL: "#"}
 
 logger = logging.getLogger("disque")
@@ -26,7 +27,7 @@ class _Formatter(logging.Formatter):
 def configure(logfile: str, loglevel: str, syslog_enabled: bool = False,
               syslog_ident: str = "disque", syslog_facility: str = "local0") -> None:
     """Send the server's log to ``logfile`` (stdout when empty) at ``loglevel``."""
-    logging.addLevelName(15, "VERBOSE")
+    logging.addLevelName(VERBOSE, "VERBOSE")
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
         handler.close()

@@ -368,7 +368,7 @@ class Server(Host):
         limit = now - timeout * 1000
         for client in list(self.clients.values()):
             if client.atime < limit and client.blocked is None and not client.monitor:
-                logger.log(15, "Closing idle client %s", client.addr)
+                logger.log(log.VERBOSE, "Closing idle client %s", client.addr)
                 client.close()
 
     def tune_tcp_socket(self, sock: socket.socket) -> None:
