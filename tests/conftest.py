@@ -1,4 +1,6 @@
-"""Shared fixtures: real servers on free loopback ports, always stopped."""
+"""Shared fixtures: real servers on free loopback ports, always stopped and
+judged (tests/support/process.py ``verify``): a server that exited badly or
+logged an unexpected error fails the test that started it."""
 
 from __future__ import annotations
 
@@ -6,22 +8,45 @@ import shutil
 
 import pytest
 
-from tests.support.process import DisqueProcess
+from tests.support.process import DisqueProcess, unverified
+from tests.support.teardown import expected_log, fail_on
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "expect_log(*patterns): regexes of error log entries the servers "
+        "started by this test are expected to write")
+
+
+@pytest.fixture(autouse=True)
+def _servers_behaved(request):
+    """Judge every process the test started itself (not through a fixture that
+    judges its own), stopping any it left running."""
+    before = set(map(id, unverified()))
+    yield
+    patterns = expected_log(request)
+    problems = []
+    for proc in unverified():
+        if id(proc) in before or proc.shared:
+            continue
+        proc.expect_log(*patterns)
+        problems += proc.verify()
+    fail_on(problems)
 
 
 @pytest.fixture
-def server_factory(tmp_path):
-    """Start disque-server processes; every one is stopped at teardown."""
+def server_factory(tmp_path, request):
+    """Start disque-server processes; every one is stopped and judged at teardown."""
     started: list[DisqueProcess] = []
 
     def start(config: str = "", name: str | None = None, **kwargs) -> DisqueProcess:
         proc = DisqueProcess(tmp_path / (name or "node%d" % len(started)), config=config, **kwargs)
+        proc.expect_log(*expected_log(request))
         started.append(proc)
         return proc.start()
 
     yield start
-    for proc in started:
-        proc.stop()
+    fail_on([problem for proc in started for problem in proc.verify()])
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_sync_addjob_is_logged_on_every_holder_before_the_reply(cluster):
 
 def kill_all_at_once(cluster) -> None:
     for node in cluster.nodes:
-        node.proc.kill()  # every SIGKILL sent before any process is reaped
+        node.kill(wait=False)  # every SIGKILL sent before any process is reaped
     for i in range(len(cluster)):
         cluster.kill(i)
 

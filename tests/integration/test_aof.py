@@ -143,7 +143,7 @@ def wait_rewrite_done(proc: DisqueProcess, timeout: float = 60.0,
 def start_failing(proc: DisqueProcess, timeout: float = 20.0) -> str:
     """Start a node that must refuse to start; its exit status is 1. Returns stderr."""
     proc.start(wait=False)
-    assert proc.proc.wait(timeout) == 1
+    assert proc.wait_exit(timeout) == 1
     return (proc.dir / "stderr.log").read_text()
 
 
@@ -770,7 +770,7 @@ def test_write_error_with_appendfsync_always_exits(server_factory):
     limit_file_size(proc, (proc.dir / AOF).stat().st_size + 100)
     never_confirmed = encode_command("ADDJOB", "q", b"y" * 1000, 0)
     assert proc.raw(never_confirmed, timeout=10, until_close=True) == b"<EOF>"
-    assert proc.proc.wait(10) == 1
+    assert proc.wait_exit(10) == 1
     assert "Can't write the AOF with appendfsync always" in proc.log_path.read_text()
     proc.start()  # the cut record is the truncated tail
     assert job_ids(proc) == set(ids)

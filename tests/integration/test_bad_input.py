@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.process import DisqueProcess
+from tests.support.teardown import fail_on
 
 READ_TIMEOUT = 10.0
 MAX_USED_MEMORY = 64 * 1024 * 1024
@@ -145,9 +146,10 @@ def check_replies(data: bytes) -> list[bytes]:
 def node(tmp_path_factory):
     """The one server every example of this module talks to."""
     proc = DisqueProcess(tmp_path_factory.mktemp("fuzz") / "node")
+    proc.shared = True
     proc.start()
     yield proc
-    proc.stop()
+    fail_on(proc.verify())
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ import time
 import pytest
 
 from tests.support.process import DisqueProcess, wait_until
+from tests.support.teardown import fail_on
 
 # Identities of the recorded C node.
 T_NODE = b"357e57931d14b67cd18a9f63b0982d265df88424"
@@ -626,9 +627,10 @@ SECTION_1_4 = [
 def node(tmp_path_factory):
     """One server for the module; every test starts with DEBUG FLUSHALL."""
     proc = DisqueProcess(tmp_path_factory.mktemp("protocol") / "node")
+    proc.shared = True
     proc.start()
     yield proc
-    proc.stop()
+    fail_on(proc.verify())
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -20,7 +18,7 @@ import hiredis
 import pytest
 import redis
 
-from tests.support.process import REPO, free_port, wait_until
+from tests.support.process import DisqueProcess, wait_until
 
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
 OOM = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
@@ -729,21 +727,13 @@ def test_config_rewrite_survives_a_restart(server_factory):
 
 
 def test_config_rewrite_without_config_file(tmp_path):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "disque.server", "--port", str(port),
-                             "--bind", "127.0.0.1", "--dir", str(tmp_path)],
-                            cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(port=port, socket_timeout=10)
-        wait_until(lambda: client.execute_command("PING"), message="server without config")
-        with pytest.raises(redis.ResponseError,
-                           match="^The server is running without a config file$"):
-            client.execute_command("CONFIG", "REWRITE")
-        client.close()
-    finally:
-        proc.terminate()
-        assert proc.wait(10) == 0
+    proc = DisqueProcess(tmp_path / "node", config_file=False).start()
+    assert proc.call("CONFIG", "GET", "bind") == [b"bind", b"127.0.0.1"]  # directives apply
+    with pytest.raises(redis.ResponseError,
+                       match="^The server is running without a config file$"):
+        proc.call("CONFIG", "REWRITE")
+    assert proc.stop() == 0
+    assert list(proc.dir.glob("*.conf")) == [proc.dir / "nodes.conf"]
 
 
 # ---------------------------------------------------------------- MONITOR

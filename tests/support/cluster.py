@@ -264,10 +264,18 @@ class Cluster:
         """Stop every node that is still running (SIGTERM, SIGKILL if stuck)."""
         for i in list(self._clients):
             self._drop_client(i)
-        for i, node in enumerate(self.nodes):
-            if self.alive(i):
-                os.kill(node.proc.pid, signal.SIGCONT)  # a frozen node could not exit
+        for node in self.nodes:
             node.stop()
+
+    def expect_log(self, *patterns: str) -> None:
+        """Log entries matching these regexes are expected on every node."""
+        for node in self.nodes:
+            node.expect_log(*patterns)
+
+    def verify(self) -> list[str]:
+        """Stop every node; return their unexpected exits and log entries."""
+        self.stop_all()
+        return [problem for node in self.nodes for problem in node.verify()]
 
     def freeze(self, i: int) -> None:
         """SIGSTOP node ``i``: its links stay up but it answers nothing."""

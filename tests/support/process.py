@@ -2,6 +2,14 @@
 
 Each process runs in its own directory on a free loopback port; tests
 wait for conditions with bounded polls and always stop what they start.
+
+A process is also judged when the test is done (``verify``): it must have
+exited with status 0 unless the test killed it on purpose (``kill``,
+``send_signal``) or checked the status itself (``wait_exit``), and its
+logs (disque.log, stderr.log) must hold no traceback or error line such as
+"Error in server cron" unless the test declared it (``expect_log``, or the
+``expect_log`` marker). The fixtures in tests/conftest.py and
+tests/cluster/conftest.py call ``verify`` at teardown and fail the test.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import re
 import time
 from pathlib import Path
 
@@ -18,6 +27,43 @@ import redis
 
 SERVER = [sys.executable, "-m", "disque.server"]
 REPO = Path(__file__).resolve().parents[2]
+
+# Log lines that mean the server hit a bug. The server's own log drops
+# tracebacks (disque/log.py prints only the message), so its catch-all
+# handlers are known by their text (server.py "Error in server cron",
+# cluster/bus.py "Error handling bus messages"); whatever reaches stderr
+# (asyncio's handler, an uncaught exception) comes with a traceback.
+UNEXPECTED_LOG = re.compile(
+    r"Traceback \(most recent call last\)|Error in server cron|Error handling bus messages"
+    r"|Exception in callback|exception was never retrieved|Fatal error|Unhandled exception"
+    r"|^\w*(Error|Exception)\b.*:")
+
+_unverified: list["DisqueProcess"] = []
+
+
+def unverified() -> list["DisqueProcess"]:
+    """Processes started and not yet judged by ``verify`` (oldest first)."""
+    return list(_unverified)
+
+
+def log_entries(text: str) -> list[str]:
+    """A log split into entries: one line each, except that a traceback and
+    its indented lines up to the exception line make one entry."""
+    entries: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line.startswith("Traceback (most recent call last)"):
+            while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                line += "\n" + lines[i]
+                i += 1
+            if i < len(lines):
+                line += "\n" + lines[i]
+                i += 1
+        entries.append(line)
+    return entries
 
 
 def free_port() -> int:
@@ -57,30 +103,54 @@ class DisqueProcess:
     """One disque-server child process."""
 
     def __init__(self, workdir: Path, port: int | None = None, config: str = "",
-                 args: tuple[str, ...] = (), env: dict | None = None) -> None:
+                 args: tuple[str, ...] = (), env: dict | None = None,
+                 config_file: bool = True) -> None:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
-        self.config_path = self.dir / "disque.conf"
-        self.config_path.write_text(
-            "bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel verbose\n%s"
-            % (self.port, self.dir, config))
-        self.args = tuple(args)
+        base = ("bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel verbose\n"
+                % (self.port, self.dir))
+        self.config_path: Path | None = None
+        if config_file:
+            self.config_path = self.dir / "disque.conf"
+            self.config_path.write_text(base + config)
+            self.args = tuple(args)
+        else:  # the same directives on the command line, and no config file at all
+            assert not config, "config text needs a config file"
+            directives = [line.split(" ", 1) for line in base.splitlines()]
+            self.args = tuple(arg for name, value in directives
+                              for arg in ("--" + name, value)) + tuple(args)
         self.env = env
         self.proc: subprocess.Popen | None = None
         self._clients: list[redis.Redis] = []
+        self.shared = False  # owned by a module-scoped fixture, judged at its teardown
+        self.expected_log: list[re.Pattern] = []
+        self.exit_problems: list[str] = []
+        self._signals_sent: set[int] = set()  # of the current process
+        self._exit_checked = False  # the test asserted the current process's status
+        self._exit_noted = True  # nothing to note before the first start
 
     @property
     def log_path(self) -> Path:
         return self.dir / "disque.log"
 
     def start(self, wait: bool = True) -> "DisqueProcess":
+        if self.proc is not None and self.proc.poll() is None:
+            raise AssertionError("start() while pid %d still runs" % self.proc.pid)
+        self._note_exit()
         env = dict(os.environ, PYTHONPATH=str(REPO))
         if self.env:
             env.update(self.env)
-        self.proc = subprocess.Popen(SERVER + [str(self.config_path), *self.args], cwd=self.dir,
-                                     env=env, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "stderr.log", "ab"))
+        with open(self.dir / "stderr.log", "ab") as stderr:
+            command = SERVER + ([str(self.config_path)] if self.config_path else [])
+            self.proc = subprocess.Popen(command + list(self.args),
+                                         cwd=self.dir, env=env, stdout=subprocess.DEVNULL,
+                                         stderr=stderr)
+        self._signals_sent = set()
+        self._exit_checked = False
+        self._exit_noted = False
+        if self not in _unverified:
+            _unverified.append(self)
         if wait:
             self.wait_ready()
         return self
@@ -141,24 +211,84 @@ class DisqueProcess:
             return out
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGTERM and wait; SIGKILL if it does not exit."""
+        """SIGTERM and wait; SIGKILL (a failure of the test) if it does not exit."""
         for client in self._clients:
             client.close()
         self._clients.clear()
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)  # a frozen process could not exit
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.exit_problems.append("pid %d still ran %.0f s after SIGTERM: killed"
+                                          % (self.proc.pid, timeout))
+                self._signals_sent.add(signal.SIGKILL)
+                self.proc.kill()
+                self.proc.wait()
+        self._note_exit()
+        return self.proc.returncode
 
-    def kill(self) -> None:
-        """SIGKILL, like a crash."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def send_signal(self, sig: int) -> None:
+        """Signal the process on purpose: an exit by this signal is expected."""
+        self._signals_sent.add(sig)
+        self.proc.send_signal(sig)
+
+    def kill(self, wait: bool = True) -> None:
+        """SIGKILL, like a crash (an expected exit). ``wait=False`` sends it only."""
+        if self.proc is not None and self.proc.returncode is None:
+            self.send_signal(signal.SIGKILL)
+            if wait:
+                self.proc.wait()
+                self._note_exit()
+
+    def wait_exit(self, timeout: float = 10.0) -> int:
+        """Wait for the process to exit; the caller checks the status it returns."""
+        code = self.proc.wait(timeout)
+        self._exit_checked = True
+        self._note_exit()
+        return code
+
+    def expect_log(self, *patterns: str) -> None:
+        """Log entries matching any of these regexes are expected, not failures."""
+        self.expected_log.extend(re.compile(p) for p in patterns)
+
+    def _note_exit(self) -> None:
+        """Record, once, whether the last process ended as the test meant it to."""
+        proc = self.proc
+        if proc is None or proc.returncode is None or self._exit_noted:
+            return
+        self._exit_noted = True
+        code = proc.returncode
+        if code == 0 or self._exit_checked or (code < 0 and -code in self._signals_sent):
+            return
+        how = ("killed by signal %d" % -code) if code < 0 else ("exit status %d" % code)
+        self.exit_problems.append("pid %d ended unexpectedly (%s)" % (proc.pid, how))
+
+    def log_problems(self) -> list[str]:
+        """Unexpected error entries of disque.log and stderr.log."""
+        problems = []
+        for name in ("disque.log", "stderr.log"):
+            path = self.dir / name
+            if not path.exists():
+                continue
+            for entry in log_entries(path.read_text(errors="replace")):
+                if (UNEXPECTED_LOG.search(entry)
+                        and not any(p.search(entry) for p in self.expected_log)):
+                    problems.append("%s: %s" % (name, entry))
+        return problems
+
+    def verify(self) -> list[str]:
+        """Stop the process if it still runs; return what went wrong (empty if all
+        is well): unexpected exits and unexpected log entries."""
+        self.stop()
+        if self in _unverified:
+            _unverified.remove(self)
+        problems = self.exit_problems + self.log_problems()
+        self.exit_problems = []
+        return ["%s (port %d): %s" % (self.dir, self.port, p) for p in problems]
 
     def restart(self) -> "DisqueProcess":
         self.stop()
