@@ -161,6 +161,8 @@ class _Reader:
         if kind == b"*":
             size = int(rest)
             return ("*", None if size < 0 else [self.reply() for _ in range(size)])
+        if kind == b"%":  # RESP3 map, only after HELLO 3: its pairs, flattened
+            return ("%", [self.reply() for _ in range(2 * int(rest))])
         raise AssertionError("bad RESP type byte in %r" % line)
 
 
