@@ -1,4 +1,7 @@
-"""disque.client against real servers: HELLO node choice, failover, chunked pipelining."""
+"""disque.client against real servers: HELLO node choice, failover, chunked pipelining.
+
+They start processes, so they live here and not in tests/unit, whose run
+(``make test-fast``) does no I/O."""
 
 from __future__ import annotations
 
