@@ -22,10 +22,10 @@ def parse_cpu_model(cpuinfo: str) -> str | None:
     return None
 
 
-def _output(argv: list[str]) -> str | None:
+def _output(argv: list[str], cwd: Path = REPO) -> str | None:
     if shutil.which(argv[0]) is None:
         return None
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -66,8 +66,6 @@ def describe() -> dict[str, object]:
         cpu_model = parse_cpu_model(Path("/proc/cpuinfo").read_text())
     except OSError:
         cpu_model = None
-    commit = _output(["git", "rev-parse", "HEAD"])
-    status = _output(["git", "status", "--porcelain", "--untracked-files=no"])
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "nproc": len(os.sched_getaffinity(0)),
@@ -77,6 +75,12 @@ def describe() -> dict[str, object]:
         "python": "%s %s" % (platform.python_implementation(), platform.python_version()),
         "redis_server": _output(["redis-server", "--version"]),
         "redis_benchmark": redis_benchmark.version(),
-        "git_commit": commit,
-        "git_dirty": None if status is None else bool(status),
+        **revision(REPO),
     }
+
+
+def revision(tree: Path) -> dict[str, object]:
+    """Commit of a source tree and whether tracked files differ from it."""
+    commit = _output(["git", "rev-parse", "HEAD"], tree)
+    status = _output(["git", "status", "--porcelain", "--untracked-files=no"], tree)
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}

@@ -4,6 +4,13 @@ The report goes to stdout and to bench/results/latest.json; progress goes
 to stderr. A section that fails is reported under ``errors`` and the run
 goes on with the next one; the exit status is 1 if any section failed.
 Missed targets are results, not failures, and do not change the status.
+
+With ``--baseline-tree DIR`` the run compares two builds of disque instead:
+the disque of DIR (e.g. a ``git worktree`` of the commit before a refactor)
+against this checkout's (or ``--current-tree``'s), in alternating rounds of
+the same run, each workload with the redis-server figure of the same rounds;
+see ``bench.compare``. ``--only addjob,cluster`` keeps it to ADDJOB -P 1,
+-P 16 and the 3-node REPLICATE 3 run.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import aof, cluster, machine, single
+from bench import aof, cluster, compare, machine, single
 from bench.measurement import Measurement, Section
 from bench.servers import Servers
 from bench.settings import Settings
@@ -28,28 +35,40 @@ GROUPS: dict[str, list[str]] = {"single": list(single.SECTIONS),
                                 "cluster": list(cluster.SECTIONS),
                                 "aof": list(aof.SECTIONS)}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "latest.json"
+COMPARE_OUTPUT = DEFAULT_OUTPUT.with_name("compare.json")  # with --baseline-tree
 log = logging.getLogger("bench")
 
 
-def select_sections(only: list[str] | None) -> list[str]:
+def select_sections(only: list[str] | None, sections: dict[str, Any] = SECTIONS,
+                    groups: dict[str, list[str]] = GROUPS) -> list[str]:
     """Section names for ``--only`` values (names or groups, comma-separated), in run order."""
     if not only:
-        return list(SECTIONS)
+        return list(sections)
     wanted: set[str] = set()
     for item in (part.strip() for value in only for part in value.split(",")):
-        if item in GROUPS:
-            wanted.update(GROUPS[item])
-        elif item in SECTIONS:
+        if item in groups:
+            wanted.update(groups[item])
+        elif item in sections:
             wanted.add(item)
         elif item:
             raise ValueError("unknown section %r (choose from %s)"
-                             % (item, ", ".join([*GROUPS, *SECTIONS])))
-    return [name for name in SECTIONS if name in wanted]
+                             % (item, ", ".join([*groups, *sections])))
+    return [name for name in sections if name in wanted]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.split("\n")[0],
+        epilog="Comparing two builds: git worktree add /tmp/disque-baseline <commit>; "
+               "python -m bench.run --baseline-tree /tmp/disque-baseline --only addjob,cluster "
+               "measures that commit's disque and this checkout's in alternating rounds "
+               "(baseline, current, then current, baseline, ...) of one run, next to "
+               "redis-server, and reports current/baseline per workload (throughput and "
+               "server CPU per request) with a 95 %% interval and a verdict against 0.95. "
+               "Sections then: %s (groups %s). Prefer many short rounds, e.g. "
+               "--repeats 10 --requests 50000; --current-tree compares two other trees."
+               % (", ".join(compare.COMPARISONS), ", ".join(compare.GROUPS)))
     parser.add_argument("--only", action="append", metavar="SECTIONS",
                         help="comma-separated sections or groups (%s); repeatable"
                              % ", ".join([*GROUPS, *SECTIONS]))
@@ -61,8 +80,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, help="redis-benchmark -n")
     parser.add_argument("--duration", type=float, help="seconds measured per cycle run")
     parser.add_argument("--memory-jobs", type=int, help="jobs loaded by the memory section")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help="where to write the JSON report (default: %(default)s)")
+    parser.add_argument("--output", type=Path,
+                        help="where to write the JSON report (default: %s, or %s with "
+                             "--baseline-tree)" % (DEFAULT_OUTPUT, COMPARE_OUTPUT.name))
+    parser.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                        help="compare the disque of this source tree (baseline) with the "
+                             "current one instead of running the usual sections")
+    parser.add_argument("--current-tree", type=Path, metavar="DIR",
+                        help="with --baseline-tree: the current build's tree "
+                             "(default: this checkout)")
     parser.add_argument("--list", action="store_true", help="list sections and exit")
     return parser.parse_args(argv)
 
@@ -75,7 +101,8 @@ def make_settings(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def run_sections(names: list[str], settings: Settings, port_base: int | None
+def run_sections(names: list[str], settings: Settings, port_base: int | None,
+                 sections: dict[str, Section] = SECTIONS
                  ) -> tuple[list[Measurement], list[dict[str, str]], dict[str, float | None]]:
     """Run sections in order; a failing section is recorded and the next one still runs.
     Also returns each section's share of CPU time stolen by the hypervisor: other
@@ -89,7 +116,7 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None
             started = time.monotonic()
             ticks = machine.cpu_ticks()
             try:
-                measurements.extend(SECTIONS[name](servers, settings))
+                measurements.extend(sections[name](servers, settings))
             except Exception as exc:  # report it and keep the other sections' numbers
                 log.exception("section %s failed", name)
                 errors.append({"section": name, "error": "%s: %s" % (type(exc).__name__, exc)})
@@ -104,12 +131,13 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None
 
 def build_report(measurements: list[Measurement], errors: list[dict[str, str]],
                  settings: Settings, sections: list[str], info: dict[str, object],
-                 elapsed: float) -> dict[str, Any]:
+                 elapsed: float, comparison: dict[str, object] | None = None) -> dict[str, Any]:
     """The JSON document: machine, settings, measurements, a pass/fail summary."""
     judged = [m for m in measurements if m.passed is not None]
     return {
         "machine": info,
         "settings": dataclasses.asdict(settings),
+        **({"comparison": comparison} if comparison is not None else {}),
         "sections": sections,
         "measurements": [m.to_dict() for m in measurements],
         "summary": {
@@ -130,14 +158,24 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``make bench``."""
     args = parse_args(argv)
+    listed: dict[str, Any] = compare.COMPARISONS if args.baseline_tree else SECTIONS
     if args.list:
-        for name, section in SECTIONS.items():
-            print("%-8s %s" % (name, (section.__doc__ or "").split("\n")[0]))
+        for name, section in listed.items():
+            print("%-14s %s" % (name, (section.__doc__ or "").split("\n")[0]))
         return 0
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="[bench %(asctime)s] %(message)s", datefmt="%H:%M:%S")
+    sections, comparison = SECTIONS, None
     try:
-        names = select_sections(args.only)
+        if args.current_tree and not args.baseline_tree:
+            raise ValueError("--current-tree needs --baseline-tree")
+        if args.baseline_tree:
+            builds = compare.builds(args.baseline_tree, args.current_tree)
+            sections = compare.sections(builds)
+            comparison = {b.label: b.describe() for b in builds}
+            names = select_sections(args.only, sections, compare.GROUPS)
+        else:
+            names = select_sections(args.only)
     except ValueError as exc:
         log.error("%s", exc)
         return 2
@@ -147,18 +185,24 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         measurements, errors, info["steal_percent_by_section"] = run_sections(
-            names, settings, args.port_base)
+            names, settings, args.port_base, sections)
     except KeyboardInterrupt:
         log.error("interrupted; servers stopped, no report written")
         return 130
     info["load_average_end"] = machine.load_average()
     report = build_report(measurements, errors, settings, names, info,
-                          time.monotonic() - started)
+                          time.monotonic() - started, comparison)
     text = json.dumps(report, indent=2)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text + "\n")
+    output = args.output or (DEFAULT_OUTPUT if comparison is None else COMPARE_OUTPUT)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text + "\n")
     print(text)
-    log.info("report written to %s", args.output)
+    log.info("report written to %s", output)
+    if comparison is not None:
+        for build in comparison.items():
+            log.info("%-8s %s", *build)
+        for line in compare.summary(measurements):
+            log.info("%s", line)
     return 1 if errors else 0
 
 

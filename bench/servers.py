@@ -5,6 +5,10 @@ one ``Servers`` object, which stops all of them when the run ends, also
 on an exception or Ctrl-C. Children additionally get SIGTERM from the
 kernel if the harness itself is killed, so a ``kill -9`` of the harness
 does not leave servers holding ports.
+
+A disque node runs the ``disque`` package of this checkout by default, or
+of another source tree (``tree=``, put first on its PYTHONPATH) when two
+builds are compared in one run (``bench.compare``).
 """
 
 from __future__ import annotations
@@ -81,6 +85,13 @@ def parse_vmrss(status: str) -> int:
     raise ValueError("no VmRSS line in /proc status")
 
 
+def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
+    """User + system CPU seconds of all threads from /proc/<pid>/stat text (fields 14 and 15,
+    counted after the parenthesised command name, which may itself hold spaces)."""
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / ticks_per_second
+
+
 def _die_with_parent() -> None:
     """Runs in the child before exec: ask Linux for SIGTERM when the harness dies."""
     with contextlib.suppress(OSError, AttributeError):
@@ -91,6 +102,7 @@ class ServerProcess:
     """One server child process on a loopback port, with its own directory."""
 
     kind = "server"
+    pythonpath = REPO  # put first on the child's PYTHONPATH
 
     def __init__(self, name: str, workdir: Path, port: int) -> None:
         self.name = name
@@ -111,7 +123,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 15.0) -> None:
         """Start the process and wait until it answers PING."""
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(self.pythonpath))
         with open(self.dir / "stderr.log", "ab") as stderr:
             self.proc = subprocess.Popen(self.command(), cwd=self.dir, env=env,
                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -157,6 +169,11 @@ class ServerProcess:
         """Resident set size of the server process, from /proc/<pid>/status."""
         return parse_vmrss(Path("/proc/%d/status" % self.pid).read_text())
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (user + system)."""
+        return parse_cpu_seconds(Path("/proc/%d/stat" % self.pid).read_text(),
+                                 os.sysconf("SC_CLK_TCK"))
+
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if the process does not exit in time."""
         if self.proc is None or self.proc.poll() is not None:
@@ -191,12 +208,16 @@ class RedisServer(ServerProcess):
 
 
 class DisqueNode(ServerProcess):
-    """This repository's disque-server, started as ``python -m disque.server <config>``."""
+    """A disque-server, started as ``python -m disque.server <config>`` with ``tree``
+    (default: this repository) first on PYTHONPATH, so its ``disque`` package is used:
+    the editable install of the venv only comes after PYTHONPATH on sys.path."""
 
     kind = "disque"
 
-    def __init__(self, name: str, workdir: Path, port: int, config: str = "") -> None:
+    def __init__(self, name: str, workdir: Path, port: int, config: str = "",
+                 tree: Path = REPO) -> None:
         super().__init__(name, workdir, port)
+        self.pythonpath = tree
         self.config_path = self.dir / "disque.conf"
         self.config_path.write_text(
             "bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel notice\n%s"
@@ -227,7 +248,7 @@ class Servers:
         self.root = Path(tempfile.mkdtemp(prefix="disque-bench-"))
         self.running: list[ServerProcess] = []
         self._redis: RedisServer | None = None
-        self._disque: DisqueNode | None = None
+        self._disques: dict[str, DisqueNode] = {}
 
     def __enter__(self) -> "Servers":
         return self
@@ -243,16 +264,17 @@ class Servers:
             self._redis = self._start(RedisServer("redis", self.root / "redis", self.ports.take()))
         return self._redis
 
-    def disque(self) -> DisqueNode:
-        """The run's shared disque node (started on first call)."""
-        if self._disque is None:
-            self._disque = self._start(self._new_disque("disque"))
-        return self._disque
+    def disque(self, name: str = "disque", tree: Path = REPO) -> DisqueNode:
+        """The run's shared disque node of that name (started on first call)."""
+        if name not in self._disques:
+            self._disques[name] = self._start(self._new_disque(name, tree=tree))
+        return self._disques[name]
 
     @contextlib.contextmanager
-    def fresh_disque(self, name: str, config: str = "") -> Iterator[DisqueNode]:
+    def fresh_disque(self, name: str, config: str = "", tree: Path = REPO
+                     ) -> Iterator[DisqueNode]:
         """A dedicated node for one section, e.g. so memory starts from an untouched heap."""
-        node = self._start(self._new_disque(name, config))
+        node = self._start(self._new_disque(name, config, tree))
         try:
             yield node
         finally:
@@ -260,10 +282,18 @@ class Servers:
             self.running.remove(node)
 
     @contextlib.contextmanager
-    def cluster(self, size: int, config: str = "cluster-node-timeout 3000\n"
-                ) -> Iterator[list[DisqueNode]]:
+    def cluster(self, size: int, config: str = "cluster-node-timeout 3000\n",
+                name: str = "cluster", tree: Path = REPO) -> Iterator[list[DisqueNode]]:
         """``size`` fresh nodes joined by a chain of CLUSTER MEETs, stopped afterwards."""
-        nodes = [self._start(self._new_disque("cluster%d" % i, config)) for i in range(size)]
+        nodes: list[DisqueNode] = []
+        try:
+            for i in range(size):
+                nodes.append(self._start(self._new_disque("%s%d" % (name, i), config, tree)))
+        except BaseException:
+            for node in nodes:
+                node.stop()
+                self.running.remove(node)
+            raise
         try:
             for left, right in zip(nodes, nodes[1:]):
                 left.call("CLUSTER", "MEET", "127.0.0.1", right.port)
@@ -286,8 +316,8 @@ class Servers:
             self.running.remove(server)
             if server is self._redis:
                 self._redis = None
-            if server is self._disque:
-                self._disque = None
+            if self._disques.get(server.name) is server:
+                del self._disques[server.name]
         return ["%s %s exited with status %s; log tail:\n%s"
                 % (s.kind, s.name, s.proc.returncode, s.tail_logs(10)) for s in dead]
 
@@ -297,8 +327,8 @@ class Servers:
             self.running.pop().stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _new_disque(self, name: str, config: str = "") -> DisqueNode:
-        return DisqueNode(name, self.root / name, self.ports.take(with_bus=True), config)
+    def _new_disque(self, name: str, config: str = "", tree: Path = REPO) -> DisqueNode:
+        return DisqueNode(name, self.root / name, self.ports.take(with_bus=True), config, tree)
 
     def _start(self, server: S) -> S:
         self.running.append(server)

@@ -11,6 +11,7 @@ import asyncio
 import hiredis
 import pytest
 
+from bench import compare
 from bench.loadgen import (
     DisqueDialect,
     RedisListDialect,
@@ -23,7 +24,8 @@ from bench.measurement import Measurement, Reference, Target
 from bench.redis_benchmark import BenchmarkError, parse_csv
 from bench.resp import RespClient, encode
 from bench.run import select_sections
-from bench.servers import parse_vmrss
+from bench.servers import parse_cpu_seconds, parse_vmrss
+from bench.settings import Settings
 
 REDIS7_CSV = (
     '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
@@ -221,3 +223,49 @@ def test_select_sections_by_group_name_and_order():
     assert select_sections(["memory", "ping"]) == ["ping", "memory"]
     with pytest.raises(ValueError, match="unknown section"):
         select_sections(["nope"])
+
+
+def test_cpu_seconds_from_proc_stat_with_spaces_in_the_name():
+    stat = ("4242 (python -m x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 "
+            "250 50 0 0 20 0 3 0 100 1000000 500 18446744073709551615")
+    assert parse_cpu_seconds(stat, 100) == 3.0
+
+
+def test_select_comparison_sections():
+    sections, groups = compare.COMPARISONS, compare.GROUPS
+    assert select_sections(None, sections, groups) == ["ping", "addjob", "cluster_addjob",
+                                                       "aof_addjob"]
+    assert select_sections(["addjob,cluster"], sections, groups) == ["addjob", "cluster_addjob"]
+    with pytest.raises(ValueError, match="unknown section 'federation'"):
+        select_sections(["federation"], sections, groups)
+
+
+def test_comparison_measurement_pairs_rounds():
+    workload = compare.Workload("addjob_p1", ("ADDJOB", "q", "x", "0"), ("LPUSH", "q", "x"), 1,
+                                1000, "ADDJOB")
+    m = compare._measurement(Settings(), workload, baseline=[100.0, 80.0, 120.0, 100.0],
+                             current=[95.0, 84.0, 114.0, 100.0],
+                             reference=[400.0, 400.0, 400.0, 400.0],
+                             baseline_cpu=[20.0, 20.0, 20.0, 20.0],
+                             current_cpu=[20.0, 25.0, 20.0, 20.0])
+    assert m.reference.value == 100.0 and m.value == 97.5 and round(m.ratio, 3) == 0.975
+    assert m.passed is True  # at most 5 % slower
+    assert m.details["round_ratios"] == [0.95, 1.05, 0.95, 1.0]
+    assert m.details["first_in_round"] == ["baseline", "current", "baseline", "current"]
+    assert m.details["current_vs_redis"] == 0.244 and m.details["baseline_vs_redis"] == 0.25
+    assert m.details["cpu_ratio"] == 1.0 and m.details["cpu_round_ratios"][1] == 0.8
+    assert compare.summary([m])[1].split()[:4] == ["addjob_p1", "100", "98", "0.975"]
+
+
+def test_comparison_tree_must_be_a_disque_checkout(tmp_path):
+    with pytest.raises(ValueError, match="not a disque checkout"):
+        compare.check_tree(tmp_path)
+
+
+def test_comparison_interval_and_verdict():
+    steady = compare.paired_interval([1.0, 1.01, 0.99, 1.0])
+    assert steady["low"] > 0.97 and steady["high"] < 1.03
+    assert compare.verdict(steady) == "no regression"
+    assert compare.verdict(compare.paired_interval([0.8, 0.81, 0.79, 0.8])) == "regression"
+    assert compare.verdict(compare.paired_interval([0.7, 1.3, 0.9, 1.1])) == "inconclusive"
+    assert compare.paired_interval([1.0]) is None and compare.verdict(None) == "inconclusive"
