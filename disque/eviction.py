@@ -2,37 +2,56 @@
 
 Only what is safe to lose is evicted: acked jobs (and dummy ACKs), RETRY 0
 jobs this node already delivered, and idle empty queues. Candidates are
-tracked as they appear (``node.evictable``), so a node full of jobs that
-must be kept answers -OOM at once instead of scanning its dataset on
-every command.
+tracked as they appear (``JobRegistry.evictable``), so a node full of
+jobs that must be kept answers -OOM at once instead of scanning its
+dataset on every command.
 """
 
 from __future__ import annotations
 
-from disque.aof.format import REASON_EVICTED
-from disque.jobs.job import ACKED, DELIVERED
+from typing import Protocol
+
+from disque.cluster.lifecycle import JobLifecycle
+from disque.jobs.journal import REASON_EVICTED
+from disque.jobs.registry import JobRegistry, is_evictable
+from disque.memory import MemoryAccount
+from disque.queues.queueset import QueueSet
 
 MAX_EVICTIONS_PER_CALL = 10000
 IDLE_QUEUE_LIMIT_S = 2
+NOEVICTION = "noeviction"
 
 
-def is_evictable(job) -> bool:
-    """Acked, or at-most-once and already handed to a consumer here."""
-    return job.state == ACKED or (job.retry == 0 and job.flags & DELIVERED)
+class EvictionSettings(Protocol):
+    """The configuration eviction reads."""
+
+    maxmemory_policy: str
 
 
-def evict(node) -> bool:
-    """Free memory until usage is at or below the 95 % threshold; report success."""
-    if node.config.maxmemory_policy == "noeviction":
-        return False
-    candidates = node.evictable
-    budget = MAX_EVICTIONS_PER_CALL
-    while node.used_memory > node.mem_evict_threshold and candidates and budget:
-        job = next(iter(candidates))
-        del candidates[job]
-        if job.seq >= 0 and is_evictable(job):
-            node.delete_job(job, reason=REASON_EVICTED)
-            budget -= 1
-    if node.used_memory > node.mem_evict_threshold and node.queues:
-        node.collect_idle_queues(IDLE_QUEUE_LIMIT_S)
-    return node.used_memory <= node.mem_evict_threshold
+class MemoryPolicy:
+    """What the node drops when the dataset passes the eviction threshold."""
+
+    def __init__(self, settings: EvictionSettings, memory: MemoryAccount, registry: JobRegistry,
+                 lifecycle: JobLifecycle, queues: QueueSet) -> None:
+        self.settings = settings
+        self.memory = memory
+        self.registry = registry
+        self.lifecycle = lifecycle
+        self.queues = queues
+
+    def free_memory(self) -> bool:
+        """Evict what is safe to evict until at or below 95 %; report success."""
+        if self.settings.maxmemory_policy == NOEVICTION:
+            return False
+        memory = self.memory
+        candidates = self.registry.evictable
+        budget = MAX_EVICTIONS_PER_CALL
+        while memory.used > memory.evict_threshold and candidates and budget:
+            job = next(iter(candidates))
+            del candidates[job]
+            if job.seq >= 0 and is_evictable(job):
+                self.lifecycle.delete_job(job, reason=REASON_EVICTED)
+                budget -= 1
+        if memory.used > memory.evict_threshold and self.queues:
+            self.queues.collect_idle(IDLE_QUEUE_LIMIT_S)
+        return memory.used <= memory.evict_threshold

@@ -9,13 +9,15 @@ timer and registry entries) measured on 64-bit builds.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 BASE_MEMORY = 786432  # interpreter, tables and buffers of an empty node
 JOB_COST = 420  # Job object + ID + registry, skiplist, timer and scan entries
 DUMMY_ACK_COST = 300
 QUEUE_COST = 700  # Queue object + skiplist heads + registry entry
 
 
-def job_cost(job) -> int:
+def job_cost(job: _Sized) -> int:
     """Bytes charged for one job record."""
     if job.body is None:
         return DUMMY_ACK_COST
@@ -47,3 +49,48 @@ def format_human(n: int) -> str:
         if n < scale * 1024 or unit == "T":
             return "%.2f%s" % (n / scale, unit)
     return "%dB" % n
+
+
+class _Sized(Protocol):
+    body: bytes | None
+
+
+class MemoryAccount:
+    """The dataset's estimated size and the maxmemory thresholds it is held to.
+
+    Parts that create or drop jobs and queues add or subtract their cost
+    here; commands and the cron compare ``used`` with the thresholds.
+    """
+
+    __slots__ = ("used", "peak", "maxmemory", "warn_threshold", "evict_threshold")
+
+    def __init__(self, maxmemory: int) -> None:
+        self.used = BASE_MEMORY
+        self.peak = 0
+        self.maxmemory = 0
+        self.warn_threshold: float = float("inf")
+        self.evict_threshold: float = float("inf")
+        self.set_limit(maxmemory)
+
+    def set_limit(self, maxmemory: int) -> None:
+        """Recompute the 75 % / 95 % thresholds for ``maxmemory`` (0: no limit)."""
+        self.maxmemory = maxmemory
+        if maxmemory > 0:
+            self.warn_threshold = (maxmemory // 100) * 75
+            self.evict_threshold = (maxmemory // 100) * 95
+        else:
+            self.warn_threshold = self.evict_threshold = float("inf")
+
+    def level(self) -> int:
+        """Memory warning level 0, 1 (>75 %) or 2 (>95 %)."""
+        return warning_level(self.used, self.maxmemory)
+
+    def update_peak(self) -> int:
+        """The highest ``used`` seen when asked (INFO memory)."""
+        if self.used > self.peak:
+            self.peak = self.used
+        return self.peak
+
+    def reset(self) -> None:
+        """An empty dataset (DEBUG FLUSHALL, CLUSTER RESET)."""
+        self.used = BASE_MEMORY

@@ -1,40 +1,48 @@
-"""One Disque node's state, sans I/O.
+"""One Disque node's state, sans I/O: a facade over its parts.
 
-Commands come in through ``call(client, argv)``, bus messages through
-``receive(sender, msg)``, time through ``cron()`` / ``run_timers()``;
-replies go back as return values or ``client.send``, bus messages through
-the injected ``outbox``, AOF records through ``aof``. The clock and the
-random source are injected, so tests and the simulator run many nodes in
-one process with a virtual clock.
+Inputs: commands through ``call(client, argv)`` (and ``call_run`` for a
+pipelined run), bus frames through ``receive_frame(link, frame)``, link
+events through ``link_up`` / ``link_down``, time through ``run_timers()``
+and ``cron()``. Outputs: replies as return values or ``client.send``, bus
+messages through the outbox's transport, persistence events through the
+journal. The clock and the random source are injected, so tests and the
+simulator run many nodes in one process with a virtual clock. Which part
+owns what is in docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from disque import errors
+from disque.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.acks import AckPropagation
-from disque.cluster.federation import Federation
-from disque.cluster.gossip import Gossip
+from disque.cluster.consumers import Consumers
+from disque.cluster.federation import Federation, Interest
+from disque.cluster.gossip import Gossip, random_node_id
+from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
 from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
-from disque.cluster.transport import BusTransport
+from disque.cluster.transport import BusTransport, Link
 from disque.commands import Command, build_command_table, unique_commands
 from disque.commands.monitor import format_monitor_line
 from disque.config import Config
-from disque.eviction import evict
+from disque.eviction import MemoryPolicy
 from disque.host import Host
 from disque.jobs.ids import JobIdGenerator
-from disque.jobs.lifecycle import JobLifecycle
+from disque.jobs.journal import NULL_JOURNAL, Journal
+from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
-from disque.memory import BASE_MEMORY, warning_level
-from disque.queues.blocking import Blocking
+from disque.log import logger
+from disque.memory import MemoryAccount
+from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
-from disque.resp import OK
-from disque.scanindex import ScanIndex
+from disque.resp import NIL_ARRAY, OK
+from disque.runtime import Runtime
 from disque.stats import Stats
 
 _QUIT = b"QUIT"
@@ -43,8 +51,17 @@ _QUIT = b"QUIT"
 RUN_NOTICE_FLOOR_US = 1000
 
 
-class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropagation,
-           RequeueCoordination, Gossip):
+class BusRoute(NamedTuple):
+    """Where one type of bus message goes."""
+
+    handler: Callable[[bytes, dict, Link], None]
+    # Membership messages (PING, PONG, MEET, FAIL) read the sender's header
+    # fields and come from unknown nodes too; job messages from an unknown
+    # sender are ignored (spec: cluster-bus.md §1).
+    membership: bool
+
+
+class Node:
     """A Disque node: jobs, queues, blocked clients, cluster view."""
 
     def __init__(self, config: Config, node_id: bytes, *, clock: Callable[[], int],
@@ -53,54 +70,93 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
                  perf_ns: Callable[[], int] | None = None) -> None:
         self.config = config
         self.clock = clock
-        self.rng = rng
-        self.random = rng.random
         self.host = host if host is not None else Host()
-        self.bus = bus if bus is not None else BusTransport()
         self.perf_ns = perf_ns if perf_ns is not None else (lambda: 0)
-        self.now = clock()
-        self.id = node_id
-        self.membership = Membership(node_id, config.port)
+        runtime = self.runtime = Runtime(node_id, rng, clock())
+        memory = self.memory = MemoryAccount(config.maxmemory)
+        membership = self.membership = Membership(node_id, config.port)
         self.ids = JobIdGenerator(node_id, rng)
+        self.outbox = Outbox(runtime, membership, bus if bus is not None else BusTransport(),
+                             config.port)
+        self.jobs = JobRegistry(memory)
+        self.queues = QueueSet(runtime, memory)
+        self.timers = TimerWheel()
+        self.blocked = BlockedClients(runtime, self.queues)
+        self.interest = Interest()
+        self.journal: Journal = NULL_JOURNAL
+        self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
+                                      membership, self.outbox, self.journal, self.interest)
+        self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
+                                       self.blocked, membership, self.outbox, self.journal,
+                                       memory)
+        self.federation = Federation(runtime, self.jobs, self.queues, self.lifecycle,
+                                     self.blocked, membership, self.outbox, self.interest)
+        self.consumers = Consumers(self.queues, self.lifecycle, self.blocked, self.federation)
+        self.acks = AckPropagation(runtime, self.jobs, self.lifecycle, self.replication,
+                                   membership, self.outbox)
+        self.requeue = RequeueCoordination(runtime, self.jobs, self.queues, self.lifecycle,
+                                           self.outbox)
+        self.gossip = Gossip(runtime, membership, self.outbox, config, self.host)
+        self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues)
+        self.bus_routes = self._bus_routes()
         self.commands: dict[bytes, Command] = build_command_table()
         self.run_commands = _with_run_handler(self.commands)
         self.stats = Stats()
-        self.aof = None  # set by the AOF writer while appendonly is on
         self.aof_error: str | None = None  # last failed AOF write, for MISCONF
-        self.used_memory_peak = 0
-        self.forget_blacklist: dict[bytes, int] = {}
-        self.cluster_config_dirty = False
-        self.last_random_ping = 0
         self.loading = False
-        self.monitors: dict = {}
-        self.self_delivered = (node_id,)  # shared nodes-delivered of local-only jobs
-        self._header: dict | None = None  # see bus_header
-        self.update_memory_limits()
-        self._init_dataset()
+        self.monitors: dict[ClientState, None] = {}
 
-    def _init_dataset(self) -> None:
-        self.jobs: dict = {}
-        self.job_scan = ScanIndex()
-        self.queues: dict = {}
-        self.queue_scan = ScanIndex()
-        self.queue_gc_cursor = 0
-        self.timers = TimerWheel()
-        self.ready_queues: dict = {}
-        self.blocked_clients: dict = {}
-        self.block_deadlines: list = []
-        self.block_seq = 0
-        self.repl_waiters: dict = {}
-        self.evictable: dict = {}  # jobs safe to drop under memory pressure
-        self.interest: dict = {}  # queue name -> {node id: (expire ms, count)} (federation)
-        self.interest_ready: dict = {}  # queues with jobs for interested nodes
-        self.last_ctime = 0
-        self.used_memory = BASE_MEMORY
+    def _bus_routes(self) -> dict[str, BusRoute]:
+        """The one table from bus message type to handler."""
+        gossip, repl, acks = self.gossip, self.replication, self.acks
+        requeue, federation = self.requeue, self.federation
+        return {
+            m.PING: BusRoute(gossip.on_ping, True),
+            m.PONG: BusRoute(gossip.on_ping, True),
+            m.MEET: BusRoute(gossip.on_ping, True),
+            m.FAIL: BusRoute(gossip.on_fail, True),
+            m.REPLJOB: BusRoute(repl.on_repljob, False),
+            m.GOTJOB: BusRoute(repl.on_gotjob, False),
+            m.ENQUEUE: BusRoute(repl.on_enqueue, False),
+            m.QUEUED: BusRoute(requeue.on_queued, False),
+            m.WORKING: BusRoute(requeue.on_working, False),
+            m.WILLQUEUE: BusRoute(requeue.on_willqueue, False),
+            m.PAUSE: BusRoute(requeue.on_pause, False),
+            m.SETACK: BusRoute(acks.on_setack, False),
+            m.GOTACK: BusRoute(acks.on_gotack, False),
+            m.DELJOB: BusRoute(acks.on_deljob, False),
+            m.NEEDJOBS: BusRoute(federation.on_needjobs, False),
+            m.YOURJOBS: BusRoute(federation.on_yourjobs, False),
+        }
+
+    # --------------------------------------------------------- read-outs
+
+    @property
+    def id(self) -> bytes:
+        """This node's ID."""
+        return self.runtime.node_id
+
+    @property
+    def now(self) -> int:
+        """The time of the input being handled (unix ms)."""
+        return self.runtime.now
+
+    def read_clock(self) -> int:
+        """Read the injected clock for an input handled outside the entry
+        points below (the AOF loader's batches); return the time."""
+        now = self.runtime.now = self.clock()
+        return now
+
+    @property
+    def used_memory(self) -> int:
+        """The dataset's estimated size in bytes."""
+        return self.memory.used
 
     # ------------------------------------------------------------ commands
 
-    def call(self, client, argv: list) -> bytes | None:
+    def call(self, client: ClientState, argv: list[bytes]) -> bytes | None:
         """Execute one command; return its reply, or None if the client blocked."""
-        self.now = self.clock()
+        self.runtime.now = self.clock()
         name = argv[0]
         cmd = self.commands.get(name)
         if cmd is None:
@@ -114,8 +170,8 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             return cmd.arity_error
         if self.config.requirepass and not client.authenticated and not cmd.is_auth:
             return errors.NOAUTH
-        if self.used_memory > self.mem_evict_threshold:
-            if not self.free_memory() and cmd.denyoom:
+        if self.memory.used > self.memory.evict_threshold:
+            if not self.eviction.free_memory() and cmd.denyoom:
                 return errors.OOM
         if self.aof_error is not None and (cmd.write or cmd.is_ping):
             return errors.misconf(self.aof_error)
@@ -133,14 +189,12 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         stats = self.stats
         stats.commands_processed += 1
         if usec >= stats.notice_us:
-            stats.command_slow(cmd, argv, usec, self.now)
-        if self.ready_queues:
-            self.serve_ready_queues()
-        if self.interest_ready:
-            self.push_to_interested()
+            stats.command_slow(cmd, argv, usec, self.runtime.now)
+        self.after_input()
         return reply
 
-    def call_run(self, client, cmd: Command, commands: list, start: int, out: list) -> int:
+    def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],
+                 start: int, out: list[bytes]) -> int:
         """Execute pipelined commands from ``start`` that ``cmd``'s run handler
         takes together (today: plain ADDJOBs on a lone node), appending their
         replies to ``out``; return the index of the first command not executed
@@ -154,13 +208,15 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
         """
         if ((self.config.requirepass and not client.authenticated)
                 or self.aof_error is not None or self.loading or self.monitors
-                or self.used_memory > self.mem_warn_threshold
+                or self.memory.used > self.memory.warn_threshold
                 or self.stats.notice_us < RUN_NOTICE_FLOOR_US):
             return start
-        self.now = self.clock()
+        run_handler = cmd.run_handler
+        assert run_handler is not None  # callers take cmd from run_commands
+        self.runtime.now = self.clock()
         perf_ns = self.perf_ns
         begin = perf_ns()
-        end = cmd.run_handler(self, commands, start, out)
+        end: int = run_handler(self, commands, start, out)
         if end > start:
             usec = (perf_ns() - begin) // 1000
             count = end - start
@@ -170,12 +226,20 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             stats.commands_processed += count
             client.last_cmd = cmd.lname
             if usec >= stats.notice_us:
-                stats.command_slow(cmd, commands[end - 1], usec, self.now)
+                stats.command_slow(cmd, commands[end - 1], usec, self.runtime.now)
         return end
 
-    def feed_monitors(self, client, argv: list) -> None:
+    def after_input(self) -> None:
+        """What every input may have made possible: waiting consumers and
+        other nodes' open requests get the jobs just queued."""
+        if self.queues.ready:
+            self.consumers.serve_ready()
+        if self.interest.ready:
+            self.federation.push_to_interested()
+
+    def feed_monitors(self, client: ClientState, argv: list[bytes]) -> None:
         """Stream a command to every MONITOR client."""
-        line = format_monitor_line(self.host.time_us(self.now), client, argv)
+        line = format_monitor_line(self.host.time_us(self.runtime.now), client, argv)
         for monitor in list(self.monitors):
             monitor.send(line)
 
@@ -195,141 +259,182 @@ class Node(JobLifecycle, QueueSet, Blocking, Replication, Federation, AckPropaga
             cmd.calls = cmd.usec = 0
         self.host.reset_stats()
 
+    def client_gone(self, client: ClientState) -> None:
+        """The connection closed: drop its block (and a waiting ADDJOB's job)."""
+        block = client.blocked
+        if block is None:
+            return
+        self.blocked.unblock(client, None)
+        if block.kind == Block.ADDJOB:
+            self.replication.producer_gone(block)
+
     # ---------------------------------------------------------------- time
 
     def run_timers(self) -> None:
         """Fire due job timers and blocked-client timeouts (called every few ms)."""
-        self.now = self.clock()
-        self.process_job_timers()
+        self.runtime.now = self.clock()
+        self.lifecycle.process_job_timers()
         self.timers.next_due()
-        if self.block_deadlines:
-            self.expire_blocked_clients()
-        if self.ready_queues:
-            self.serve_ready_queues()
-        if self.interest_ready:
-            self.push_to_interested()
+        if self.blocked.deadlines:
+            self._expire_blocked_clients()
+        self.after_input()
+
+    def _expire_blocked_clients(self) -> None:
+        """Answer blocked clients whose timeout elapsed."""
+        for client, block in self.blocked.expired():
+            if client.blocked is not block:
+                continue  # released by an earlier one of these
+            if block.kind == Block.GETJOB:
+                self.blocked.unblock(client, NIL_ARRAY)
+            else:
+                self.replication.producer_timed_out(client, block)
 
     def next_timer(self) -> int:
         """A lower bound of the next ms at which ``run_timers`` has work
         (NEVER when idle); cheap enough to ask after every request."""
         due = self.timers.earliest
-        if self.block_deadlines:
-            deadline = self.block_deadlines[0][0]
-            if deadline < due:
-                return deadline
+        deadline = self.blocked.next_deadline()
+        if deadline is not None and deadline < due:
+            return deadline
         return due
 
     def cron(self) -> None:
         """Periodic housekeeping, ``hz`` times per second."""
-        self.now = self.clock()
-        self.cluster_cron()
-        if self.membership.leaving and self.blocked_clients:
-            self.unblock_all_leaving()
-        if self.repl_waiters:
-            self.retry_pending_replications()
-        if self.blocked_clients:
-            self.ask_jobs_for_blocked()
-        if self.interest:
-            self.expire_interest()
-        self.collect_idle_queues()
-        if self.used_memory > self.mem_evict_threshold:
-            self.free_memory()
+        self.runtime.now = self.clock()
+        self.gossip.cluster_cron()
+        if self.membership.leaving and self.blocked.clients:
+            self._release_blocked(errors.LEAVING)  # spec: cluster-bus.md §7
+        if self.blocked.producers:
+            self.replication.retry_pending()
+        if self.blocked.clients:
+            self.federation.ask_jobs_for_blocked()
+        if self.interest.wants:
+            self.federation.expire_interest()
+        self.queues.collect_idle()
+        if self.memory.used > self.memory.evict_threshold:
+            self.eviction.free_memory()
         self.run_timers()
+
+    def _release_blocked(self, reply: bytes) -> None:
+        """Answer every blocked client with ``reply``; waiting producers' jobs go."""
+        for client in self.blocked:
+            block = client.blocked
+            if block is None:
+                continue
+            self.blocked.unblock(client, reply)
+            if block.kind == Block.ADDJOB:
+                self.replication.producer_gone(block)
 
     # ----------------------------------------------------------------- bus
 
-    def receive(self, sender: bytes, msg: dict) -> None:
-        """Dispatch a validated job message; ignored unless the sender is known (spec §1)."""
-        if sender in self.membership.nodes:
-            self.bus_handlers[msg[m.TYPE]](self, sender, msg)
+    def receive_frame(self, link: Link, frame: list) -> None:
+        """Handle one bus frame: the sender's header, then its messages in order.
 
-    # Job messages; PING, PONG, MEET and FAIL are handled by Gossip.receive_frame.
-    bus_handlers = {
-        m.REPLJOB: Replication.on_repljob,
-        m.GOTJOB: Replication.on_gotjob,
-        m.ENQUEUE: Replication.on_enqueue,
-        m.QUEUED: RequeueCoordination.on_queued,
-        m.WORKING: RequeueCoordination.on_working,
-        m.WILLQUEUE: RequeueCoordination.on_willqueue,
-        m.SETACK: AckPropagation.on_setack,
-        m.GOTACK: AckPropagation.on_gotack,
-        m.DELJOB: AckPropagation.on_deljob,
-        m.NEEDJOBS: Federation.on_needjobs,
-        m.YOURJOBS: Federation.on_yourjobs,
-        m.PAUSE: RequeueCoordination.on_pause,
-    }
+        The header is checked, the clock read and unblocked clients served
+        once per frame, not per message. Every message goes through
+        ``bus_routes``, the one table of bus handlers.
+        """
+        header = frame[0] if frame else None
+        problem = m.header_problem(header)
+        if problem is not None:
+            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+            return
+        assert header is not None
+        self.runtime.now = self.clock()
+        sender = header[m.SENDER]
+        body_problem = m.body_problem
+        membership = self.membership
+        routes = self.bus_routes
+        for i in range(1, len(frame)):
+            msg = frame[i]
+            problem = body_problem(msg)
+            if problem is not None:
+                logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
+                continue
+            membership.messages_received += 1
+            route = routes[msg[m.TYPE]]
+            if route.membership:
+                if msg is not header:
+                    msg = {**header, **msg}
+            elif sender not in membership.nodes:
+                continue
+            route.handler(sender, msg, link)
+        self.after_input()
 
-    def has_link(self, node_id: bytes) -> bool:
-        """An outbound bus link to ``node_id`` is up."""
-        node = self.membership.nodes.get(node_id)
-        return node is not None and node.link
+    def receive_bus(self, link: Link, msg: dict) -> None:
+        """Handle one decoded message that carries its own header (the
+        simulator's network)."""
+        self.receive_frame(link, [msg, msg])
+
+    def link_up(self, node_id: bytes, link: Link) -> None:
+        """The transport connected the outbound link of ``node_id``."""
+        self.runtime.now = self.clock()
+        self.gossip.link_up(node_id, link)
+
+    def link_down(self, node_id: bytes) -> None:
+        """The outbound link of ``node_id`` closed or could not be opened."""
+        self.runtime.now = self.clock()
+        self.gossip.link_down(node_id)
 
     def bus_header(self) -> dict:
-        """The common header of this node's messages (spec: cluster-bus.md §1);
-        the transport sends it once per frame. The same dict is returned
-        until a field changes, so the transport can keep it packed."""
-        myself = self.membership.myself
-        header = self._header
-        if (header is None or header[m.FLAGS] != myself.flags or header[m.SENDER] != self.id
-                or header[m.PORT] != self.config.port
-                or header.get(m.BPORT, 0) != myself.bport):
-            header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: self.id,
-                      m.PORT: self.config.port, m.FLAGS: myself.flags}
-            if myself.bport:
-                header[m.BPORT] = myself.bport
-            self._header = header
-        return header
+        """The header the transport puts on each frame."""
+        return self.outbox.header()
 
-    def send_to(self, node_id: bytes, msg: dict) -> None:
-        """Send to one node; skipped silently when there is no link (best effort)."""
-        node = self.membership.nodes.get(node_id)
-        if node is not None and node.link and node_id != self.id:
-            self.membership.messages_sent += 1
-            self.bus.send(node_id, msg)
+    @property
+    def bus(self) -> BusTransport:
+        """The transport behind the outbox."""
+        return self.outbox.transport
 
-    def send_to_holders(self, job, msg: dict) -> None:
-        """Send to every other node that may hold a copy of ``job``."""
-        for node_id in job.delivered:
-            if node_id != self.id:
-                self.send_to(node_id, msg)
+    @bus.setter
+    def bus(self, transport: BusTransport) -> None:
+        self.outbox.transport = transport
 
-    def broadcast(self, msg: dict) -> None:
-        """Send to every node with a link."""
-        for node_id in list(self.membership.nodes):
-            self.send_to(node_id, msg)
+    # ------------------------------------------------------ cluster admin
+
+    def cluster_reset(self, hard: bool) -> None:
+        """Forget every other node and flush all data; HARD also takes a new ID."""
+        self.gossip.forget_others()
+        if hard:
+            new_id = random_node_id(self.runtime.rng)
+            self.membership.rename(self.runtime.node_id, new_id)
+            self.runtime.set_node_id(new_id)
+            self.ids.set_node_id(new_id)
+        self.membership.update_reachable()
+        self.flush_all()
+        self.host.save_cluster_config()
 
     # -------------------------------------------------------------- memory
 
     def update_memory_limits(self) -> None:
         """Recompute the 75 % / 95 % thresholds after maxmemory changed."""
-        maxmemory = self.config.maxmemory
-        if maxmemory > 0:
-            self.mem_warn_threshold = (maxmemory // 100) * 75
-            self.mem_evict_threshold = (maxmemory // 100) * 95
-        else:
-            self.mem_warn_threshold = self.mem_evict_threshold = float("inf")
-
-    def memory_level(self) -> int:
-        """Memory warning level 0, 1 (>75 %) or 2 (>95 %)."""
-        return warning_level(self.used_memory, self.config.maxmemory)
+        self.memory.set_limit(self.config.maxmemory)
 
     def free_memory(self) -> bool:
         """Evict what is safe to evict until under 95 %; False if still above."""
-        return evict(self)
+        return self.eviction.free_memory()
+
+    # ---------------------------------------------------------- journal
+
+    def set_journal(self, journal: Journal) -> None:
+        """Report persistence events to ``journal`` from now on (the AOF
+        while appendonly is on, the null journal otherwise)."""
+        self.journal = journal
+        self.lifecycle.journal = journal
+        self.replication.journal = journal
 
     # --------------------------------------------------------------- flush
 
     def flush_all(self) -> None:
         """DEBUG FLUSHALL: delete every job and queue (cluster view untouched)."""
-        for job in list(self.jobs.values()):
-            self.delete_job(job)
-        self.unblock_all_flushed()
-        for queue in list(self.queues.values()):
-            queue.jobs.clear()
-            queue.blocked = None
-        last_ctime = self.last_ctime
-        self._init_dataset()
-        self.last_ctime = last_ctime
+        self.lifecycle.delete_all()
+        for client in self.blocked:
+            block = client.blocked
+            if block is not None and block.kind == Block.GETJOB:
+                self.blocked.unblock(client, NIL_ARRAY)
+        self.queues.clear()
+        self.blocked.clear()
+        self.interest.clear()
+        self.memory.reset()
 
 
 def _with_run_handler(commands: dict[bytes, Command]) -> dict[bytes, Command]:

@@ -24,12 +24,6 @@ from disque.jobs.job import ACTIVE, QUEUED, Job
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
 
-REASON_ACKED = b"acked"
-REASON_EXPIRED = b"expired"
-REASON_DELETED = b"deleted"
-REASON_EVICTED = b"evicted"
-REASON_MOVED = b"moved"
-
 _DELJOB_FORMAT = b"*7\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n"
 _unpackb = msgpack.unpackb
 _join = b"".join

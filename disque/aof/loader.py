@@ -190,7 +190,7 @@ class AofLoader:
         elif name == DELJOB and len(argv) >= 2:
             job = self.node.jobs.get(argv[1])
             if job is not None:
-                self.node.delete_job(job)
+                self.node.lifecycle.delete_job(job)
         else:
             raise AofLoadError("Unknown command '%s' reading the append only file at offset %d"
                                % (argv[0][:64].decode("latin-1"), offset))
@@ -198,17 +198,18 @@ class AofLoader:
     def _loadjob(self, payload: bytes, offset: int) -> None:
         node = self.node
         try:
-            job, was_queued = load_job(payload, node.membership.nodes, node.self_delivered)
+            job, was_queued = load_job(payload, node.membership.nodes, node.runtime.self_delivered)
         except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
             raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                % (offset, exc)) from None
-        if job.etime <= node.now // 1000 or job.id in node.jobs:
+        if job.etime <= node.runtime.now // 1000 or job.id in node.jobs:
             return
-        node.set_received_qtime(job)  # spec §5: delay + retry after the load
+        lifecycle = node.lifecycle
+        lifecycle.set_received_qtime(job)  # spec §5: delay + retry after the load
         requeue = was_queued and self.enqueue_once
         if requeue and not job.qtime:
             job.qtime = 1  # spec decision 2: a RETRY 0 job queued at shutdown is queued again
-        node.register_job(job, not requeue)
-        if requeue and not node.enqueue_job(job):
-            node.schedule_job(job)
+        lifecycle.register_job(job, not requeue)
+        if requeue and not lifecycle.enqueue_job(job):
+            lifecycle.schedule_job(job)
         self.jobs_loaded += 1

@@ -12,6 +12,7 @@ import time
 
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
+from disque.jobs.journal import NULL_JOURNAL
 from disque.config import ConfigSetError
 from disque.resp import error, status
 
@@ -79,7 +80,7 @@ class AofService:
                                          logger=self.logger)
         try:
             while True:
-                node.now = node.clock()
+                node.read_clock()
                 if loader.run(LOAD_SLICE_RECORDS):
                     break
                 await asyncio.sleep(0)
@@ -109,8 +110,8 @@ class AofService:
         path = self.config.appendfilename
         if not os.path.exists(path):
             return False
-        aof = node.aof
-        node.aof = None  # the flush below must not be logged (spec: persistence.md §7)
+        journal = node.journal
+        node.set_journal(NULL_JOURNAL)  # the flush below must not be logged (spec: persistence.md §7)
         node.flush_all()
         loader = AofLoader(node, path, enqueue_once=False, truncate_allowed=True,
                            logger=self.logger)
@@ -124,7 +125,7 @@ class AofService:
         finally:
             loader.close()
             node.loading = False
-            node.aof = aof
+            node.set_journal(journal)
         return True
 
     def shutdown(self, rewrite: bool) -> bool:

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from disque.aof.format import append_loadjobs, deljob_record
+from disque.jobs.journal import NULL_JOURNAL
 from disque.jobs.job import ACTIVE, QUEUED
 
 STATE_OFF = "off"
@@ -66,7 +67,7 @@ def _write_prefix(fd: int, data: bytearray) -> tuple[int, OSError | None]:
 
 
 class AofWriter:
-    """The node's ``aof`` sink and the file behind it."""
+    """The node's journal while appendonly is on, and the file behind it."""
 
     def __init__(self, node, config, loop: asyncio.AbstractEventLoop, logger) -> None:
         self.node = node
@@ -102,14 +103,14 @@ class AofWriter:
         """Records wait to be written."""
         return bool(self.buffer or self.new_jobs)
 
-    # ---------------------------------------------------- node-facing sink
+    # ---------------------------------------------------- the journal
 
-    def loadjob(self, job) -> None:
+    def job_stored(self, job) -> None:
         """A job now lives on this node (once per ADDJOB, so all it costs
         here is a list append: the record is built at the next flush)."""
         self.new_jobs.append(job)
 
-    def deljob(self, job, reason: bytes) -> None:
+    def job_removed(self, job, reason: bytes) -> None:
         """A job left this node."""
         self._append(deljob_record(job, self.node.now, reason))
 
@@ -142,7 +143,7 @@ class AofWriter:
         self.fd = _open_append(self.path)
         self.current_size = self.base_size = os.fstat(self.fd).st_size
         self.state = STATE_ON
-        self.node.aof = self
+        self.node.set_journal(self)
 
     def flush(self) -> None:
         """Write buffered records; fsync now under ``appendfsync always``."""
@@ -251,10 +252,10 @@ class AofWriter:
         if self.state != STATE_OFF:
             return True
         self.state = STATE_WAIT_REWRITE
-        self.node.aof = self
+        self.node.set_journal(self)
         if not self.start_rewrite():
             self.state = STATE_OFF
-            self.node.aof = None
+            self.node.set_journal(NULL_JOURNAL)
             return False
         return True
 
@@ -263,7 +264,7 @@ class AofWriter:
         self.cancel_rewrite()
         self.sync_and_close()
         self.state = STATE_OFF
-        self.node.aof = None
+        self.node.set_journal(NULL_JOURNAL)
         self.buffer.clear()
 
     # ------------------------------------------------------------ rewrite
@@ -310,7 +311,7 @@ class AofWriter:
                     deadline = time.monotonic() + REWRITE_SLICE_SECONDS
                     out = bytearray()
                     while True:  # at least one scan step per slice, however late it starts
-                        cursor, jobs = node.job_scan.scan(cursor, REWRITE_SLICE_JOBS)
+                        cursor, jobs = node.jobs.scan.scan(cursor, REWRITE_SLICE_JOBS)
                         append_loadjobs(out, _stored(jobs), node.now)
                         if cursor == 0 or time.monotonic() >= deadline:
                             break
@@ -339,7 +340,7 @@ class AofWriter:
             self.rewrite_task = None
             if self.state == STATE_WAIT_REWRITE:
                 self.state = STATE_OFF
-                self.node.aof = None
+                self.node.set_journal(NULL_JOURNAL)
 
     def _finish_rewrite(self, fd: int, temp: str) -> None:
         """Append the diff, make the new file durable and swap it in atomically."""

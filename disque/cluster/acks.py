@@ -1,36 +1,53 @@
 """Acknowledgement propagation and garbage collection: SETACK, GOTACK, DELJOB.
 
-spec: cluster-bus.md §6.6. A mixin of Node; the GC attempt itself is in
-``disque.jobs.lifecycle`` because the job timer drives it.
+spec: cluster-bus.md §6.6. The GC attempt itself is
+``JobLifecycle.gc_attempt`` because the job timer drives it.
 """
 
 from __future__ import annotations
 
 from disque.cluster import messages as m
-from disque.jobs.job import ACKED, WAIT_REPL
+from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
+from disque.cluster.replication import Replication
+from disque.cluster.transport import Link
+from disque.jobs.job import ACKED, WAIT_REPL, Job
+from disque.jobs.registry import JobRegistry
+from disque.runtime import Runtime
 
 
 class AckPropagation:
-    """Receivers of the ACK messages (mixed into Node)."""
+    """Receivers of the ACK messages."""
 
-    def on_setack(self, sender: bytes, msg: dict) -> None:
+    def __init__(self, runtime: Runtime, registry: JobRegistry, lifecycle: JobLifecycle,
+                 replication: Replication, membership: Membership, outbox: Outbox) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.lifecycle = lifecycle
+        self.replication = replication
+        self.membership = membership
+        self.outbox = outbox
+
+    def on_setack(self, sender: bytes, msg: dict, link: Link) -> None:
         """Another node acked a job: ack it here and confirm (§6.6)."""
         job_id = msg[m.ID]
         may_have = msg.get(m.MAY_HAVE, 0)
-        job = self.jobs.get(job_id)
+        job = self.registry.get(job_id)
         if job is not None and job.state == WAIT_REPL:
-            self.replication_achieved(job)
-            job = self.jobs.get(job_id)
+            self.replication.replication_achieved(job)
+            job = self.registry.get(job_id)
         if job is not None:
-            self.ack_job(job)
+            self.lifecycle.ack_job(job)
         if job is None or not self._knows_more_holders(job, msg, may_have):
-            self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: int(job is not None)})
+            self.outbox.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id,
+                                         m.KNOWN: int(job is not None)})
             return
         if may_have == 0:
-            self.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
-        self.gc_attempt(job)  # this node knows more holders: it takes over the GC
+            self.outbox.send_to(sender, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
+        self.lifecycle.gc_attempt(job)  # this node knows more holders: it takes over the GC
 
-    def _knows_more_holders(self, job, msg: dict, may_have: int) -> bool:
+    def _knows_more_holders(self, job: Job, msg: dict, may_have: int) -> bool:
         """This copy lists a holder the SETACK sender does not know about.
 
         C compares list sizes (|D| > may_have); two lists of equal size can
@@ -50,15 +67,15 @@ class AckPropagation:
         job.merge_delivered([n for n in holders if type(n) is bytes and n in known])
         return True
 
-    def on_gotack(self, sender: bytes, msg: dict) -> None:
+    def on_gotack(self, sender: bytes, msg: dict, link: Link) -> None:
         """A node confirmed it holds the ACK (§6.6)."""
-        job = self.jobs.get(msg[m.ID])
+        job = self.registry.get(msg[m.ID])
         if job is None or job.state != ACKED:
             return
         known = bool(msg.get(m.KNOWN))
         dummy = not job.delivered
         if dummy and known:
-            self.delete_job(job)  # a real holder will finish the GC
+            self.lifecycle.delete_job(job)  # a real holder will finish the GC
             return
         if known or sender in job.delivered:
             job.add_delivered(sender)
@@ -66,17 +83,17 @@ class AckPropagation:
                 job.confirmed.add(sender)
         if dummy:
             if job.confirmed is None:
-                job.confirmed = {self.id}
+                job.confirmed = {self.runtime.node_id}
             job.confirmed.add(sender)
             if len(job.confirmed) >= len(self.membership.nodes):
-                self.delete_job(job)  # nobody knows this job
+                self.lifecycle.delete_job(job)  # nobody knows this job
             return
         if job.confirmed is not None and job.confirmed.issuperset(job.delivered):
-            self.send_to_holders(job, m.job_message(m.DELJOB, job.id))
-            self.delete_job(job)
+            self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
+            self.lifecycle.delete_job(job)
 
-    def on_deljob(self, sender: bytes, msg: dict) -> None:
+    def on_deljob(self, sender: bytes, msg: dict, link: Link) -> None:
         """Forget a job whatever its state (GC completion, FASTACK, failed ADDJOB)."""
-        job = self.jobs.get(msg[m.ID])
+        job = self.registry.get(msg[m.ID])
         if job is not None:
-            self.delete_job(job)
+            self.lifecycle.delete_job(job)

@@ -1,6 +1,6 @@
 """Federation: moving queued jobs to the nodes where consumers wait.
 
-spec: cluster-bus.md §6.7. A mixin of Node. A node with waiting consumers
+spec: cluster-bus.md §6.7. A node with waiting consumers
 asks others for jobs (NEEDJOBS); nodes with queued jobs answer with a
 batch (YOURJOBS). Broadcast requests back off from 2 s to 30 s, requests
 to nodes that recently supplied jobs from 25 ms to 2 s.
@@ -8,12 +8,19 @@ to nodes that recently supplied jobs from 25 ms to 2 s.
 
 from __future__ import annotations
 
-from disque.aof.format import REASON_MOVED
 from disque.cluster import messages as m
+from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
+from disque.cluster.transport import Link
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACKED, BCAST_QUEUED, WAIT_REPL, Job
-from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO
+from disque.jobs.journal import REASON_MOVED
+from disque.jobs.registry import JobRegistry
+from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
 from disque.queues.queue import PAUSE_OUT, Queue
+from disque.queues.queueset import QueueSet
+from disque.runtime import Runtime
 
 MIN_REQUEST = 5
 MAX_REQUEST = 100
@@ -33,14 +40,48 @@ def _share(qlen: int, count: int) -> int:
     return max(qlen // 2, 1)
 
 
+class Interest:
+    """Open requests of other nodes for jobs of a queue, and the queues that
+    got jobs since: what ``Federation.push_to_interested`` serves."""
+
+    __slots__ = ("wants", "ready")
+
+    def __init__(self) -> None:
+        # queue name -> {node id: (expire ms, count)}
+        self.wants: dict[bytes, dict[bytes, tuple[int, int]]] = {}
+        self.ready: dict[Queue, None] = {}
+
+    def job_queued(self, queue: Queue) -> None:
+        """A job was queued in ``queue``: push it if another node waits for one."""
+        if self.wants and queue.name in self.wants:
+            self.ready[queue] = None
+
+    def clear(self) -> None:
+        """Forget every request (DEBUG FLUSHALL)."""
+        self.wants.clear()
+        self.ready.clear()
+
+
 class Federation:
-    """NEEDJOBS / YOURJOBS (mixed into Node)."""
+    """NEEDJOBS / YOURJOBS."""
+
+    def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
+                 lifecycle: JobLifecycle, blocked: BlockedClients, membership: Membership,
+                 outbox: Outbox, interest: Interest) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.queues = queues
+        self.lifecycle = lifecycle
+        self.blocked = blocked
+        self.membership = membership
+        self.outbox = outbox
+        self.interest = interest
 
     def need_jobs(self, queue: Queue, reason: int) -> None:
         """Ask other nodes for jobs of ``queue`` if the backoff allows it."""
         if self.membership.leaving or len(self.membership.nodes) == 1:
             return
-        now = self.now
+        now = self.runtime.now
         rate = queue.import_rate(now)
         if reason == REACHED_ZERO and rate == 0:
             return
@@ -56,7 +97,7 @@ class Federation:
         if now - queue.needjobs_bcast_time > bcast_delay:
             queue.needjobs_bcast_time = now
             queue.needjobs_bcast_attempt += 1
-            self.broadcast({m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: 1})
+            self.outbox.broadcast({m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: 1})
         if sources:
             adhoc_delay = min(ADHOC_DELAY_MS << min(queue.needjobs_adhoc_attempt, 7),
                               ADHOC_MAX_DELAY_MS)
@@ -65,19 +106,22 @@ class Federation:
                 queue.needjobs_adhoc_attempt += 1
                 msg = {m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: to_fetch}
                 for node_id in list(responders):
-                    self.send_to(node_id, msg)
+                    self.outbox.send_to(node_id, msg)
 
     def ask_jobs_for_blocked(self) -> None:
         """Client cron: keep asking for the queues blocked consumers wait on."""
         seen = set()
-        for client in self.blocked_clients:
+        queues = self.queues
+        for client in self.blocked.clients:
             block = client.blocked
+            if block is None:
+                continue
             for queue in block.queues:
-                if queue.name not in seen and queue.name in self.queues:
+                if queue.name not in seen and queue.name in queues:
                     seen.add(queue.name)
                     self.need_jobs(queue, CLIENTS_WAITING)
 
-    def on_needjobs(self, sender: bytes, msg: dict) -> None:
+    def on_needjobs(self, sender: bytes, msg: dict, link: Link) -> None:
         """Give a batch of queued jobs to a node whose consumers wait (§6.7).
 
         What this node cannot give now (all of it when the queue is empty)
@@ -88,23 +132,25 @@ class Federation:
         """
         name = msg[m.QUEUE]
         queue = self.queues.get(name)
-        if (queue is not None and queue.paused & PAUSE_OUT) or not self.has_link(sender):
+        if (queue is not None and queue.paused & PAUSE_OUT) or not self.outbox.has_link(sender):
             return
         count = min(max(msg[m.COUNT], 1), MAX_REQUEST)
+        now = self.runtime.now
         if queue is not None and queue.jobs:
-            if queue.import_rate(self.now) > 0:
+            if queue.import_rate(now) > 0:
                 return
             count -= self._give_jobs(queue, sender, _share(len(queue.jobs), count))
             if not count:
                 return
-        wants = self.interest.get(name)
+        wants = self.interest.wants.get(name)
         if wants is None:
-            wants = self.interest[name] = {}
-        wants[sender] = (self.now + INTEREST_TTL_MS, count)
+            wants = self.interest.wants[name] = {}
+        wants[sender] = (now + INTEREST_TTL_MS, count)
 
     def _give_jobs(self, queue: Queue, node_id: bytes, count: int) -> int:
         """Pop up to ``count`` jobs and send them in one YOURJOBS; return how many."""
-        jobs = [self.pop_job(queue) for _ in range(min(count, len(queue.jobs)))]
+        pop_job = self.lifecycle.pop_job
+        jobs = [pop_job(queue) for _ in range(min(count, len(queue.jobs)))]
         for job in jobs:
             if job.retry:
                 # The requester now holds a copy too: list it, or an ACK garbage
@@ -113,20 +159,22 @@ class Federation:
                 # has this hole). Nodes with the shorter list learn it from the
                 # SETACK takeover rule (§6.6 step 4).
                 job.add_delivered(node_id)
-        self.send_to(node_id, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, self.now) for j in jobs]})
+        now = self.runtime.now
+        self.outbox.send_to(node_id, {m.TYPE: m.YOURJOBS, m.JOBS: [to_bus(j, now) for j in jobs]})
         for job in jobs:
             if job.retry == 0:
-                self.delete_job(job, reason=REASON_MOVED)  # at-most-once: one place only
+                self.lifecycle.delete_job(job, reason=REASON_MOVED)  # at-most-once: one place only
         return len(jobs)
 
     def push_to_interested(self) -> None:
         """Send newly queued jobs to nodes that asked for them and wait."""
-        ready = self.interest_ready
-        now = self.now
+        ready = self.interest.ready
+        all_wants = self.interest.wants
+        now = self.runtime.now
         while ready:
             queue = next(iter(ready))
             del ready[queue]
-            wants = self.interest.get(queue.name)
+            wants = all_wants.get(queue.name)
             if not wants or self.queues.get(queue.name) is not queue:
                 continue
             for node_id in list(wants):  # one share each per pass, in turn
@@ -134,27 +182,29 @@ class Federation:
                         or queue.import_rate(now)):
                     break
                 expire, count = wants.pop(node_id)
-                if expire >= now and self.has_link(node_id):
+                if expire >= now and self.outbox.has_link(node_id):
                     count -= self._give_jobs(queue, node_id, _share(len(queue.jobs), count))
                     if count:
                         wants[node_id] = (expire, count)  # now last: requesters take turns
             if not wants:
-                del self.interest[queue.name]
+                del all_wants[queue.name]
 
     def expire_interest(self) -> None:
         """Cron: forget requests nobody renewed."""
-        now = self.now
-        for name in list(self.interest):
-            wants = self.interest[name]
+        now = self.runtime.now
+        all_wants = self.interest.wants
+        for name in list(all_wants):
+            wants = all_wants[name]
             for node_id in [n for n, (expire, _) in wants.items() if expire < now]:
                 del wants[node_id]
             if not wants:
-                del self.interest[name]
+                del all_wants[name]
 
-    def on_yourjobs(self, sender: bytes, msg: dict) -> None:
+    def on_yourjobs(self, sender: bytes, msg: dict, link: Link) -> None:
         """Queue jobs received from another node (§6.7)."""
-        now = self.now
-        jobs = self.jobs
+        now = self.runtime.now
+        jobs = self.registry.by_id
+        lifecycle = self.lifecycle
         for payload in msg.get(m.JOBS) or ():
             # A copy held here wins over the received one (step 1), so a
             # replica skips decoding what it would discard.
@@ -168,8 +218,8 @@ class Federation:
                 job = jobs.get(received.id)
             if job is None:
                 job = received
-                self.set_received_qtime(job)
-                self.register_job(job)
+                lifecycle.set_received_qtime(job)
+                lifecycle.register_job(job)
             elif job.state == ACKED:
                 continue  # spec decision 5: never resurrect an acked job
             elif job.state == WAIT_REPL:
@@ -179,8 +229,9 @@ class Federation:
             job.flags &= ~BCAST_QUEUED
             if job.retry == 0:
                 job.qtime = 1  # spec decision 1: a RETRY 0 job is queued exactly once here
-            if not self.enqueue_job(job):
+            if not lifecycle.enqueue_job(job):
                 continue
+            assert job.queue is not None
             queue = self.queues[job.queue]
             if queue.responders is None:
                 queue.responders = {}

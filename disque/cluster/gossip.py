@@ -1,34 +1,61 @@
 """Membership protocol: handshake, gossip, failure detection, and the
 CLUSTER MEET / FORGET / RESET / LEAVING commands' effects.
 
-spec: cluster-bus.md §2-§4, §7. A mixin of Node. The transport opens the
-links this module asks for and hands back every decoded message together
-with the link it arrived on.
+spec: cluster-bus.md §2-§4, §7. The transport opens the links this part
+asks for (through the outbox) and the node hands it every PING, PONG,
+MEET and FAIL together with the link it arrived on.
 """
 
 from __future__ import annotations
 
+import random
+from typing import Protocol
+
 from disque.cluster import messages as m
 from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MEET, MYSELF, NOADDR, PFAIL,
-                                       ClusterNode)
+                                       ClusterNode, Membership)
+from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
 from disque.log import logger
+from disque.runtime import Runtime
 
 FORGET_BLACKLIST_MS = 60_000
 RANDOM_PING_INTERVAL_MS = 1000
 RANDOM_PING_SAMPLE = 5
 MIN_HANDSHAKE_TIMEOUT_MS = 1000
-# Handled here; every other message type goes to Node.receive.
-_MEMBERSHIP_TYPES = frozenset((m.PING, m.PONG, m.MEET, m.FAIL))
 
 
-def random_node_id(rng) -> bytes:
+def random_node_id(rng: random.Random) -> bytes:
     """40 lower-case hex characters."""
     return b"%040x" % rng.getrandbits(160)
 
 
+class ClusterConfigStore(Protocol):
+    """Where the node table is persisted (nodes.conf, by the server)."""
+
+    def save_cluster_config(self) -> str | None:
+        """Persist the node table; return an error text on failure."""
+
+
+class GossipSettings(Protocol):
+    """The configuration the membership protocol reads."""
+
+    cluster_node_timeout: int
+
+
 class Gossip:
-    """Cluster membership (mixed into Node)."""
+    """Cluster membership: handshakes, gossip and failure detection."""
+
+    def __init__(self, runtime: Runtime, membership: Membership, outbox: Outbox,
+                 settings: GossipSettings, store: ClusterConfigStore) -> None:
+        self.runtime = runtime
+        self.membership = membership
+        self.outbox = outbox
+        self.settings = settings
+        self.store = store
+        self.forget_blacklist: dict[bytes, int] = {}
+        self.config_dirty = False
+        self.last_random_ping = 0
 
     # ------------------------------------------------------------ commands
 
@@ -41,33 +68,23 @@ class Gossip:
         for other in self.membership.nodes.values():
             if other.flags & HANDSHAKE and other.ip == ip and other.port == port:
                 return
-        node = ClusterNode(random_node_id(self.rng), ip, port, HANDSHAKE | extra_flags, self.now)
+        node = ClusterNode(random_node_id(self.runtime.rng), ip, port, HANDSHAKE | extra_flags, self.runtime.now)
         node.bport = bport
         self.membership.add(node)
 
     def cluster_forget(self, node_id: bytes) -> None:
         """Remove a node and keep gossip from re-adding it for a minute."""
         self._delete_node(node_id)
-        self.forget_blacklist[node_id] = self.now + FORGET_BLACKLIST_MS
+        self.forget_blacklist[node_id] = self.runtime.now + FORGET_BLACKLIST_MS
         self.membership.update_reachable()
-        self.host.save_cluster_config()
+        self.store.save_cluster_config()
 
-    def cluster_reset(self, hard: bool) -> None:
-        """Forget every other node and flush all data; HARD also takes a new ID."""
-        for node_id in [n for n in self.membership.nodes if n != self.id]:
+    def forget_others(self) -> None:
+        """CLUSTER RESET: forget every other node."""
+        own = self.runtime.node_id
+        for node_id in [n for n in self.membership.nodes if n != own]:
             self._delete_node(node_id)
-        if hard:
-            self.set_node_id(random_node_id(self.rng))
         self.membership.update_reachable()
-        self.flush_all()
-        self.host.save_cluster_config()
-
-    def set_node_id(self, node_id: bytes) -> None:
-        """Adopt a new node ID (CLUSTER RESET HARD)."""
-        self.membership.rename(self.id, node_id)
-        self.id = node_id
-        self.self_delivered = (node_id,)
-        self.ids.set_node_id(node_id)
 
     def set_leaving(self, leaving: bool) -> None:
         """CLUSTER LEAVING yes|no: persisted and advertised in every PING/PONG."""
@@ -76,11 +93,11 @@ class Gossip:
             myself.flags |= LEAVING
         else:
             myself.flags &= ~LEAVING
-        self.host.save_cluster_config()
+        self.store.save_cluster_config()
 
     def _delete_node(self, node_id: bytes) -> None:
         self.membership.remove(node_id)
-        self.bus.close(node_id)
+        self.outbox.close(node_id)
         for other in self.membership.nodes.values():
             other.fail_reports.pop(node_id, None)
 
@@ -88,14 +105,13 @@ class Gossip:
 
     def link_up(self, node_id: bytes, link: Link) -> None:
         """The transport connected the outbound link of ``node_id``: say hello."""
-        self.now = self.clock()
         node = self.membership.nodes.get(node_id)
         if node is None:
-            self.bus.close(node_id)
+            self.outbox.close(node_id)
             return
         node.link = True
         node.connecting = False
-        node.link_time = self.now
+        node.link_time = self.runtime.now
         if node.flags & MEET:
             node.flags &= ~MEET
             self._send_ping(node, m.MEET)
@@ -104,14 +120,13 @@ class Gossip:
 
     def link_down(self, node_id: bytes) -> None:
         """The outbound link of ``node_id`` closed or could not be opened."""
-        self.now = self.clock()
         node = self.membership.nodes.get(node_id)
         if node is None:
             return
         node.link = False
         node.connecting = False
         if not node.ping_sent and not node.flags & HANDSHAKE:
-            node.ping_sent = self.now  # keeps failure detection going while unreachable
+            node.ping_sent = self.runtime.now  # keeps failure detection going while unreachable
 
     # ------------------------------------------------------------- gossip
 
@@ -129,7 +144,7 @@ class Gossip:
             return []
         failing = [n for n in candidates if n.flags & (PFAIL | FAIL)]
         healthy = [n for n in candidates if not n.flags & (PFAIL | FAIL)]
-        self.rng.shuffle(healthy)
+        self.runtime.rng.shuffle(healthy)
         chosen = (failing + healthy)[:wanted]
         return [{m.G_ID: n.id, m.G_PING: n.ping_sent, m.G_PONG: n.pong_received,
                  m.G_IP: n.ip, m.G_PORT: n.port, m.G_FLAGS: n.flags, m.G_BPORT: n.bport}
@@ -137,69 +152,25 @@ class Gossip:
 
     def _send_ping(self, node: ClusterNode, kind: str) -> None:
         if kind != m.PONG and not node.ping_sent:
-            node.ping_sent = self.now
-        self.send_to(node.id, {m.TYPE: kind, m.GOSSIP: self._gossip_entries(node.id)})
+            node.ping_sent = self.runtime.now
+        self.outbox.send_to(node.id, {m.TYPE: kind, m.GOSSIP: self._gossip_entries(node.id)})
 
-    def receive_bus(self, link: Link, msg) -> None:
-        """Handle one decoded message that carries its own header (the
-        simulator's network)."""
-        self.receive_frame(link, [msg, msg])
-
-    def receive_frame(self, link: Link, frame: list) -> None:
-        """Handle one bus frame: the sender's header, then its messages in order.
-
-        The header is checked, the clock read and unblocked clients served
-        once per frame, not per message.
-        """
-        header = frame[0] if frame else None
-        problem = m.header_problem(header)
-        if problem is not None:
-            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
-            return
-        self.now = self.clock()
-        sender = header[m.SENDER]
-        body_problem = m.body_problem
-        for i in range(1, len(frame)):
-            msg = frame[i]
-            problem = body_problem(msg)
-            if problem is not None:
-                logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
-                continue
-            self.membership.messages_received += 1
-            kind = msg[m.TYPE]
-            if kind not in _MEMBERSHIP_TYPES:
-                self.receive(sender, msg)
-                continue
-            if msg is not header:
-                msg = {**header, **msg}
-            if kind == m.FAIL:
-                self._on_fail(msg)
-            else:
-                self._on_ping(link, msg)
-        self._after_messages()
-
-    def _after_messages(self) -> None:
-        if self.ready_queues:
-            self.serve_ready_queues()
-        if self.interest_ready:
-            self.push_to_interested()
-
-    def _on_ping(self, link: Link, msg: dict) -> None:
+    def on_ping(self, sender_id: bytes, msg: dict, link: Link) -> None:
+        """PING, PONG or MEET (``msg`` carries the sender's header fields)."""
         kind = msg[m.TYPE]
-        sender_id = msg[m.SENDER]
         port = msg[m.PORT]
         membership = self.membership
         myself = membership.myself
-        if sender_id == self.id:
+        if sender_id == self.runtime.node_id:
             # We reached ourselves (e.g. CLUSTER MEET with our own address).
-            if link.node_id is not None and link.node_id != self.id:
+            if link.node_id is not None and link.node_id != self.runtime.node_id:
                 self._delete_node(link.node_id)
             if kind != m.PONG:
-                self.bus.reply(link, {m.TYPE: m.PONG, m.GOSSIP: []})
+                self.outbox.reply(link, {m.TYPE: m.PONG, m.GOSSIP: []})
             return
         if (kind == m.MEET or not myself.ip) and link.local_ip and myself.ip != link.local_ip:
             myself.ip = link.local_ip
-            self.cluster_config_dirty = True
+            self.config_dirty = True
         sender = membership.nodes.get(sender_id)
         bport = msg.get(m.BPORT, 0)
         if kind == m.MEET and sender is None:
@@ -207,7 +178,7 @@ class Gossip:
         if kind != m.PONG:
             pong = {m.TYPE: m.PONG, m.GOSSIP: self._gossip_entries(sender_id)}
             self.membership.messages_sent += 1
-            self.bus.reply(link, pong)
+            self.outbox.reply(link, pong)
         outbound = membership.nodes.get(link.node_id) if link.node_id is not None else None
         if outbound is not None:
             if outbound.flags & HANDSHAKE:
@@ -225,8 +196,8 @@ class Gossip:
                 outbound.port = 0
                 outbound.link = False
                 outbound.connecting = False  # close() also cancels a connect in progress
-                self.bus.close(outbound.id)
-                self.cluster_config_dirty = True
+                self.outbox.close(outbound.id)
+                self.config_dirty = True
                 return
         if sender is None:
             return  # unknown sender: only a PONG is owed
@@ -234,20 +205,20 @@ class Gossip:
             self._update_address(sender, link.peer_ip, port, bport)
         elif sender.bport != bport:
             sender.bport = bport
-            self.cluster_config_dirty = True
+            self.config_dirty = True
         if kind == m.PONG and link.node_id == sender_id:
-            sender.pong_received = self.now
+            sender.pong_received = self.runtime.now
             sender.ping_sent = 0
             if sender.flags & (PFAIL | FAIL):
                 if sender.flags & FAIL:
                     logger.info("Clear FAIL state for node %s: is reachable again.",
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
-                self.cluster_config_dirty = True
+                self.config_dirty = True
         leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.header_problem)
         if leaving != sender.flags & LEAVING:
             sender.flags ^= LEAVING
-            self.cluster_config_dirty = True
+            self.config_dirty = True
         self._process_gossip(sender, msg[m.GOSSIP])
 
     def _complete_handshake(self, node: ClusterNode, real_id: bytes) -> None:
@@ -255,8 +226,8 @@ class Gossip:
         self.membership.rename(old_id, real_id)
         node.flags &= ~(HANDSHAKE | MEET)
         self.membership.recount()
-        self.bus.rename(old_id, real_id)
-        self.cluster_config_dirty = True
+        self.outbox.rename(old_id, real_id)
+        self.config_dirty = True
         logger.info("Handshake with node %s completed.", real_id.decode())
 
     def _update_address(self, node: ClusterNode, ip: str, port: int, bport: int) -> None:
@@ -267,8 +238,8 @@ class Gossip:
             node.flags &= ~NOADDR
             if node.link:
                 node.link = False
-                self.bus.close(node.id)
-            self.cluster_config_dirty = True
+                self.outbox.close(node.id)
+            self.config_dirty = True
 
     def _process_gossip(self, sender: ClusterNode, entries: list) -> None:
         nodes = self.membership.nodes
@@ -276,13 +247,13 @@ class Gossip:
             if m.gossip_problem(entry) is not None:
                 continue
             node_id = entry[m.G_ID]
-            if node_id == self.id:
+            if node_id == self.runtime.node_id:
                 continue
             node = nodes.get(node_id)
             flags = entry[m.G_FLAGS]
             if node is not None:
                 if flags & (PFAIL | FAIL):
-                    node.fail_reports[sender.id] = self.now
+                    node.fail_reports[sender.id] = self.runtime.now
                     self._check_failure(node)
                 else:
                     node.fail_reports.pop(sender.id, None)
@@ -291,7 +262,7 @@ class Gossip:
                     self._start_handshake(entry[m.G_IP], entry[m.G_PORT], MEET,
                                           entry.get(m.G_BPORT, 0))
             elif (not flags & NOADDR and entry[m.G_IP] and 0 < entry[m.G_PORT] <= 55535
-                  and self.forget_blacklist.get(node_id, 0) <= self.now):
+                  and self.forget_blacklist.get(node_id, 0) <= self.runtime.now):
                 self._start_handshake(entry[m.G_IP], entry[m.G_PORT], MEET,
                                       entry.get(m.G_BPORT, 0))
 
@@ -301,28 +272,29 @@ class Gossip:
         """Promote PFAIL to FAIL when a majority agrees (spec §4)."""
         if not node.flags & PFAIL or node.flags & FAIL:
             return
-        oldest = self.now - 2 * self.config.cluster_node_timeout
+        oldest = self.runtime.now - 2 * self.settings.cluster_node_timeout
         reports = node.fail_reports
         for reporter in [r for r, t in reports.items() if t < oldest]:
             del reports[reporter]
         if len(reports) + 1 >= self.membership.size // 2 + 1:
             node.flags = (node.flags & ~PFAIL) | FAIL
             logger.info("Marking node %s as failing (quorum reached).", node.id.decode())
-            self.broadcast({m.TYPE: m.FAIL, m.NODE: node.id})
-            self.cluster_config_dirty = True
+            self.outbox.broadcast({m.TYPE: m.FAIL, m.NODE: node.id})
+            self.config_dirty = True
 
-    def _on_fail(self, msg: dict) -> None:
-        if msg[m.SENDER] not in self.membership.nodes:
+    def on_fail(self, sender_id: bytes, msg: dict, link: Link) -> None:
+        """Another node says ``msg[NODE]`` is failing (spec §4)."""
+        if sender_id not in self.membership.nodes:
             return
         node = self.membership.nodes.get(msg[m.NODE])
         if node is not None and not node.flags & (MYSELF | FAIL):
             node.flags = (node.flags & ~PFAIL) | FAIL
-            self.cluster_config_dirty = True
+            self.config_dirty = True
 
     def cluster_cron(self) -> None:
         """Connect, ping, detect failures, expire handshakes (every ~100 ms)."""
-        now = self.now
-        timeout = self.config.cluster_node_timeout
+        now = self.runtime.now
+        timeout = self.settings.cluster_node_timeout
         membership = self.membership
         handshake_timeout = max(timeout, MIN_HANDSHAKE_TIMEOUT_MS)
         for node in list(membership.nodes.values()):
@@ -333,12 +305,12 @@ class Gossip:
                 continue
             if not node.link and not node.connecting:
                 node.connecting = True
-                self.bus.connect(node.id, node.ip, node.bus_port)
+                self.outbox.connect(node.id, node.ip, node.bus_port)
         if now - self.last_random_ping >= RANDOM_PING_INTERVAL_MS:
             self.last_random_ping = now
             others = [n for n in membership.nodes.values()
                       if not n.flags & (MYSELF | HANDSHAKE | NOADDR)]
-            sample = self.rng.sample(others, min(RANDOM_PING_SAMPLE, len(others)))
+            sample = self.runtime.rng.sample(others, min(RANDOM_PING_SAMPLE, len(others)))
             idle = [n for n in sample if n.link and not n.ping_sent]
             if idle:
                 self._send_ping(min(idle, key=lambda n: n.pong_received), m.PING)
@@ -350,17 +322,17 @@ class Gossip:
                     # <=: a PONG in the very ms the ping left answered an older ping
                     and node.pong_received <= ping_sent and now - ping_sent > timeout // 2):
                 node.link = False
-                self.bus.close(node.id)
+                self.outbox.close(node.id)
             if node.link and not ping_sent and now - node.pong_received > timeout // 2:
                 self._send_ping(node, m.PING)
             if ping_sent and now - ping_sent > timeout and not node.flags & (PFAIL | FAIL):
                 node.flags |= PFAIL
-                self.cluster_config_dirty = True
+                self.config_dirty = True
         membership.update_reachable()
         blacklist = self.forget_blacklist
         if blacklist:
             for node_id in [n for n, until in blacklist.items() if until <= now]:
                 del blacklist[node_id]
-        if self.cluster_config_dirty:
-            self.cluster_config_dirty = False
-            self.host.save_cluster_config()
+        if self.config_dirty:
+            self.config_dirty = False
+            self.store.save_cluster_config()

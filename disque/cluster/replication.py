@@ -1,21 +1,46 @@
 """Synchronous and asynchronous job replication: REPLJOB, GOTJOB, ENQUEUE.
 
-spec: cluster-bus.md §6.1-§6.4, commands.md ADDJOB. A mixin of Node.
+spec: cluster-bus.md §6.1-§6.4, commands.md ADDJOB.
 """
 
 from __future__ import annotations
 
+from disque import errors
+from disque.clients import Block, ClientState
 from disque.cluster import messages as m
+from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
+from disque.cluster.transport import Link
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
-from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, WAIT_REPL, Job
+from disque.jobs.job import ACTIVE, BCAST_QUEUED, WAIT_REPL, Job
+from disque.jobs.journal import Journal
+from disque.jobs.registry import JobRegistry
+from disque.memory import MemoryAccount
+from disque.queues.blocking import BlockedClients
 from disque.queues.queue import PAUSE_IN
+from disque.queues.queueset import QueueSet
 from disque.resp import status
+from disque.runtime import Runtime
 
 REPLICATION_RETRY_MS = 50
 
 
 class Replication:
-    """Replication of jobs to other nodes (mixed into Node)."""
+    """Copies of jobs on other nodes, and the producers waiting for them."""
+
+    def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
+                 lifecycle: JobLifecycle, blocked: BlockedClients, membership: Membership,
+                 outbox: Outbox, journal: Journal, memory: MemoryAccount) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.queues = queues
+        self.lifecycle = lifecycle
+        self.blocked = blocked
+        self.membership = membership
+        self.outbox = outbox
+        self.journal = journal
+        self.memory = memory
 
     def replicate(self, job: Job, count: int, noreply: bool) -> int:
         """Add up to ``count`` new holders and send REPLJOB; return how many were added."""
@@ -24,121 +49,136 @@ class Replication:
         added = [nid for nid in self.membership.reachable
                  if nid not in delivered and nodes[nid].link]
         if len(added) > count:  # a random subset; when all are taken, order is moot
-            self.rng.shuffle(added)
+            self.runtime.rng.shuffle(added)
             del added[count:]
         if added:
             job.delivered = delivered + tuple(added)
         confirmed = job.confirmed or ()
         messages: dict[int, dict] = {}  # one message (packed once) per flag value
+        own = self.runtime.node_id
         for node_id in job.delivered:
-            if node_id == self.id:
+            if node_id == own:
                 continue
             if node_id in confirmed and not added:
                 continue
             flags = m.MFLAG_NOREPLY if noreply or node_id in confirmed else 0
             msg = messages.get(flags)
             if msg is None:
-                payload = next(iter(messages.values()))[m.JOB] if messages else to_bus(job,
-                                                                                      self.now)
+                payload = (next(iter(messages.values()))[m.JOB] if messages
+                           else to_bus(job, self.runtime.now))
                 msg = messages[flags] = {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: flags}
-            self.send_to(node_id, msg)
+            self.outbox.send_to(node_id, msg)
         return len(added)
 
-    def retry_pending_replications(self) -> None:
+    def wait_for_replicas(self, client: ClientState, job: Job, external: bool, additional: int,
+                          deadline: int) -> None:
+        """A synchronous ADDJOB: hold ``job`` in wait-repl, ask ``additional``
+        nodes for copies and park the producer until enough confirm."""
+        job.state = WAIT_REPL
+        job.confirmed = set() if external else {self.runtime.node_id}
+        self.lifecycle.register_job(job)
+        self.replicate(job, additional, False)
+        self.blocked.block_for_replication(client, job.id, deadline)
+
+    def hand_off(self, job: Job, count: int, delay: int) -> None:
+        """An asynchronous ADDJOB this node keeps no copy of: replicate it and
+        ask one holder to queue it."""
+        self.replicate(job, count, True)
+        own = self.runtime.node_id
+        holders = [n for n in job.delivered if n != own]
+        if holders:
+            target = holders[self.runtime.rng.randrange(len(holders))]
+            self.outbox.send_to(target, {m.TYPE: m.ENQUEUE, m.ID: job.id, m.DELAY: delay})
+
+    def retry_pending(self) -> None:
         """Client cron: one more target every 50 ms for each waiting ADDJOB."""
-        now = self.now
-        for client in list(self.repl_waiters.values()):
+        now = self.runtime.now
+        for client in list(self.blocked.producers.values()):
             block = client.blocked
-            job = self.jobs.get(block.job_id)
+            if block is None or block.job_id is None:
+                continue
+            job = self.registry.get(block.job_id)
             if job is None or now - block.last_repl < REPLICATION_RETRY_MS:
                 continue
             if self.replicate(job, 1, False):
                 block.last_repl = now
 
-    def fail_replication(self, job: Job, reply: bytes) -> None:
-        """A waiting job is going away: tell its producer and drop partial copies."""
-        client = self.repl_waiters.get(job.id)
-        if client is not None:
-            self.unblock(client, reply)
-        self.send_to_holders(job, m.job_message(m.DELJOB, job.id))
-
     def replication_achieved(self, job: Job) -> None:
         """Enough copies exist: queue or hand off the job, then answer the producer."""
         job.state = ACTIVE
-        client = self.repl_waiters.get(job.id)
-        if self.id not in job.delivered:
-            if client is not None:
-                self.unblock(client, status(job.id))
+        own = self.runtime.node_id
+        if own not in job.delivered:
+            self.blocked.release_producer(job.id, status(job.id))
             # External replication: one holder queues it, this node forgets it.
-            holders = sorted(n for n in job.confirmed if n != self.id)
+            holders = sorted(n for n in job.confirmed or () if n != own)
             if holders:
-                target = holders[self.rng.randrange(len(holders))]
-                self.send_to(target, {m.TYPE: m.ENQUEUE, m.ID: job.id, m.DELAY: job.delay})
-            self.delete_job(job)
+                target = holders[self.runtime.rng.randrange(len(holders))]
+                self.outbox.send_to(target, {m.TYPE: m.ENQUEUE, m.ID: job.id,
+                                             m.DELAY: job.delay})
+            self.lifecycle.delete_job(job)
             return
         job.confirmed = None
         if job.delay == 0:
-            self.enqueue_job(job)
+            self.lifecycle.enqueue_job(job)
         else:
-            self.schedule_job(job)
-        if self.aof is not None:
-            self.aof.loadjob(job)
-        if client is not None:  # after the record: it is written before the reply (§2)
-            self.unblock(client, status(job.id))
+            self.lifecycle.schedule_job(job)
+        self.journal.job_stored(job)
+        # After the record: it is written before the reply (spec: persistence.md §2).
+        self.blocked.release_producer(job.id, status(job.id))
 
-    def replication_succeeded_by_ack(self, job: Job) -> None:
-        """An ACK reached a job still waiting for replicas: the producer gets its ID."""
-        client = self.repl_waiters.get(job.id)
-        if client is not None:
-            self.unblock(client, status(job.id))
+    def producer_timed_out(self, client: ClientState, block: Block) -> None:
+        """A synchronous ADDJOB's timeout passed: NOREPL, and the job goes."""
+        job = self.registry.get(block.job_id) if block.job_id is not None else None
+        self.blocked.unblock(client, errors.NOREPL_TIMEOUT)
+        if job is not None:
+            self.lifecycle.delete_job(job)
+
+    def producer_gone(self, block: Block) -> None:
+        """A waiting producer disconnected or was let go: its job goes too."""
+        job = self.registry.get(block.job_id) if block.job_id is not None else None
+        if job is not None:
+            self.lifecycle.delete_job(job)
 
     # ------------------------------------------------------------ receivers
 
-    def on_repljob(self, sender: bytes, msg: dict) -> None:
+    def on_repljob(self, sender: bytes, msg: dict, link: Link) -> None:
         """Store a copy sent by the job's origin (spec §6.2)."""
-        if self.used_memory > self.mem_warn_threshold or self.membership.leaving:
+        if self.memory.used > self.memory.warn_threshold or self.membership.leaving:
             return  # above 75 % of maxmemory (or leaving): no new copies here
         try:
-            job = from_bus(msg[m.JOB], self.now, self.membership.nodes)
+            job = from_bus(msg[m.JOB], self.runtime.now, self.membership.nodes)
         except BadJobPayload:
             return  # spec §6.2: ignored unless it carries exactly one decodable job
+        assert job.queue is not None  # from_bus always gives a queue
         queue = self.queues.get(job.queue)
         if queue is not None and queue.paused & PAUSE_IN:
             return
-        local = self.jobs.get(job.id)
+        local = self.registry.get(job.id)
         if local is not None:
             local.merge_delivered(job.delivered)
         else:
             job.flags |= BCAST_QUEUED
-            self.set_received_qtime(job)
-            self.register_job(job)
-            if self.aof is not None:
-                self.aof.loadjob(job)
+            self.lifecycle.set_received_qtime(job)
+            self.lifecycle.register_job(job)
+            self.journal.job_stored(job)
         if not msg.get(m.MFLAGS, 0) & m.MFLAG_NOREPLY:
-            self.send_to(sender, m.job_message(m.GOTJOB, job.id))
+            self.outbox.send_to(sender, m.job_message(m.GOTJOB, job.id))
 
-    def set_received_qtime(self, job: Job) -> None:
-        """qtime of a copy received from another node or loaded from the AOF (§6)."""
-        if job.retry:
-            job.flags |= BCAST_WILLQUEUE
-            job.qtime = self.now + (job.delay + job.retry) * 1000 + self.jitter()
-        else:
-            job.qtime = 0
-
-    def on_gotjob(self, sender: bytes, msg: dict) -> None:
+    def on_gotjob(self, sender: bytes, msg: dict, link: Link) -> None:
         """A replica confirmed its copy (spec §6.3)."""
-        job = self.jobs.get(msg[m.ID])
-        if job is None or job.state != WAIT_REPL:
+        job = self.registry.get(msg[m.ID])
+        if job is None or job.state != WAIT_REPL or job.confirmed is None:
             return
         job.confirmed.add(sender)
         if len(job.confirmed) >= job.repl:
             self.replication_achieved(job)
 
-    def on_enqueue(self, sender: bytes, msg: dict) -> None:
+    def on_enqueue(self, sender: bytes, msg: dict, link: Link) -> None:
         """The origin kept no copy and asks this holder to queue the job (spec §6.4)."""
-        job = self.jobs.get(msg[m.ID])
+        job = self.registry.get(msg[m.ID])
         if job is None or job.state not in (WAIT_REPL, ACTIVE):
             return
+        assert job.queue is not None
         queue = self.queues.get(job.queue)
         if queue is not None and queue.paused & PAUSE_IN:
             return
@@ -148,7 +188,7 @@ class Replication:
             if not job.qtime:
                 job.qtime = 1  # spec decision 1: let a RETRY 0 job be queued once
             job.state = ACTIVE
-            self.enqueue_job(job)
+            self.lifecycle.enqueue_job(job)
         elif job.retry and job.qtime:
-            job.qtime = self.now + delay * 1000
-            self.schedule_job(job)
+            job.qtime = self.runtime.now + delay * 1000
+            self.lifecycle.schedule_job(job)

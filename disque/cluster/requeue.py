@@ -1,15 +1,21 @@
 """Requeue coordination: WILLQUEUE, QUEUED and WORKING, plus PAUSE.
 
-spec: cluster-bus.md §6.5 and §6.8. A mixin of Node. Normally one node
-queues a job when its retry time comes: the others hear QUEUED and
-postpone; when two queue it at once, the job ID decides who keeps it.
+spec: cluster-bus.md §6.5 and §6.8. Normally one node queues a job when
+its retry time comes: the others hear QUEUED and postpone; when two
+queue it at once, the job ID decides who keeps it.
 """
 
 from __future__ import annotations
 
 from disque.cluster import messages as m
+from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.outbox import Outbox
+from disque.cluster.transport import Link
 from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
+from disque.jobs.registry import JobRegistry
 from disque.queues.queue import PAUSE_BY_NAME
+from disque.queues.queueset import QueueSet
+from disque.runtime import Runtime
 
 
 def node_order_key(node_id: bytes, job_id: bytes) -> bytes:
@@ -19,15 +25,24 @@ def node_order_key(node_id: bytes, job_id: bytes) -> bytes:
 
 
 class RequeueCoordination:
-    """Receivers of requeue-related messages (mixed into Node)."""
+    """Receivers of requeue-related messages."""
+
+    def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
+                 lifecycle: JobLifecycle, outbox: Outbox) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.queues = queues
+        self.lifecycle = lifecycle
+        self.outbox = outbox
 
     def _setack_reply(self, sender: bytes, job: Job) -> None:
-        self.send_to(sender, {m.TYPE: m.SETACK, m.ID: job.id, m.MAY_HAVE: len(job.delivered),
-                              m.HOLDERS: list(job.delivered)})
+        self.outbox.send_to(sender, {m.TYPE: m.SETACK, m.ID: job.id,
+                                     m.MAY_HAVE: len(job.delivered),
+                                     m.HOLDERS: list(job.delivered)})
 
-    def on_willqueue(self, sender: bytes, msg: dict) -> None:
+    def on_willqueue(self, sender: bytes, msg: dict, link: Link) -> None:
         """A holder is about to requeue: if it is queued here, say so."""
-        job = self.jobs.get(msg[m.ID])
+        job = self.registry.get(msg[m.ID])
         if job is None:
             return
         if job.state == ACKED:
@@ -36,11 +51,11 @@ class RequeueCoordination:
         if job.state in (ACTIVE, QUEUED):
             job.add_delivered(sender)
             if job.state == QUEUED:
-                self.send_to_holders(job, m.job_message(m.QUEUED, job.id))
+                self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id))
 
-    def on_queued(self, sender: bytes, msg: dict) -> None:
+    def on_queued(self, sender: bytes, msg: dict, link: Link) -> None:
         """Another node queued the job (or a consumer is working on it)."""
-        job = self.jobs.get(msg[m.ID])
+        job = self.registry.get(msg[m.ID])
         if job is None:
             return
         state = job.state
@@ -51,9 +66,9 @@ class RequeueCoordination:
             return
         working = msg[m.TYPE] == m.WORKING
         if state == QUEUED and (working or node_order_key(sender, job.id)
-                                > node_order_key(self.id, job.id)):
-            self.dequeue_job(job)
-        self.postpone_job(job)
+                                > node_order_key(self.runtime.node_id, job.id)):
+            self.lifecycle.dequeue_job(job)
+        self.lifecycle.postpone_job(job)
         if not working:
             mflags = msg.get(m.MFLAGS, 0)
             if mflags & m.MFLAG_INCR_NACKS:
@@ -63,9 +78,9 @@ class RequeueCoordination:
 
     on_working = on_queued
 
-    def on_pause(self, sender: bytes, msg: dict) -> None:
+    def on_pause(self, sender: bytes, msg: dict, link: Link) -> None:
         """Set a queue's pause flags to exactly what the sender broadcast."""
         flags = PAUSE_BY_NAME.get(msg.get(m.PAUSE_STATE))
         queue = msg.get(m.QUEUE)
         if flags is not None and type(queue) is bytes:
-            self.set_pause(queue, flags)
+            self.queues.set_pause(queue, flags)

@@ -49,7 +49,7 @@ def auth(node, client, argv: list[bytes]) -> bytes:
 
 def time_(node, client, argv: list[bytes]) -> bytes:
     """TIME: [unix seconds, microseconds] as bulk strings."""
-    us = node.host.time_us(node.now)
+    us = node.host.time_us(node.runtime.now)
     return encode([str(us // 1_000_000).encode(), str(us % 1_000_000).encode()])
 
 

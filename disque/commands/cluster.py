@@ -78,7 +78,7 @@ def _meet(node, argv: list[bytes]) -> bytes:
     if address is None or port <= 0 or port > MAX_MEET_PORT:
         return error("ERR Invalid node address specified: %s:%s"
                      % (ip, port_arg.decode("latin-1")))
-    node.cluster_meet(str(address), port)
+    node.gossip.cluster_meet(str(address), port)
     return OK
 
 
@@ -90,7 +90,7 @@ def _forget(node, node_id: bytes) -> bytes:
         return error("ERR Unknown node %s" % node_id.decode("latin-1"))
     if target.flags & MYSELF:
         return FORGET_MYSELF
-    node.cluster_forget(node_id)
+    node.gossip.cluster_forget(node_id)
     return OK
 
 
@@ -100,7 +100,7 @@ def _leaving(node, argv: list[bytes]) -> bytes:
     value = argv[2].lower()
     if value not in (b"yes", b"no"):
         return LEAVING_SYNTAX
-    node.set_leaving(value == b"yes")
+    node.gossip.set_leaving(value == b"yes")
     return OK
 
 

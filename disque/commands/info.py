@@ -38,13 +38,13 @@ def _node_fields(node, section: str) -> dict:
     if section == "server":
         return {"hz": node.config.hz, "tcp_port": node.config.port}
     if section == "clients":
-        return {"blocked_clients": len(node.blocked_clients)}
+        return {"blocked_clients": len(node.blocked)}
     if section == "memory":
-        node.used_memory_peak = max(node.used_memory_peak, node.used_memory)
-        return {"used_memory": node.used_memory,
-                "used_memory_human": format_human(node.used_memory),
-                "used_memory_peak": node.used_memory_peak,
-                "used_memory_peak_human": format_human(node.used_memory_peak)}
+        peak = node.memory.update_peak()
+        return {"used_memory": node.memory.used,
+                "used_memory_human": format_human(node.memory.used),
+                "used_memory_peak": peak,
+                "used_memory_peak_human": format_human(peak)}
     if section == "jobs":
         return {"registered_jobs": len(node.jobs)}
     if section == "queues":

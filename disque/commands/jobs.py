@@ -3,16 +3,21 @@ DEQUEUE, DELJOB, SHOW, LOADJOB (spec: commands.md §1)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 from disque import errors
-from disque.aof.format import REASON_ACKED
 from disque.cluster import messages as m
 from disque.commands.args import parse_int
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
-from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, WAIT_REPL, Job
+from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
+from disque.jobs.journal import REASON_ACKED
 from disque.jobs.replies import encode_job_info, job_entry
-from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO
-from disque.queues.queue import PAUSE_IN, PAUSE_OUT
+from disque.queues.queue import PAUSE_IN
 from disque.resp import NIL, NIL_ARRAY, integer
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
 
 DEFAULT_TTL = 86400
 MAX_DEFAULT_RETRY = 300
@@ -73,17 +78,17 @@ def _parse_addjob_options(argv: list[bytes]):
     return repl, ttl, retry, delay, maxlen, async_
 
 
-def _new_job(node, queue_name: bytes, body: bytes, repl: int, ttl: int, delay: int,
+def _new_job(node: Node, queue_name: bytes, body: bytes, repl: int, ttl: int, delay: int,
              retry: int) -> Job:
     """A job created by this node (spec: commands.md ADDJOB, execution)."""
-    now = node.now
-    job = Job(node.ids.new_id(ttl, retry), queue_name, body, repl, node.new_ctime(),
+    now = node.runtime.now
+    job = Job(node.ids.new_id(ttl, retry), queue_name, body, repl, node.jobs.new_ctime(now),
               now // 1000 + ttl, delay, retry)
     job.qtime = now + (delay or retry) * 1000
     return job
 
 
-def _addjob_defaults(node, argv: list[bytes]) -> bytes:
+def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
     """``ADDJOB queue body timeout`` on a lone node: REPLICATE 1, TTL one day,
     RETRY 300 s, queued at once. The common case, kept free of option logic."""
     timeout = argv[3]
@@ -94,7 +99,7 @@ def _addjob_defaults(node, argv: list[bytes]) -> bytes:
         if value < 0:
             return errors.TIMEOUT_NEGATIVE
     leaving = node.membership.leaving
-    if leaving or node.used_memory > node.mem_warn_threshold:
+    if leaving or node.memory.used > node.memory.warn_threshold:
         return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
     name = argv[1]
     queue = node.queues.get(name)
@@ -103,14 +108,13 @@ def _addjob_defaults(node, argv: list[bytes]) -> bytes:
             return errors.PAUSED
         name = queue.name  # one name object shared by every job of the queue
     job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
-    job.delivered = node.self_delivered
-    node.add_new_job(job)
-    if node.aof is not None:
-        node.aof.loadjob(job)
+    job.delivered = node.runtime.self_delivered
+    node.lifecycle.add_new_job(job)
+    node.journal.job_stored(job)
     return b"+" + job.id + b"\r\n"
 
 
-def addjob_run(node, commands: list, start: int, out: list) -> int:
+def addjob_run(node: Node, commands: list[list[bytes]], start: int, out: list[bytes]) -> int:
     """Pipelined ``ADDJOB queue body timeout`` commands on a lone node (see
     ``Node.call_run``): each is answered by ``_addjob_defaults``, errors
     included. The run stops before the first command with options, or when
@@ -119,23 +123,23 @@ def addjob_run(node, commands: list, start: int, out: list) -> int:
         return start
     name = commands[start][0]
     append = out.append
+    memory = node.memory
+    ready = node.queues.ready
+    wanted = node.interest.ready
     i = start
     n = len(commands)
     while i < n:
         argv = commands[i]
-        if len(argv) != 4 or argv[0] != name or node.used_memory > node.mem_evict_threshold:
+        if len(argv) != 4 or argv[0] != name or memory.used > memory.evict_threshold:
             break
         append(_addjob_defaults(node, argv))
-        # What Node.call does after each command: blocked consumers first.
-        if node.ready_queues:
-            node.serve_ready_queues()
-        if node.interest_ready:
-            node.push_to_interested()
+        if ready or wanted:  # what Node.call does after each command: blocked consumers first
+            node.after_input()
         i += 1
     return i
 
 
-def addjob(node, client, argv: list[bytes]) -> bytes | None:
+def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """ADDJOB queue body ms-timeout [options]."""
     if len(argv) == 4:
         if node.membership.size == 1:
@@ -169,7 +173,7 @@ def addjob(node, client, argv: list[bytes]) -> bytes | None:
         if not retry:
             retry = 1
     leaving = membership.leaving
-    extrepl = leaving or node.used_memory > node.mem_warn_threshold
+    extrepl = leaving or node.memory.used > node.memory.warn_threshold
     additional = repl if extrepl else repl - 1
     if additional > len(membership.reachable):
         if extrepl and additional - 1 == len(membership.reachable):
@@ -186,39 +190,31 @@ def addjob(node, client, argv: list[bytes]) -> bytes | None:
     job = _new_job(node, queue_name, argv[2], repl, ttl, delay, retry)
     reply = b"+" + job.id + b"\r\n"
     if not extrepl:
-        job.delivered = node.self_delivered
+        job.delivered = node.runtime.self_delivered
         if async_ or repl == 1:
             if delay == 0:
-                node.add_new_job(job)
+                node.lifecycle.add_new_job(job)
             else:
-                node.register_job(job)
+                node.lifecycle.register_job(job)
             if repl > 1:
-                node.replicate(job, repl - 1, True)
-            if node.aof is not None:
-                node.aof.loadjob(job)  # spec decision 14: after replication, real holders
+                node.replication.replicate(job, repl - 1, True)
+            node.journal.job_stored(job)  # spec decision 14: after replication, real holders
             return reply
     if async_:
         # Externally replicated and asynchronous: never registered here.
-        node.replicate(job, repl, True)
-        holders = [n for n in job.delivered if n != node.id]
-        if holders:
-            target = holders[node.rng.randrange(len(holders))]
-            node.send_to(target, {m.TYPE: m.ENQUEUE, m.ID: job.id, m.DELAY: delay})
+        node.replication.hand_off(job, repl, delay)
         return reply
-    job.state = WAIT_REPL
-    job.confirmed = set() if extrepl else {node.id}
-    node.register_job(job)
-    node.replicate(job, additional, False)
-    node.block_for_replication(client, job.id, node.now + timeout if timeout else 0)
+    node.replication.wait_for_replicas(client, job, extrepl, additional,
+                                       node.runtime.now + timeout if timeout else 0)
     return None
 
 
-def getjob(node, client, argv: list[bytes]) -> bytes | None:
+def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue..."""
     nohang = withcounters = False
     timeout = 0
     count = 1
-    names = None
+    names: list[bytes] | None = None
     i = 1
     n = len(argv)
     while i < n:
@@ -232,53 +228,33 @@ def getjob(node, client, argv: list[bytes]) -> bytes | None:
             withcounters = True
         elif opt == _TIMEOUT and i + 1 < n:
             i += 1
-            timeout = parse_int(argv[i])
-            if timeout is None:
+            value = parse_int(argv[i])
+            if value is None:
                 return errors.TIMEOUT_NOT_INTEGER
-            if timeout < 0:
+            if value < 0:
                 return errors.TIMEOUT_NEGATIVE
+            timeout = value
         elif opt == _COUNT and i + 1 < n:
             i += 1
-            count = parse_int(argv[i])
-            if count is None or count <= 0:
+            value = parse_int(argv[i])
+            if value is None or value <= 0:
                 return errors.COUNT_RANGE
+            count = value
         else:
             return errors.SYNTAX
         i += 1
     if not names:
         return errors.SYNTAX
-    found = _collect_jobs(node, names, count)
+    found = node.consumers.collect(names, count)
     if found:
         return b"*%d\r\n" % len(found) + b"".join(job_entry(j, withcounters) for j in found)
     if nohang:
         return NIL_ARRAY
     if node.membership.leaving:
         return errors.LEAVING
-    node.block_for_jobs(client, names, node.now + timeout if timeout else 0, count, withcounters)
+    node.blocked.block_for_jobs(client, names, node.runtime.now + timeout if timeout else 0,
+                                count, withcounters)
     return None
-
-
-def _collect_jobs(node, names: list[bytes], count: int) -> list[Job]:
-    """Round-robin over the queues, one job per queue per round (spec: GETJOB)."""
-    found: list[Job] = []
-    queues = node.queues
-    while True:
-        progress = False
-        for name in names:
-            queue = queues.get(name)
-            if queue is None or not queue.jobs or queue.paused & PAUSE_OUT:
-                if queue is None:
-                    queue = node.create_queue(name)
-                node.need_jobs(queue, CLIENTS_WAITING)
-                continue
-            found.append(node.pop_job(queue))
-            if not queue.jobs:
-                node.need_jobs(queue, REACHED_ZERO)
-            if len(found) == count:
-                return found
-            progress = True
-        if not progress:
-            return found
 
 
 def _all_valid(ids: list[bytes]) -> bool:
@@ -288,7 +264,7 @@ def _all_valid(ids: list[bytes]) -> bool:
     return True
 
 
-def ackjob(node, client, argv: list[bytes]) -> bytes:
+def ackjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """ACKJOB id...: count of jobs moved to acked."""
     ids = argv[1:]
     if not _all_valid(ids):
@@ -303,16 +279,16 @@ def ackjob(node, client, argv: list[bytes]) -> bytes:
                     or is_at_most_once_id(job_id)):
                 continue
             job = Job(job_id, None, None, 0, 0,
-                      node.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
+                      node.runtime.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
             job.state = ACKED
-            node.register_job(job)
-        elif node.ack_job(job, schedule=False):
+            node.lifecycle.register_job(job)
+        elif node.lifecycle.ack_job(job, schedule=False):
             acked += 1
-        node.gc_attempt(job)  # sets the GC timer
+        node.lifecycle.gc_attempt(job)  # sets the GC timer
     return integer(acked)
 
 
-def fastack(node, client, argv: list[bytes]) -> bytes:
+def fastack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """FASTACK id...: delete everywhere, best effort."""
     ids = argv[1:]
     if not _all_valid(ids):
@@ -322,15 +298,15 @@ def fastack(node, client, argv: list[bytes]) -> bytes:
         job = node.jobs.get(job_id)
         msg = m.job_message(m.DELJOB, job_id)
         if job is None:
-            node.broadcast(msg)
+            node.outbox.broadcast(msg)
             continue
-        node.send_to_holders(job, msg)
-        node.delete_job(job, reason=REASON_ACKED)
+        node.outbox.send_to_holders(job, msg)
+        node.lifecycle.delete_job(job, reason=REASON_ACKED)
         deleted += 1
     return integer(deleted)
 
 
-def working(node, client, argv: list[bytes]) -> bytes:
+def working(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """WORKING id: postpone the next requeue, reply with the retry period."""
     job_id = argv[1]
     if not is_valid_job_id(job_id):
@@ -338,22 +314,22 @@ def working(node, client, argv: list[bytes]) -> bytes:
     job = node.jobs.get(job_id)
     if job is None:
         return errors.NOJOB
-    now = node.now
+    now = node.runtime.now
     created_ms = job.ctime // 1_000_000
     life = job.etime * 1000 - created_ms
     if life > 0 and now - created_ms > life / 2:
         return errors.TOOLATE
-    node.dequeue_job(job)
+    node.lifecycle.dequeue_job(job)
     job.flags |= BCAST_WILLQUEUE
     if job.retry and job.qtime:
-        job.qtime = now + job.retry * 1000 + node.jitter()
+        job.qtime = now + job.retry * 1000 + node.runtime.jitter()
     if job.state != ACKED:
-        node.schedule_job(job)
-    node.send_to_holders(job, m.job_message(m.WORKING, job.id))
+        node.lifecycle.schedule_job(job)
+    node.outbox.send_to_holders(job, m.job_message(m.WORKING, job.id))
     return integer(job.retry)
 
 
-def _count_known(node, argv: list[bytes], action) -> bytes:
+def _count_known(node: Node, argv: list[bytes], action: Callable[[Job], bool]) -> bytes:
     """Validate every ID first, then apply ``action`` to each known job and
     reply with how many times it returned True."""
     ids = argv[1:]
@@ -368,41 +344,41 @@ def _count_known(node, argv: list[bytes], action) -> bytes:
     return integer(count)
 
 
-def nack(node, client, argv: list[bytes]) -> bytes:
+def nack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """NACK id...: put back in the queue now, counting a failed delivery."""
-    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.enqueue_job(job, True))
+    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
 
 
-def enqueue(node, client, argv: list[bytes]) -> bytes:
+def enqueue(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """ENQUEUE id...: put active jobs back in their queue."""
-    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.enqueue_job(job))
+    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job))
 
 
-def dequeue(node, client, argv: list[bytes]) -> bytes:
+def dequeue(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """DEQUEUE id...: take queued jobs out of their queue."""
-    return _count_known(node, argv, node.dequeue_job)
+    return _count_known(node, argv, node.lifecycle.dequeue_job)
 
 
-def _delete_here(node, job: Job) -> bool:
-    node.delete_job(job)
+def _delete_here(node: Node, job: Job) -> bool:
+    node.lifecycle.delete_job(job)
     return True
 
 
-def deljob(node, client, argv: list[bytes]) -> bytes:
+def deljob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """DELJOB id...: forget jobs on this node only."""
     return _count_known(node, argv, lambda job: _delete_here(node, job))
 
 
-def show(node, client, argv: list[bytes]) -> bytes:
+def show(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """SHOW id: the job's fields, or nil."""
     job_id = argv[1]
     if not is_valid_job_id(job_id):
         return errors.BADID
     job = node.jobs.get(job_id)
-    return NIL if job is None else encode_job_info(job, node.now)
+    return NIL if job is None else encode_job_info(job, node.runtime.now)
 
 
-def loadjob(node, client, argv: list[bytes]) -> bytes:
+def loadjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """LOADJOB exists only inside the AOF."""
     return errors.LOADJOB_FROM_CLIENT
 

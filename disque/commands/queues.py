@@ -56,7 +56,7 @@ def qstat(node, client, argv: list[bytes]) -> bytes:
     queue = node.queues.get(argv[1])
     if queue is None:
         return NIL_ARRAY
-    now_s = node.now // 1000
+    now_s = node.runtime.now // 1000
     responders = list(queue.responders) if queue.responders else []
     return encode([
         b"name", queue.name,
@@ -65,7 +65,7 @@ def qstat(node, client, argv: list[bytes]) -> bytes:
         b"idle", max(0, now_s - queue.atime),
         b"blocked", queue.blocked_count,
         b"import-from", responders,
-        b"import-rate", queue.import_rate(node.now),
+        b"import-rate", queue.import_rate(node.runtime.now),
         b"jobs-in", queue.jobs_in,
         b"jobs-out", queue.jobs_out,
         b"pause", PAUSE_NAMES[queue.paused],
@@ -155,14 +155,14 @@ def qscan(node, client, argv: list[bytes]) -> bytes:
     minlen = values.get(_MINLEN, [None])[-1]
     maxlen = values.get(_MAXLEN, [None])[-1]
     rate = values.get(_IMPORTRATE, [None])[-1]
-    now = node.now
+    now = node.runtime.now
 
     def keep(queue) -> bool:
         size = len(queue.jobs)
         return ((minlen is None or size >= minlen) and (maxlen is None or size <= maxlen)
                 and (rate is None or queue.import_rate(now) >= rate))
 
-    cursor, queues = _scan(node.queue_scan, cursor, count, busyloop, keep)
+    cursor, queues = _scan(node.queues.scan, cursor, count, busyloop, keep)
     return _scan_reply(cursor, [q.name for q in queues])
 
 
@@ -197,9 +197,9 @@ def jscan(node, client, argv: list[bytes]) -> bytes:
         return (job.queue is not None and (queue is None or job.queue == queue)
                 and (not states or job.state in states))
 
-    cursor, jobs = _scan(node.job_scan, cursor, count, busyloop, keep)
+    cursor, jobs = _scan(node.jobs.scan, cursor, count, busyloop, keep)
     if reply_all:
-        elements = [job_info(job, node.now) for job in jobs]
+        elements = [job_info(job, node.runtime.now) for job in jobs]
     else:
         elements = [Status(job.id) for job in jobs]
     return _scan_reply(cursor, elements)
@@ -222,11 +222,11 @@ def pause(node, client, argv: list[bytes]) -> bytes:
         elif opt != _PAUSE_STATE:
             return errors.SYNTAX
     if changed:
-        node.set_pause(name, flags)
+        node.queues.set_pause(name, flags)
     queue = node.queues.get(name)
     current = queue.paused if queue is not None else PAUSE_NONE
     if bcast:
-        node.broadcast({m.TYPE: m.PAUSE, m.QUEUE: name, m.PAUSE_STATE: PAUSE_NAMES[current]})
+        node.outbox.broadcast({m.TYPE: m.PAUSE, m.QUEUE: name, m.PAUSE_STATE: PAUSE_NAMES[current]})
     return status(PAUSE_NAMES[current])
 
 

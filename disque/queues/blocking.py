@@ -1,26 +1,45 @@
 """Clients blocked in GETJOB (waiting for jobs) or ADDJOB (waiting for replicas).
 
-spec: commands.md GETJOB/ADDJOB blocking behaviour. A mixin of Node.
-Waiters of a queue are served in arrival order, one job each. Deadlines
-sit in one heap; entries of clients unblocked meanwhile are skipped.
+spec: commands.md GETJOB/ADDJOB blocking behaviour. Waiters of a queue
+are served in arrival order, one job each. Deadlines sit in one heap;
+entries of clients unblocked meanwhile are skipped. This part only keeps
+the books: what a timeout or a departure does to a job is decided by
+the parts that own jobs.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
 
-from disque import errors
 from disque.clients import Block, ClientState
-from disque.jobs.replies import job_entry
-from disque.queues.queue import PAUSE_OUT
-from disque.resp import NIL_ARRAY
+from disque.queues.queue import Queue
+from disque.queues.queueset import QueueSet
+from disque.runtime import Runtime
 
+# Why a node asks other nodes for jobs of a queue (spec: cluster-bus.md §6.7).
 REACHED_ZERO = 1
 CLIENTS_WAITING = 2
 
 
-class Blocking:
-    """Blocked clients (mixed into Node)."""
+class BlockedClients:
+    """Blocked clients, their deadlines, and the producers waiting for replicas."""
+
+    __slots__ = ("clients", "deadlines", "seq", "producers", "queues", "runtime")
+
+    def __init__(self, runtime: Runtime, queues: QueueSet) -> None:
+        self.clients: dict[ClientState, None] = {}
+        self.deadlines: list[tuple[int, int, Block, ClientState]] = []
+        self.seq = 0
+        self.producers: dict[bytes, ClientState] = {}  # job ID -> its waiting ADDJOB
+        self.queues = queues
+        self.runtime = runtime
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def __iter__(self) -> Iterator[ClientState]:
+        return iter(list(self.clients))
 
     def block_for_jobs(self, client: ClientState, queue_names: list[bytes], deadline: int,
                        count: int, withcounters: bool) -> None:
@@ -29,7 +48,7 @@ class Blocking:
         block.count = count
         block.withcounters = withcounters
         for name in dict.fromkeys(queue_names):
-            queue = self.get_or_create_queue(name)
+            queue = self.queues.get_or_create(name)
             if queue.blocked is None:
                 queue.blocked = {}
             queue.blocked[client] = None
@@ -40,16 +59,16 @@ class Blocking:
         """Park a synchronous ADDJOB producer until enough replicas confirm."""
         block = Block(Block.ADDJOB, deadline)
         block.job_id = job_id
-        block.last_repl = self.now
-        self.repl_waiters[job_id] = client
+        block.last_repl = self.runtime.now
+        self.producers[job_id] = client
         self._park(client, block)
 
     def _park(self, client: ClientState, block: Block) -> None:
         client.blocked = block
-        self.blocked_clients[client] = None
+        self.clients[client] = None
         if block.deadline:
-            self.block_seq += 1
-            heapq.heappush(self.block_deadlines, (block.deadline, self.block_seq, block, client))
+            self.seq += 1
+            heapq.heappush(self.deadlines, (block.deadline, self.seq, block, client))
 
     def unblock(self, client: ClientState, reply: bytes | None) -> None:
         """Release ``client``: send ``reply`` and let it run its next commands."""
@@ -57,7 +76,7 @@ class Blocking:
         if block is None:
             return
         client.blocked = None
-        del self.blocked_clients[client]
+        del self.clients[client]
         if block.kind == Block.GETJOB:
             for queue in block.queues:
                 waiting = queue.blocked
@@ -65,66 +84,42 @@ class Blocking:
                     waiting.pop(client, None)
                     if not waiting:
                         queue.blocked = None
-                        if queue.name in self.queues and self.queue_is_collectable(queue, 300):
-                            self.destroy_queue(queue)
-        else:
-            self.repl_waiters.pop(block.job_id, None)
+                        self.queues.waiter_left(queue)
+        elif block.job_id is not None:
+            self.producers.pop(block.job_id, None)
         if reply is not None:
             client.send(reply)
         client.resume()
 
-    def client_gone(self, client: ClientState) -> None:
-        """The connection closed: drop its block (and a waiting ADDJOB's job)."""
-        block = client.blocked
-        if block is None:
-            return
-        self.unblock(client, None)
-        if block.kind == Block.ADDJOB:
-            job = self.jobs.get(block.job_id)
-            if job is not None:
-                self.delete_job(job)
+    def release_producer(self, job_id: bytes, reply: bytes) -> None:
+        """Answer the ADDJOB waiting for ``job_id``'s replicas, if one waits."""
+        client = self.producers.get(job_id)
+        if client is not None:
+            self.unblock(client, reply)
 
-    def serve_ready_queues(self) -> None:
-        """Hand jobs to clients blocked on queues that just received some."""
-        ready = self.ready_queues
-        while ready:
-            queue = next(iter(ready))
-            del ready[queue]
-            while queue.blocked and queue.jobs and not queue.paused & PAUSE_OUT:
-                client = next(iter(queue.blocked))
-                job = self.pop_job(queue)
-                reply = b"*1\r\n" + job_entry(job, client.blocked.withcounters)
-                self.unblock(client, reply)
-                if not queue.jobs:
-                    self.need_jobs(queue, REACHED_ZERO)
+    def first_waiter(self, queue: Queue) -> ClientState:
+        """The consumer blocked longest on ``queue`` (which has some)."""
+        assert queue.blocked
+        return next(iter(queue.blocked))
 
-    def expire_blocked_clients(self) -> None:
-        """Answer blocked clients whose timeout elapsed."""
-        heap = self.block_deadlines
-        now = self.now
+    def expired(self) -> list[tuple[ClientState, Block]]:
+        """Take out the blocks whose deadline passed, still blocked, in deadline order."""
+        heap = self.deadlines
+        now = self.runtime.now
+        due = []
         while heap and heap[0][0] <= now:
             _, _, block, client = heapq.heappop(heap)
-            if client.blocked is not block:
-                continue
-            if block.kind == Block.GETJOB:
-                self.unblock(client, NIL_ARRAY)
-            else:
-                job = self.jobs.get(block.job_id)
-                self.unblock(client, errors.NOREPL_TIMEOUT)
-                if job is not None:
-                    self.delete_job(job)
+            if client.blocked is block:
+                due.append((client, block))
+        return due
 
-    def unblock_all_leaving(self) -> None:
-        """A leaving node never keeps clients waiting (spec: cluster-bus.md §7)."""
-        for client in list(self.blocked_clients):
-            block = client.blocked
-            job = self.jobs.get(block.job_id) if block.kind == Block.ADDJOB else None
-            self.unblock(client, errors.LEAVING)
-            if job is not None:
-                self.delete_job(job)
+    def next_deadline(self) -> int | None:
+        """The earliest pending deadline (possibly of a client unblocked since)."""
+        return self.deadlines[0][0] if self.deadlines else None
 
-    def unblock_all_flushed(self) -> None:
-        """DEBUG FLUSHALL / CLUSTER RESET: GETJOB waiters get a null reply."""
-        for client in list(self.blocked_clients):
-            if client.blocked.kind == Block.GETJOB:
-                self.unblock(client, NIL_ARRAY)
+    def clear(self) -> None:
+        """Forget every deadline and waiter (DEBUG FLUSHALL, after their replies)."""
+        self.clients.clear()
+        self.deadlines.clear()
+        self.seq = 0
+        self.producers.clear()

@@ -357,7 +357,7 @@ def test_pushed_only_to_recent_requests(seed):
     late = add(sim, 1, "q", "late", "REPLICATE", 1)
     sim.run_for(5000)
     assert not log.yourjobs() and states(sim, late) == {1: "queued"}
-    assert sim.node(1).interest == {} and sim.node(2).interest == {}
+    assert sim.node(1).interest.wants == {} and sim.node(2).interest.wants == {}
 
 
 # ------------------------------------------------------------------ paused queues
@@ -375,7 +375,7 @@ def test_paused_out_queue_never_gives_jobs(seed):
     sim.run_for(1000)
     # Node 2 has no queue: it remembers the request; the queue it then pauses
     # in output and fills must not be pushed either.
-    assert sim.node(2).interest
+    assert sim.node(2).interest.wants
     assert sim.call(2, "PAUSE", "q", "out") == b"out"
     parked = add(sim, 2, "q", "parked", "REPLICATE", 1, "RETRY", 5)
     sim.run_for(40_000)  # broadcasts at 0, 4, 12 and 28 s

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import pytest
 
+from disque.cluster.transport import Link
 from disque.jobs.codec import to_bus
 from tests.sim.harness import Sim
 from tests.sim.harness.checks import check_cluster
 from tests.sim.harness.ops import addjob, getjob_ids, job_id_of, queued_on, show, states
 from tests.sim.harness.seeds import seeds
+
+NO_LINK = Link(None, "", "")
 
 NODE_TIMEOUT = 3000
 NOREPL_TIMEOUT = "NOREPL Timeout reached before replicating to the requested number of nodes"
@@ -102,7 +105,7 @@ def test_norepl_timeout_cleans_partial_copies(seed):
 
 
 def _wait_repl_id(sim: Sim, i: int) -> bytes:
-    waiting = list(sim.node(i).repl_waiters)
+    waiting = list(sim.node(i).blocked.producers)
     assert len(waiting) == 1
     return waiting[0]
 
@@ -359,7 +362,8 @@ def test_ack_reaches_holders_known_to_another_holder_only(seed):
         job = sim.node(source).jobs[job_id]
         job.add_delivered(sim.nodes[importer].node_id)
         payload = to_bus(job, sim.node(source).now)
-        sim.node(importer).on_yourjobs(sim.nodes[source].node_id, {"jobs": [payload]})
+        sim.node(importer).federation.on_yourjobs(sim.nodes[source].node_id, {"jobs": [payload]},
+                                                   NO_LINK)
         assert getjob_ids(sim.call(importer, "GETJOB", "NOHANG", "FROM", "q")) == [job_id]
     assert len(sim.node(0).jobs[job_id].delivered) == len(sim.node(other).jobs[job_id].delivered)
     assert sim.call(b, "ACKJOB", job_id) == 1

@@ -13,7 +13,9 @@ import random
 import hiredis
 
 from disque.clients import ClientState
+from disque.cluster import messages as m
 from disque.cluster.membership import ClusterNode
+from disque.cluster.transport import Link
 from disque.config import Config
 from disque.memory import BASE_MEMORY, job_cost, queue_cost
 from disque.node import Node
@@ -100,12 +102,14 @@ def add_peer(node: Node, peer_id: bytes = PEER_ID, link: bool = True) -> Cluster
     return peer
 
 
+PEER_LINK = Link(None, "127.0.0.1", "127.0.0.1")
+
+
 def deliver(node: Node, sender: bytes, msg: dict) -> None:
-    """A bus message from ``sender`` reaches ``node`` (already validated)."""
-    node.now = node.clock()
-    node.receive(sender, msg)
-    if node.ready_queues:
-        node.serve_ready_queues()
+    """A bus message from ``sender`` reaches ``node`` through its dispatcher,
+    in a frame of its own behind ``sender``'s header."""
+    header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: sender, m.PORT: 7712, m.FLAGS: 0}
+    node.receive_frame(PEER_LINK, [header, msg])
 
 
 def decode(raw: bytes):

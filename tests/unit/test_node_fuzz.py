@@ -23,7 +23,7 @@ from disque.jobs.ids import is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
 from disque.jobs.timers import NEVER
 from disque.queues.skiplist import _before
-from tests.unit.helpers import PEER_ID, START_MS, add_peer, expected_memory, make_node
+from tests.unit.helpers import PEER_ID, START_MS, add_peer, deliver, expected_memory, make_node
 
 NAMES = sorted({c.name for c in unique_commands(make_node().commands)} | {"quit", "nosuch"})
 QUEUES = [b"q", b"a", b"b", b"", b"Q", b"q\r\n"]
@@ -250,10 +250,10 @@ class Fuzzer:
                 return  # only the origin holds it in wait-repl, and nobody sends it ENQUEUE
             msg[m.DELAY] = rng.randrange(3)
         node = self.node
-        node.now = node.clock()
-        node.receive(PEER_ID, msg)
-        if node.ready_queues:
-            node.serve_ready_queues()
+        node.read_clock()
+        deliver(node, PEER_ID, msg)
+        if node.queues.ready:
+            node.consumers.serve_ready()
 
     def job_payload(self, job_id: bytes) -> list | None:
         """A job as another node would serialise it (a copy of a local one,
@@ -294,10 +294,10 @@ class Fuzzer:
                 reply = {m.TYPE: m.GOTACK, m.ID: msg[m.ID], m.KNOWN: 1}
             else:
                 continue
-            node.now = node.clock()
-            node.receive(PEER_ID, reply)
-            if node.ready_queues:
-                node.serve_ready_queues()
+            node.read_clock()
+            deliver(node, PEER_ID, reply)
+            if node.queues.ready:
+                node.consumers.serve_ready()
         for client in self.clients:
             for raw in client.sent:
                 self.learn(check_resp(raw, [b"<peer>"]))
@@ -375,15 +375,15 @@ def check_node(node, clients) -> None:
         bucket = node.timers._buckets.get(job.awakeme >> 3)
         assert bucket is not None and job in bucket, "timer wheel lost %r" % job
         if job.state == WAIT_REPL:
-            client = node.repl_waiters.get(job_id)
+            client = node.blocked.producers.get(job_id)
             assert client is not None and client.blocked.job_id == job_id, job
         if is_evictable(job):
-            assert job in node.evictable, "evictable job not tracked: %r" % job
+            assert job in node.jobs.evictable, "evictable job not tracked: %r" % job
         if job.state in (ACTIVE, QUEUED) and job.retry:
             assert job.qtime != 0, "at-least-once job that will never be requeued: %r" % job
     assert node.timers.earliest <= min((j.awakeme for j in jobs.values()), default=NEVER)
     # Blocked clients.
-    for client in node.blocked_clients:
+    for client in node.blocked.clients:
         block = client.blocked
         assert block is not None
         if block.kind == Block.GETJOB:
@@ -391,26 +391,26 @@ def check_node(node, clients) -> None:
                 assert node.queues.get(queue.name) is queue, "blocked on a dropped queue"
                 assert client in queue.blocked
         else:
-            assert node.repl_waiters.get(block.job_id) is client
+            assert node.blocked.producers.get(block.job_id) is client
             job = jobs.get(block.job_id)
             assert job is not None and job.state == WAIT_REPL
     for client in clients:
-        assert (client.blocked is not None) == (client in node.blocked_clients)
-    for job_id, client in node.repl_waiters.items():
-        assert client in node.blocked_clients
+        assert (client.blocked is not None) == (client in node.blocked.clients)
+    for job_id, client in node.blocked.producers.items():
+        assert client in node.blocked.clients
     # Memory accounting.
     assert node.used_memory == expected_memory(node), (node.used_memory, expected_memory(node))
     # Scan indexes hold exactly the registered jobs and queues.
     cursor, found = 0, []
     while True:
-        cursor, items = node.job_scan.scan(cursor, 1000)
+        cursor, items = node.jobs.scan.scan(cursor, 1000)
         found.extend(items)
         if cursor == 0:
             break
     assert sorted(id(j) for j in found) == sorted(id(j) for j in jobs.values())
     cursor, found = 0, []
     while True:
-        cursor, items = node.queue_scan.scan(cursor, 1000)
+        cursor, items = node.queues.scan.scan(cursor, 1000)
         found.extend(items)
         if cursor == 0:
             break
@@ -486,7 +486,7 @@ def test_fuzzer_reaches_interesting_states():
     for _ in range(1500):
         fuzzer.step()
         seen_states.update(j.state for j in fuzzer.node.jobs.values())
-        blocked += bool(fuzzer.node.blocked_clients)
+        blocked += bool(fuzzer.node.blocked.clients)
     assert len(fuzzer.ids) > 50
     assert seen_states >= {QUEUED, ACKED, WAIT_REPL}
     assert blocked > 0

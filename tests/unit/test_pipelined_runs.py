@@ -47,7 +47,7 @@ class Twin:
         self.server.loop = FakeLoop()
         node = self.node = self.server.node
         node.clock = FakeClock()
-        node.random = random.Random(7).random
+        node.runtime.random = random.Random(7).random
         node.ids = JobIdGenerator(b"0" * 40, random.Random(7))
         node.update_memory_limits()
 

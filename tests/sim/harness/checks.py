@@ -50,12 +50,12 @@ def node_problems(node) -> list[str]:
         elif job.queue in queues and job in queues[job.queue].jobs:
             add("%s in state %r but linked in its queue" % (where, job.state))
         if job.state == WAIT_REPL:
-            client = node.repl_waiters.get(job_id)
+            client = node.blocked.producers.get(job_id)
             if client is None:
                 add("%s waits for replication but no producer waits for it" % where)
             if job.confirmed is None:
                 add("%s waits for replication without a confirmed set" % where)
-        if job.state == ACKED and job not in node.evictable:
+        if job.state == ACKED and job not in node.jobs.evictable:
             add("%s acked but not evictable" % where)
     for name, queue in queues.items():
         memory += queue_cost(name)
@@ -82,7 +82,7 @@ def node_problems(node) -> list[str]:
                 add("queue %r lists a client that is not blocked on it" % name)
     if memory != node.used_memory:
         add("used_memory %d but the dataset costs %d" % (node.used_memory, memory))
-    for client in node.blocked_clients:
+    for client in node.blocked.clients:
         block = client.blocked
         if block is None:
             add("client %d in blocked_clients but not blocked" % client.id)
@@ -93,10 +93,10 @@ def node_problems(node) -> list[str]:
                     add("client %d blocked on destroyed queue %r" % (client.id, queue.name))
                 elif not queue.blocked or client not in queue.blocked:
                     add("client %d blocked on %r but not listed there" % (client.id, queue.name))
-        elif node.repl_waiters.get(block.job_id) is not client:
+        elif node.blocked.producers.get(block.job_id) is not client:
             add("ADDJOB client %d not registered as waiting for its job" % client.id)
-    for job_id, client in node.repl_waiters.items():
-        if client not in node.blocked_clients:
+    for job_id, client in node.blocked.producers.items():
+        if client not in node.blocked.clients:
             add("replication waiter for %s is not blocked" % job_id.decode("latin-1"))
         job = jobs.get(job_id)
         if job is None or job.state != WAIT_REPL:

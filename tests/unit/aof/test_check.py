@@ -8,7 +8,8 @@ import msgpack
 import pytest
 
 from disque.aof.check import check, main
-from disque.aof.format import REASON_ACKED, deljob_record
+from disque.aof.format import deljob_record
+from disque.jobs.journal import REASON_ACKED
 from disque.jobs.job import Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disque.aof.format import (REASON_ACKED, REASON_EXPIRED, AofFormatError, Truncated,
+from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
+from disque.aof.format import (AofFormatError, Truncated,
                                deljob_record, load_job, read_record)
 from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job

@@ -9,7 +9,8 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import REASON_ACKED, deljob_record, read_record
+from disque.aof.format import deljob_record, read_record
+from disque.jobs.journal import REASON_ACKED
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, stored_fields
@@ -37,7 +38,7 @@ def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
     loader = AofLoader(node, str(path), enqueue_once=enqueue_once,
                        truncate_allowed=truncate_allowed, logger=LOG)
     try:
-        node.now = node.clock()
+        node.read_clock()
         while not loader.run(slice_records):
             pass
     finally:

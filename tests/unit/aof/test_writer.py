@@ -18,6 +18,7 @@ from disque.aof.format import read_record
 from disque.aof.loader import AofLoader
 from disque.aof.writer import STATE_OFF, STATE_ON, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.job import ACTIVE, QUEUED
+from disque.jobs.journal import NULL_JOURNAL
 from tests.unit.helpers import Cmd, make_node
 
 LOG = logging.getLogger("test.aof.writer")
@@ -71,7 +72,7 @@ def live_state(node) -> dict[bytes, tuple]:
 def test_records_wait_in_the_buffer_until_flush(node_writer):
     node, writer = node_writer
     writer.open_existing()
-    assert writer.state == STATE_ON and node.aof is writer
+    assert writer.state == STATE_ON and node.journal is writer
     cmd = Cmd(node)
     job_id = cmd.addjob("q", "hello", "RETRY", 1)
     assert writer.pending and os.path.getsize("disque.aof") == 0
@@ -129,7 +130,7 @@ def test_info_counts_records_not_built_yet(node_writer):
 def test_nothing_is_logged_while_off(node_writer):
     node, writer = node_writer
     Cmd(node).addjob("q", "x")
-    assert node.aof is None and not writer.pending and not os.path.exists("disque.aof")
+    assert node.journal is NULL_JOURNAL and not writer.pending and not os.path.exists("disque.aof")
 
 
 @pytest.mark.parametrize("policy, fsyncs", [("always", 3), ("everysec", 0), ("no", 0)])
@@ -229,11 +230,11 @@ def test_write_error_refuses_writes_and_ping_until_it_recovers(node_writer, monk
     assert cmd.ok("QLEN", "q") == 2
     assert dict(writer.info_fields())["aof_last_write_status"] == "err"
     # Retries happen from the cron at most once a second.
-    node.now += 500
+    node.runtime.now += 500
     writer.cron()
     assert node.aof_error is not None
     failing.budget = 1 << 30
-    node.now += 1000
+    node.runtime.now += 1000
     writer.cron()
     assert node.aof_error is None and not writer.pending
     assert cmd.raw("PING") == b"+PONG\r\n"
@@ -374,7 +375,7 @@ async def test_bgrewriteaof_with_appendonly_off_only_writes_the_file(node_writer
         if turn == 2:  # spec §2: with appendonly off a running rewrite captures no changes
             Cmd(node).addjob("q", "not captured")
     await wait_rewrite(writer, add_after_the_first_slice)
-    assert writer.state == STATE_OFF and node.aof is None and writer.fd == -1
+    assert writer.state == STATE_OFF and node.journal is NULL_JOURNAL and writer.fd == -1
     assert len(records()) == 20
     Cmd(node).addjob("q", "still not logged")
     assert len(records()) == 20
@@ -387,7 +388,7 @@ async def test_enable_writes_the_current_state_then_appends(node_writer, monkeyp
     populate(node, 40)
     cmd = Cmd(node)
     assert writer.enable()
-    assert writer.state == STATE_WAIT_REWRITE and node.aof is writer
+    assert writer.state == STATE_WAIT_REWRITE and node.journal is writer
     during = cmd.addjob("q", "during wait-rewrite")
     writer.flush()  # before a reply: the record is built, and only the rewrite's diff gets it
     assert not writer.pending and writer.diff
@@ -405,7 +406,7 @@ async def test_disable_closes_the_file(node_writer):
     Cmd(node).addjob("q", "x")
     fd = writer.fd
     writer.disable()
-    assert writer.state == STATE_OFF and node.aof is None and writer.fd == -1
+    assert writer.state == STATE_OFF and node.journal is NULL_JOURNAL and writer.fd == -1
     with pytest.raises(OSError):
         os.fstat(fd)
     assert len(records()) == 1  # flushed before closing

@@ -15,6 +15,7 @@ from tests.unit.helpers import (
     Cmd,
     add_peer,
     advance,
+    deliver,
     info_field,
     make_node,
 )
@@ -111,7 +112,7 @@ def test_gotack_from_the_last_holder_completes_gc(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     cmd.ok("ACKJOB", job_id)
-    cluster.receive(PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
+    deliver(cluster, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
     assert cmd.show(job_id) is None
     assert [d for d, _ in cluster.sent_messages.of_type(m.DELJOB)] == [PEER_ID]
 
@@ -158,14 +159,14 @@ def test_no_dummy_ack_while_leaving(cluster):
 def test_dummy_ack_dropped_when_a_holder_knows_the_job(cluster):
     cmd = Cmd(cluster)
     cmd.ok("ACKJOB", UNKNOWN_ODD)
-    cluster.receive(PEER_ID, {m.TYPE: m.GOTACK, m.ID: UNKNOWN_ODD, m.KNOWN: 1})
+    deliver(cluster, PEER_ID, {m.TYPE: m.GOTACK, m.ID: UNKNOWN_ODD, m.KNOWN: 1})
     assert cmd.show(UNKNOWN_ODD) is None
 
 
 def test_dummy_ack_dropped_when_nobody_knows_the_job(cluster):
     cmd = Cmd(cluster)
     cmd.ok("ACKJOB", UNKNOWN_ODD)
-    cluster.receive(PEER_ID, {m.TYPE: m.GOTACK, m.ID: UNKNOWN_ODD, m.KNOWN: 0})
+    deliver(cluster, PEER_ID, {m.TYPE: m.GOTACK, m.ID: UNKNOWN_ODD, m.KNOWN: 0})
     assert cmd.show(UNKNOWN_ODD) is None
 
 
@@ -456,10 +457,10 @@ def _remote_job(node, retry=5, delay=0):
 def test_queued_messages_increment_counters(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.receive(PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_NACKS))
-    cluster.receive(PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_DELIV))
-    cluster.receive(PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_DELIV))
-    cluster.receive(PEER_ID, m.job_message(m.QUEUED, job_id))
+    deliver(cluster, PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_NACKS))
+    deliver(cluster, PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_DELIV))
+    deliver(cluster, PEER_ID, m.job_message(m.QUEUED, job_id, m.MFLAG_INCR_DELIV))
+    deliver(cluster, PEER_ID, m.job_message(m.QUEUED, job_id))
     job = cmd.show(job_id)
     assert (job["nacks"], job["additional-deliveries"]) == (1, 2)
 
@@ -467,7 +468,7 @@ def test_queued_messages_increment_counters(cluster):
 def test_replica_first_queueing_counts_as_additional_delivery(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
-    cluster.receive(PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
+    deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
     assert [msg[m.ID] for _, msg in cluster.sent_messages.of_type(m.GOTJOB)] == [job_id]
     job = cmd.show(job_id)
     assert job["state"] == b"active"
@@ -486,9 +487,9 @@ def test_replica_first_queueing_counts_as_additional_delivery(cluster):
 def test_first_queueing_after_enqueue_message_does_not_count(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
-    cluster.receive(PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: m.MFLAG_NOREPLY})
+    deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: m.MFLAG_NOREPLY})
     assert cluster.sent_messages.of_type(m.GOTJOB) == []
-    cluster.receive(PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
+    deliver(cluster, PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
@@ -498,7 +499,7 @@ def test_first_queueing_after_enqueue_message_does_not_count(cluster):
 def test_jobs_imported_by_yourjobs_do_not_count(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
-    cluster.receive(PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
+    deliver(cluster, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
@@ -508,9 +509,9 @@ def test_externally_replicated_retry_zero_job_is_queued(cluster):
     # index.md decision 1: the ENQUEUE message must be able to queue it.
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=0)
-    cluster.receive(PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
+    deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
     assert cmd.show(job_id)["next-requeue-within"] is None
-    cluster.receive(PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
+    deliver(cluster, PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
     assert cmd.show(job_id)["state"] == b"queued"
     assert cmd.ok("GETJOB", "NOHANG", "FROM", "q")[0][1] == job_id
     assert cmd.ok("ENQUEUE", job_id) == 0  # and only once

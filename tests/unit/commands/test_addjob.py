@@ -218,7 +218,7 @@ def test_leaving_lone_node_cannot_hold_a_copy():
 
 def test_memory_warning_lone_node_cannot_hold_a_copy():
     node = make_node(maxmemory=1_000_000)  # used ~786 KB: above the 75 % level only
-    assert node.memory_level() == 1
+    assert node.memory.level() == 1
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") == NOREPL_OOM
     assert cmd.raw("ADDJOB", "q", "b", "0", "REPLICATE", "2") == NOREPL
@@ -378,11 +378,11 @@ def test_synchronous_replication_blocks_until_gotjob():
     repl = node.sent_messages.of_type(m.REPLJOB)
     assert [dest for dest, _ in repl] == [PEER_ID]
     assert not repl[0][1].get(m.MFLAGS, 0) & m.MFLAG_NOREPLY
-    assert node.blocked_clients
+    assert node.blocked.clients
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
     assert cmd.show(job_id)["state"] == b"queued"
-    assert not node.blocked_clients
+    assert not node.blocked.clients
 
 
 def test_synchronous_replication_timeout():
@@ -408,7 +408,7 @@ def test_synchronous_replication_without_timeout_ends_with_the_job():
     assert cmd.client.sent == []
     advance(node, 1000, step=100)
     assert cmd.client.sent == [NOREPL_REMOVED]
-    assert not node.jobs and not node.blocked_clients
+    assert not node.jobs and not node.blocked.clients
 
 
 def test_external_replication_under_memory_pressure():
@@ -444,7 +444,7 @@ def test_client_disconnect_while_waiting_deletes_the_job():
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") is None
     node.client_gone(cmd.client)
-    assert not node.jobs and not node.blocked_clients
+    assert not node.jobs and not node.blocked.clients
     assert [d for d, _ in node.sent_messages.of_type(m.DELJOB)] == [PEER_ID]
 
 

@@ -282,7 +282,7 @@ def test_debug_flushall_fails_waiting_producers(node, cmd):
     cmd.ok("DEBUG", "FLUSHALL")
     assert producer.client.sent == [
         b"-NOREPL job removed (expired?) before the requested replication level was achieved\r\n"]
-    assert not node.blocked_clients
+    assert not node.blocked.clients
 
 
 def test_debug_flushall_keeps_ctime_increasing(node, cmd):

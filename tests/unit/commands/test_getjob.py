@@ -169,7 +169,7 @@ def test_blocked_on_several_queues(node):
     producer = Cmd(node, ClientState(2))
     job_id = producer.addjob("b", "x")
     assert consumer.sent() == [[[b"b", job_id, b"x"]]]
-    assert not node.blocked_clients
+    assert not node.blocked.clients
     assert producer.ok("QSTAT", "a")[9] == 0  # no longer blocked on a
 
 
@@ -179,7 +179,7 @@ def test_timeout_via_the_clock(node, cmd):
     assert cmd.client.sent == []
     advance(node, 1)
     assert cmd.client.sent == [NIL_ARRAY]
-    assert not node.blocked_clients and cmd.client.blocked is None
+    assert not node.blocked.clients and cmd.client.blocked is None
 
 
 def test_no_timeout_blocks_forever(node, cmd):

@@ -7,7 +7,7 @@ import pytest
 
 from disque.clients import ClientState
 from disque.cluster import messages as m
-from tests.unit.helpers import PEER_ID, Cmd, add_peer, make_node
+from tests.unit.helpers import PEER_ID, Cmd, add_peer, deliver, make_node
 
 SYNTAX = b"-ERR syntax error\r\n"
 NOT_INT = b"-ERR value is not an integer or out of range\r\n"
@@ -153,7 +153,7 @@ def test_qscan_importrate_filter_sees_federated_queues(node, cmd):
     job_id = Cmd(remote).addjob("fed", "x")
     from disque.jobs.codec import to_bus
     payload = to_bus(remote.jobs[job_id], remote.clock())
-    node.receive(PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
+    deliver(node, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     assert cmd.ok("QSCAN", "IMPORTRATE", 1, "BUSYLOOP")[1] == [b"fed"]
     assert as_dict(cmd.ok("QSTAT", "fed"))[b"import-from"] == [PEER_ID]
 

@@ -14,6 +14,7 @@ from tests.unit.helpers import (
     Cmd,
     add_peer,
     advance,
+    deliver,
     expected_memory,
     make_node,
 )
@@ -237,7 +238,7 @@ def test_gc_stops_when_every_holder_confirmed(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "REPLICATE", "2", "ASYNC")
     cmd.ok("ACKJOB", job_id)
-    node.receive(PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
+    deliver(node, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
     assert job_id not in node.jobs
     node.sent_messages.clear()
     run_until(node, START_MS + 60_000)
@@ -298,7 +299,7 @@ def test_eviction_frees_only_safe_jobs(node, cmd):
     # Above 95 %: any command first evicts until usage is back under the level.
     _set_threshold(node, node.used_memory - evictable // 2)
     assert cmd.raw("PING") == b"+PONG\r\n"
-    assert node.used_memory <= node.mem_evict_threshold
+    assert node.used_memory <= node.memory.evict_threshold
     gone = [j for j in acked + delivered_once if j not in node.jobs]
     assert 0 < len(gone) < 10
     assert all(j in node.jobs for j in keep + queued_once)
@@ -431,7 +432,7 @@ def test_undeliverable_retry_zero_job_does_not_keep_its_timer_due(node, cmd):
     cmd.ok("GETJOB", "FROM", "q")
     from disque.jobs.codec import to_bus
     payload = to_bus(node.jobs[job_id], node.clock())
-    node.receive(PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
+    deliver(node, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     assert state(cmd, job_id) == b"active"
     assert cmd.ok("WORKING", job_id) == 0  # reschedules the job from its qtime
     advance(node, 10)

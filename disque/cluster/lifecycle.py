@@ -1,59 +1,70 @@
 """The job state machine of one node: register, queue, pop, ack, delete, timers.
 
-spec: jobs-and-ids.md §4-§7 and cluster-bus.md §6.5-§6.6. A mixin of
-``disque.node.Node``: it works on the node's registry, queues, timers and
-outbox, and never touches I/O or the wall clock (``self.now`` is set by
-the node's entry points).
+spec: jobs-and-ids.md §4-§7 and cluster-bus.md §6.5-§6.6. It lives with
+the cluster parts because its transitions are announced to the other
+holders of a job (QUEUED, WILLQUEUE, SETACK, DELJOB). It never touches
+I/O or a clock: ``runtime.now`` is set by the node's entry points.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from disque import errors
-from disque.aof.format import REASON_ACKED, REASON_DELETED, REASON_EXPIRED
 from disque.cluster import messages as m
+from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
 from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED,
                              WAIT_REPL, Job)
-from disque.memory import DUMMY_ACK_COST, JOB_COST, job_cost
-from disque.queues.queue import PAUSE_IN, PAUSE_OUT
+from disque.jobs.journal import REASON_ACKED, REASON_DELETED, REASON_EXPIRED, Journal
+from disque.jobs.registry import JobRegistry
+from disque.jobs.timers import TimerWheel
+from disque.queues.blocking import BlockedClients
+from disque.queues.queue import PAUSE_IN, PAUSE_OUT, Queue
+from disque.queues.queueset import QueueSet
+from disque.resp import status
+from disque.runtime import JITTER_RANGE_MS, Runtime
 
 WILLQUEUE_ADVANCE_MS = 500
-JITTER_RANGE_MS = 500  # uniform in [-250, +249]
 GC_MAX_RETRY = 10
 GC_MAX_DELAY_MS = 180_000
 
 
+class QueueArrivals(Protocol):
+    """Told when a job is queued, for the nodes that asked for jobs of its queue."""
+
+    def job_queued(self, queue: Queue) -> None:
+        """A job was just queued in ``queue``."""
+
+
 class JobLifecycle:
-    """State transitions of jobs (mixed into Node)."""
+    """State transitions of the jobs of one node."""
 
-    def jitter(self) -> int:
-        """Random offset that keeps nodes from requeueing in lockstep."""
-        return int(self.random() * JITTER_RANGE_MS) - JITTER_RANGE_MS // 2
-
-    def new_ctime(self) -> int:
-        """Creation time: ms × 10^6, strictly increasing on this node."""
-        ctime = self.now * 1_000_000
-        if ctime <= self.last_ctime:
-            ctime = self.last_ctime + 1
-        self.last_ctime = ctime
-        return ctime
+    def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
+                 timers: TimerWheel, blocked: BlockedClients, membership: Membership,
+                 outbox: Outbox, journal: Journal, arrivals: QueueArrivals) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.queues = queues
+        self.timers = timers
+        self.blocked = blocked
+        self.membership = membership
+        self.outbox = outbox
+        self.journal = journal
+        self.arrivals = arrivals
 
     # ------------------------------------------------------------ registry
 
     def register_job(self, job: Job, schedule: bool = True) -> None:
-        """Add ``job`` to the registry and (unless the caller queues it right
-        away, which schedules it anyway) set its timer."""
-        self.jobs[job.id] = job
-        self.job_scan.add(job)
-        body = job.body
-        self.used_memory += JOB_COST + len(body) if body is not None else DUMMY_ACK_COST
-        if job.state == ACKED or (job.retry == 0 and job.flags & DELIVERED):
-            self.evictable[job] = None
+        """Hold ``job`` here and (unless the caller queues it right away,
+        which schedules it anyway) set its timer."""
+        self.registry.add(job)
         if schedule:
             self.schedule_job(job)
 
     def delete_job(self, job: Job, producer_error: bytes = errors.NOREPL_REMOVED,
                    reason: bytes = REASON_DELETED) -> None:
-        """Forget ``job`` on this node only (``reason`` goes to the AOF record).
+        """Forget ``job`` on this node only (``reason`` goes to the journal).
 
         A producer still waiting for its replication gets ``producer_error``
         and the partial copies are asked to go (spec: commands.md ADDJOB).
@@ -62,14 +73,12 @@ class JobLifecycle:
         if state == QUEUED:
             self._unqueue(job)
         elif state == WAIT_REPL:
-            self.fail_replication(job, producer_error)
-        if (state == ACTIVE or state == QUEUED) and self.aof is not None:
-            self.aof.deljob(job, reason)
+            self.blocked.release_producer(job.id, producer_error)
+            self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
+        if state == ACTIVE or state == QUEUED:
+            self.journal.job_removed(job, reason)
         self.timers.cancel(job)
-        del self.jobs[job.id]
-        self.job_scan.remove(job)
-        self.evictable.pop(job, None)
-        self.used_memory -= job_cost(job)
+        self.registry.remove(job)
 
     def schedule_job(self, job: Job) -> None:
         """Recompute the job's next timer action (spec: jobs-and-ids.md §6)."""
@@ -77,7 +86,7 @@ class JobLifecycle:
         state = job.state
         if state == ACKED:
             delay = min(1000 << job.gc_retry, GC_MAX_DELAY_MS)
-            when = min(when, self.now + delay + self.jitter())
+            when = min(when, self.runtime.now + delay + self.runtime.jitter())
         elif (state == ACTIVE or state == QUEUED) and job.qtime:
             qtime = job.qtime
             if job.flags & BCAST_WILLQUEUE:
@@ -102,33 +111,31 @@ class JobLifecycle:
             else:
                 job.adeliv += 1
                 mflag = m.MFLAG_INCR_DELIV
-            self.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
+            self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
         else:
             flags |= BCAST_QUEUED  # the first queueing by this node is silent
         self._queue(job, flags)
         return True
 
     def add_new_job(self, job: Job) -> None:
-        """Register a job just created here and queue it at once.
+        """Hold a job just created here and queue it at once.
 
         The hot path of ADDJOB: what ``register_job`` plus ``enqueue_job`` do
         for a brand-new local job (first queueing, so nothing to announce).
         """
-        self.jobs[job.id] = job
-        self.job_scan.add(job)
-        self.used_memory += JOB_COST + len(job.body)
+        self.registry.add_new(job)
         self._queue(job, BCAST_QUEUED)
 
     def _queue(self, job: Job, flags: int) -> None:
         """State queued, requeue timer armed, inserted in its queue."""
         job.state = QUEUED
-        now = self.now
+        now = self.runtime.now
         retry = job.retry
         if retry:
             job.flags = flags | BCAST_WILLQUEUE
             # One big-int addition: the jitter is folded into the small offset.
             qtime = job.qtime = now + (retry * 1000 - JITTER_RANGE_MS // 2
-                                       + int(self.random() * JITTER_RANGE_MS))
+                                       + int(self.runtime.random() * JITTER_RANGE_MS))
             awake = qtime - WILLQUEUE_ADVANCE_MS
             expire = job.etime * 1000 + 1000
             self.timers.schedule(job, awake if awake < expire else expire)
@@ -137,16 +144,16 @@ class JobLifecycle:
             job.qtime = 0
             self.timers.schedule(job, job.etime * 1000 + 1000)
         name = job.queue
-        queue = self.queues.get(name)
+        assert name is not None  # only dummy ACKs have none, and they are never queued
+        queue = self.queues.by_name.get(name)
         if queue is None:
-            queue = self.create_queue(name)
+            queue = self.queues.create(name)
         queue.jobs.insert(job)
         queue.atime = now // 1000
         queue.jobs_in += 1
         if queue.blocked and not queue.paused & PAUSE_OUT:
-            self.ready_queues[queue] = None
-        if self.interest and name in self.interest:
-            self.interest_ready[queue] = None
+            self.queues.mark_ready(queue)
+        self.arrivals.job_queued(queue)
 
     def dequeue_job(self, job: Job) -> bool:
         """Take a queued job out of its queue (it becomes active)."""
@@ -157,16 +164,17 @@ class JobLifecycle:
         return True
 
     def _unqueue(self, job: Job) -> None:
-        self.queues[job.queue].jobs.remove(job)
+        assert job.queue is not None
+        self.queues.by_name[job.queue].jobs.remove(job)
 
-    def pop_job(self, queue) -> Job:
+    def pop_job(self, queue: Queue) -> Job:
         """Deliver the oldest job of a non-empty queue (the retry clock keeps running)."""
-        job = queue.jobs.pop_first()
+        job: Job = queue.jobs.pop_first()
         job.state = ACTIVE
         job.flags |= DELIVERED
         if job.retry == 0:
-            self.evictable[job] = None
-        queue.atime = self.now // 1000
+            self.registry.mark_evictable(job)
+        queue.atime = self.runtime.now // 1000
         queue.jobs_out += 1
         return job
 
@@ -182,12 +190,12 @@ class JobLifecycle:
             self._unqueue(job)
         elif state == WAIT_REPL:
             # spec decision 6: the job was consumed, so the producer has its answer.
-            self.replication_succeeded_by_ack(job)
+            self.blocked.release_producer(job.id, status(job.id))
         job.state = ACKED
         job.confirmed = None
-        self.evictable[job] = None
-        if (state == ACTIVE or state == QUEUED) and self.aof is not None:
-            self.aof.deljob(job, REASON_ACKED)
+        self.registry.mark_evictable(job)
+        if state == ACTIVE or state == QUEUED:
+            self.journal.job_removed(job, REASON_ACKED)
         if schedule:
             self.schedule_job(job)
         return True
@@ -198,8 +206,9 @@ class JobLifecycle:
             job.gc_retry += 1
         confirmed = job.confirmed
         if confirmed is None:
-            confirmed = job.confirmed = {self.id}
+            confirmed = job.confirmed = {self.runtime.node_id}
         delivered = job.delivered
+        targets: tuple[bytes, ...]
         if delivered:
             # spec decision 11: every holder must have confirmed, not just as many.
             if confirmed.issuperset(delivered):
@@ -215,20 +224,20 @@ class JobLifecycle:
                m.HOLDERS: list(delivered)}
         for node_id in targets:
             if node_id not in confirmed:
-                self.send_to(node_id, msg)
+                self.outbox.send_to(node_id, msg)
         self.schedule_job(job)
 
     # -------------------------------------------------------------- timers
 
     def process_job_timers(self) -> None:
         """Run every job action that is due (spec: jobs-and-ids.md §6)."""
-        due = self.timers.pop_due(self.now)
+        due = self.timers.pop_due(self.runtime.now)
         for job in due:
             if job.seq >= 0:  # not deleted by an earlier action of this pass
                 self._job_timer(job)
 
     def _job_timer(self, job: Job) -> None:
-        now = self.now
+        now = self.runtime.now
         if job.etime <= now // 1000:
             self.delete_job(job, reason=REASON_EXPIRED)
             return
@@ -239,13 +248,14 @@ class JobLifecycle:
         if (job.flags & BCAST_WILLQUEUE and job.qtime
                 and job.qtime - WILLQUEUE_ADVANCE_MS <= now):
             if state == ACTIVE:
-                self.send_to_holders(job, m.job_message(m.WILLQUEUE, job.id))
+                self.outbox.send_to_holders(job, m.job_message(m.WILLQUEUE, job.id))
             job.flags &= ~BCAST_WILLQUEUE
         qtime = job.qtime
         if state == ACTIVE and qtime and qtime <= now:
-            queue = self.queues.get(job.queue)
+            assert job.queue is not None  # a dummy ACK is acked, never active
+            queue = self.queues.by_name.get(job.queue)
             if job.retry and queue is not None and queue.paused & PAUSE_IN:
-                job.qtime = now + job.retry * 1000 + self.jitter()
+                job.qtime = now + job.retry * 1000 + self.runtime.jitter()
             elif self.enqueue_job(job):
                 return
             elif not job.retry:
@@ -254,12 +264,27 @@ class JobLifecycle:
                 job.qtime = 0
         elif state == QUEUED and qtime and qtime <= now and job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = now + job.retry * 1000 + self.jitter()
+            job.qtime = now + job.retry * 1000 + self.runtime.jitter()
         self.schedule_job(job)
 
     def postpone_job(self, job: Job) -> None:
         """WORKING / QUEUED received: push the requeue one retry period away."""
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = self.now + job.retry * 1000 + self.jitter()
+            job.qtime = self.runtime.now + job.retry * 1000 + self.runtime.jitter()
             self.schedule_job(job)
+
+    def set_received_qtime(self, job: Job) -> None:
+        """qtime of a copy received from another node or loaded from the AOF (§6)."""
+        if job.retry:
+            job.flags |= BCAST_WILLQUEUE
+            job.qtime = self.runtime.now + (job.delay + job.retry) * 1000 + self.runtime.jitter()
+        else:
+            job.qtime = 0
+
+    def delete_all(self) -> None:
+        """Delete every job, one by one, with what each deletion entails (DEBUG FLUSHALL)."""
+        for job in list(self.registry.values()):
+            self.delete_job(job)
+        self.registry.clear()
+        self.timers.clear()

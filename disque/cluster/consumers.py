@@ -1,0 +1,68 @@
+"""Handing queued jobs to consumers: GETJOB's round-robin, consumers blocked
+until jobs arrive, and asking other nodes when a queue runs dry.
+
+spec: commands.md GETJOB, cluster-bus.md §6.7.
+"""
+
+from __future__ import annotations
+
+from disque.cluster.federation import Federation
+from disque.cluster.lifecycle import JobLifecycle
+from disque.jobs.job import Job
+from disque.jobs.replies import job_entry
+from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
+from disque.queues.queue import PAUSE_OUT
+from disque.queues.queueset import QueueSet
+
+
+class Consumers:
+    """Delivery of jobs to GETJOB clients, waiting or not."""
+
+    def __init__(self, queues: QueueSet, lifecycle: JobLifecycle, blocked: BlockedClients,
+                 federation: Federation) -> None:
+        self.queues = queues
+        self.lifecycle = lifecycle
+        self.blocked = blocked
+        self.federation = federation
+
+    def collect(self, names: list[bytes], count: int) -> list[Job]:
+        """Up to ``count`` jobs, round-robin over the queues, one job per queue
+        per round (spec: GETJOB); queues with nothing to give ask other nodes."""
+        found: list[Job] = []
+        queues = self.queues
+        pop_job = self.lifecycle.pop_job
+        need_jobs = self.federation.need_jobs
+        while True:
+            progress = False
+            for name in names:
+                queue = queues.get(name)
+                if queue is None or not queue.jobs or queue.paused & PAUSE_OUT:
+                    if queue is None:
+                        queue = queues.create(name)
+                    need_jobs(queue, CLIENTS_WAITING)
+                    continue
+                found.append(pop_job(queue))
+                if not queue.jobs:
+                    need_jobs(queue, REACHED_ZERO)
+                if len(found) == count:
+                    return found
+                progress = True
+            if not progress:
+                return found
+
+    def serve_ready(self) -> None:
+        """Hand jobs to clients blocked on queues that just received some."""
+        ready = self.queues.ready
+        blocked = self.blocked
+        pop_job = self.lifecycle.pop_job
+        while ready:
+            queue = next(iter(ready))
+            del ready[queue]
+            while queue.blocked and queue.jobs and not queue.paused & PAUSE_OUT:
+                client = blocked.first_waiter(queue)
+                block = client.blocked
+                job = pop_job(queue)
+                reply = b"*1\r\n" + job_entry(job, block is not None and block.withcounters)
+                blocked.unblock(client, reply)
+                if not queue.jobs:
+                    self.federation.need_jobs(queue, REACHED_ZERO)

@@ -1,0 +1,44 @@
+"""What the core tells persistence: a job now lives here, a job left.
+
+The core reports facts to an injected journal and never sees a file
+format (``disque.aof`` turns the facts into records). A node whose AOF is
+off gets the null journal; tests use a recording one to assert a rule's
+persistence without a file.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from disque.jobs.job import Job
+
+# Why a job left the node (written in DELJOB records, shown by disque-check-aof).
+REASON_ACKED = b"acked"
+REASON_EXPIRED = b"expired"
+REASON_DELETED = b"deleted"
+REASON_EVICTED = b"evicted"
+REASON_MOVED = b"moved"
+
+
+class Journal(Protocol):
+    """The persistence events of one node's jobs."""
+
+    def job_stored(self, job: Job) -> None:
+        """``job`` now lives on this node (created, replicated here, or its
+        replication completed); its fields are read when it is written."""
+
+    def job_removed(self, job: Job, reason: bytes) -> None:
+        """``job`` left this node for ``reason`` (one of the REASON_ values)."""
+
+
+class NullJournal:
+    """The journal of a node that persists nothing."""
+
+    def job_stored(self, job: Job) -> None:
+        """Nothing is kept."""
+
+    def job_removed(self, job: Job, reason: bytes) -> None:
+        """Nothing is kept."""
+
+
+NULL_JOURNAL = NullJournal()
