@@ -32,7 +32,6 @@ def test_fail_flag_after_sigkill_and_cleared_after_restart(cluster_factory):
     wait_until(unlinked, NODE_TIMEOUT_S - 1, interval=0.05, message="HELLO priority 5")
     line = cluster.cluster_nodes(0)[victim_id]
     assert (line.flags, line.link) == ({"noflags"}, "disconnected")
-    assert time.monotonic() - killed_at < NODE_TIMEOUT_S - 0.5
 
     seen_pfail = set()
 

@@ -20,7 +20,6 @@ pytestmark = pytest.mark.cluster
 NOREPL = b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
 NOREPL_TIMEOUT = (b"-NOREPL Timeout reached before replicating to the requested number of "
                   b"nodes\r\n")
-NODE_TIMEOUT_S = 3.0
 
 
 def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
@@ -30,9 +29,9 @@ def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
         NOREPL
 
     # A node dead but not yet flagged is still "reachable": a sync ADDJOB
-    # replicates to the live one and then times out.
+    # replicates to the live one and then times out (had node 2 been flagged
+    # already, the reply would be the other NOREPL, at once).
     cluster.kill(2)
-    killed_at = time.monotonic()
     with ThreadPoolExecutor(1) as pool:
         started = time.monotonic()
         pending = pool.submit(raw_command, cluster.port(0), "ADDJOB", "nq", "partial", 1000,
@@ -43,8 +42,7 @@ def test_norepl_when_too_few_nodes_are_reachable(cluster_factory):
         reply = pending.result(10)
         elapsed = time.monotonic() - started
     assert reply == NOREPL_TIMEOUT
-    assert 0.9 <= elapsed < 2.5, elapsed
-    assert time.monotonic() - killed_at < NODE_TIMEOUT_S, "test too slow: node got flagged"
+    assert elapsed >= 0.9, elapsed  # not before its 1000 ms timeout
     # ...and the partial copies are deleted (locally and through DELJOB).
     assert cluster.registered_jobs(0) == 0
     wait_until(lambda: cluster.registered_jobs(1) == 0, 5, interval=0.02,

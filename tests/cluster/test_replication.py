@@ -6,7 +6,6 @@ spec: cluster-bus.md §6.1-§6.5, commands.md ADDJOB / GETJOB.
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -50,12 +49,11 @@ def test_replica_requeues_after_retry_when_the_queueing_node_is_killed(cluster_f
         assert info["state"] == "active" and info["retry"] == 1
         assert cluster.call(i, "QLEN", "rq") == 0
     cluster.kill(0)
-    killed_at = time.monotonic()
 
     def queued_on_replica() -> list[int]:
         return [i for i in (1, 2) if cluster.call(i, "QLEN", "rq") == 1]
-    wait_until(queued_on_replica, 10, interval=0.05, message="a replica queues the job")
-    assert time.monotonic() - killed_at < 5
+    # RETRY 1: a replica queues it about a second later; the poll bounds that.
+    wait_until(queued_on_replica, 5, interval=0.05, message="a replica queues the job")
     # If both queued it at once, the job ID decides which one keeps it.
     wait_until(lambda: len(queued_on_replica()) == 1, 10, interval=0.05,
                message="exactly one replica keeps it queued")
