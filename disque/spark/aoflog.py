@@ -17,8 +17,6 @@ from disque.aof.format import load_job
 log = logging.getLogger("disque.spark")
 
 READ_CHUNK = 4 << 20
-# A DELJOB reason that is not the end of the job: a copy moved to another node.
-NOT_TERMINAL_REASONS = ("moved",)
 
 
 class AofFormatError(ValueError):

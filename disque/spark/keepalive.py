@@ -32,7 +32,6 @@ MAX_SLEEP = 1.0
 @dataclass
 class _Group:
     ids: list[str]
-    retry: int
     due: float = field(default=0.0)
 
 
@@ -48,7 +47,6 @@ class KeepAlive:
 
     def __init__(self, connection: ConnectionOptions) -> None:
         self.connection = connection
-        self.renewals = 0
         self._groups: dict[int, _Group] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -61,7 +59,7 @@ class KeepAlive:
         if not ids:
             return
         with self._lock:
-            self._groups[batch] = _Group(list(ids), 0, 0.0)
+            self._groups[batch] = _Group(list(ids), 0.0)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="disque-keepalive", daemon=True)
             self._thread.start()
@@ -90,7 +88,6 @@ class KeepAlive:
 
     def _renew(self, client, batch: int, ids: list[str]) -> None:
         replies = client.working_many(ids)
-        self.renewals += len(ids)
         alive, retry = renewable(replies)
         with self._lock:
             group = self._groups.get(batch)
@@ -100,7 +97,6 @@ class KeepAlive:
                 del self._groups[batch]
                 return
             group.ids = alive
-            group.retry = retry
             group.due = time.monotonic() + retry * RENEW_FRACTION
 
     def _run(self) -> None:

@@ -72,7 +72,7 @@ _FONT: dict[str, tuple[int, ...]] = {
     "*": (0, 0x04, 0x15, 0x0E, 0x15, 0x04, 0),
     "?": (0x0E, 0x11, 0x01, 0x02, 0x04, 0, 0x04),
 }
-GLYPH_WIDTH, GLYPH_HEIGHT = 5, 7
+GLYPH_WIDTH = 5
 
 
 class Canvas:
