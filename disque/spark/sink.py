@@ -13,18 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from disque.client import ResponseError
 from disque.spark.options import AddJobOptions, ConnectionOptions, Options
-
-try:  # Arrow writers arrived in PySpark 4.1; rows work everywhere.
-    from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriterBase
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
-except ImportError:  # pragma: no cover - older PySpark
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
-    from pyspark.sql.datasource import DataSourceWriter as _BatchWriterBase
 
 
 class DisqueWriteError(RuntimeError):
@@ -66,14 +60,12 @@ def _partition_id() -> int:
     return context.partitionId() if context is not None else -1
 
 
-def _columns(item: Any) -> tuple[list, list | None]:
-    """(bodies, queues or None) of one input item: an Arrow batch or a Row."""
-    if isinstance(item, pa.RecordBatch):
-        names = item.schema.names
-        bodies = item.column(names.index("body")).to_pylist()
-        queues = item.column(names.index("queue")).to_pylist() if "queue" in names else None
-        return bodies, queues
-    return [item["body"]], [item["queue"]] if "queue" in item.__fields__ else None
+def _columns(batch: pa.RecordBatch) -> tuple[list, list | None]:
+    """(bodies, queues or None) of one Arrow batch."""
+    names = batch.schema.names
+    bodies = batch.column(names.index("body")).to_pylist()
+    queues = batch.column(names.index("queue")).to_pylist() if "queue" in names else None
+    return bodies, queues
 
 
 class JobWriter:
@@ -83,7 +75,7 @@ class JobWriter:
         self.connection = connection
         self.addjob = addjob
 
-    def write(self, iterator: Iterator[Any]) -> DisqueCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DisqueCommitMessage:
         partition = _partition_id()
         tail = self.addjob.tail()
         default_queue = self.addjob.queue
@@ -92,8 +84,8 @@ class JobWriter:
         client = self.connection.client()
         pending: list[tuple] = []
         try:
-            for item in iterator:
-                bodies, queues = _columns(item)
+            for batch in iterator:
+                bodies, queues = _columns(batch)
                 for i, body in enumerate(bodies):
                     queue = queues[i] if queues is not None else None
                     if queue is None:
@@ -140,7 +132,7 @@ def _parse(schema: StructType, options: Any) -> tuple[ConnectionOptions, AddJobO
     return connection, addjob
 
 
-class DisqueBatchWriter(_BatchWriterBase):
+class DisqueBatchWriter(DataSourceArrowWriter):
     """``df.write.format("disque")``."""
 
     def __init__(self, schema: StructType, options: Any) -> None:
@@ -156,7 +148,7 @@ class DisqueBatchWriter(_BatchWriterBase):
         pass  # added jobs cannot be taken back; consumers see them
 
 
-class DisqueStreamWriter(_StreamWriterBase):
+class DisqueStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("disque")``: at-least-once (a retried batch adds its jobs again)."""
 
     def __init__(self, schema: StructType, options: Any) -> None:

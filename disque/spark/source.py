@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from disque.client import PRIORITY_FAILING, DisqueClient, Job
@@ -27,15 +28,6 @@ from disque.spark.columns import (SNAPSHOT_FIELDS, STREAM_FIELDS, BatchBuilder, 
 from disque.spark.keepalive import KeepAlive
 from disque.spark.options import ConnectionOptions, OptionError, Options
 from disque.spark.sink import DisqueBatchWriter, DisqueStreamWriter
-
-try:  # PySpark >= 4.2
-    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
-                                                  SupportsTriggerAvailableNow)
-except ImportError:  # pragma: no cover - older PySpark: no admission control, no availableNow
-    ReadAllAvailable = ReadMaxRows = None
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        pass
 
 log = logging.getLogger("disque.spark")
 
@@ -144,10 +136,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"batch": following}
 
     def _wanted(self, limit: Any) -> int:
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
+        if isinstance(limit, ReadMaxRows):
             return max(0, int(limit.max_rows))
-        # ReadAllAvailable (or the pre-4.2 call without a limit): the budget bounds
-        # availableNow; otherwise keep the driver's memory bounded anyway.
+        # ReadAllAvailable: the budget bounds availableNow; otherwise keep the
+        # driver's memory bounded anyway.
         return self.max_jobs
 
     def _fetch(self, state: _DriverState, want: int) -> list[Job]:
