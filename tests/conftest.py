@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from tests.support.process import DisqueProcess, unverified
+from tests.support.seeds import replay_hint, run_seed as _run_seed
 from tests.support.teardown import expected_log, fail_on
 
 
@@ -16,6 +17,24 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "expect_log(*patterns): regexes of error log entries the servers "
         "started by this test are expected to write")
+    config.addinivalue_line(
+        "markers", "seeded: the test draws from this run's seed (tests/support/seeds.py)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test that drew from the run's seed says how to replay it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and ("run_seed" in getattr(item, "fixturenames", ())
+                          or item.get_closest_marker("seeded")):
+        report.sections.append(("random seed", replay_hint(item.nodeid)))
+
+
+@pytest.fixture
+def run_seed() -> int:
+    """This run's seed (``DISQUE_TEST_SEED`` replays it); see tests/support/seeds.py."""
+    return _run_seed()
 
 
 @pytest.fixture(autouse=True)

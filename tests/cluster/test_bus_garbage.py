@@ -6,7 +6,7 @@ common header; messages from unknown senders are ignored except MEET/PING).
 
 from __future__ import annotations
 
-import os
+import random
 import socket
 import struct
 
@@ -72,8 +72,10 @@ def read_frame(sock: socket.socket) -> dict:
     return {**frame[0], **frame[1]}
 
 
-def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
-    """Malformed traffic, from random bytes to well-framed maps with bad fields."""
+def garbage_payloads(known_id: bytes, known_port: int, seed: int) -> list[bytes]:
+    """Malformed traffic, from random bytes (drawn from ``seed``) to well-framed
+    maps with bad fields."""
+    rng = random.Random(seed)
     header = header_of(known_id, known_port)
 
     def msg(kind: str, **body) -> bytes:
@@ -84,10 +86,10 @@ def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
                   {"id": b"b" * 40, "ip": "127.0.0.1", "port": 70000, "ping": 0, "pong": 0,
                    "flags": 0}]
     return [
-        os.urandom(4096),
-        os.urandom(3),
+        rng.randbytes(4096),
+        rng.randbytes(3),
         b"\xff\xff\xff\xff" + b"x" * 100,  # frame far beyond any sane size
-        b"\x3f\xff\xff\xff" + os.urandom(2048),  # ~1 GB declared, connection then closed
+        b"\x3f\xff\xff\xff" + rng.randbytes(2048),  # ~1 GB declared, connection then closed
         b"\x00\x00\x00\x00",  # empty frame
         frame(b"\xc1"),  # never-used msgpack byte
         frame(b"\x91" * 200_000 + b"\xc0"),  # arrays nested 200k deep
@@ -141,14 +143,14 @@ def garbage_payloads(known_id: bytes, known_port: int) -> list[bytes]:
     ]
 
 
-def test_garbage_on_the_bus_does_not_hurt_the_node(cluster_factory):
+def test_garbage_on_the_bus_does_not_hurt_the_node(cluster_factory, run_seed):
     cluster = cluster_factory(3)
     target = 0
     port = cluster.port(target)
     peer = 1
     job_id = cluster.call(target, "ADDJOB", "gq", "keep", 5000, "REPLICATE", 3)
 
-    for payload in garbage_payloads(cluster.ids[peer].encode(), cluster.port(peer)):
+    for payload in garbage_payloads(cluster.ids[peer].encode(), cluster.port(peer), run_seed):
         send_garbage(port, payload)
         assert cluster.alive(target), cluster.logs()
         assert cluster.raw(target, "PING") == b"+PONG\r\n"

@@ -14,9 +14,9 @@ from tests.support.process import wait_until
 pytestmark = pytest.mark.cluster
 
 
-def test_repl3_job_is_delivered_after_killing_two_of_its_holders(cluster_factory):
+def test_repl3_job_is_delivered_after_killing_two_of_its_holders(cluster_factory, run_seed):
     cluster = cluster_factory(5)
-    seed = random.randrange(1 << 30)
+    seed = run_seed  # origin, survivor and getter are drawn from it
     rng = random.Random(seed)
     for iteration in range(3):
         queue = "q%d" % iteration  # a fresh queue: no federation backoff carried over
