@@ -259,7 +259,7 @@ class DisqueClient:
                     self.close()
                     raise
                 except _CONNECTION_ERRORS as exc:
-                    self._drop(exc)
+                    self._drop()
                     errors.append("%s: %s" % (node, exc))
                     continue
             return self.node
@@ -307,7 +307,7 @@ class DisqueClient:
         self.connect()
         return self._retrying(lambda: self._hello(self.node))
 
-    def _drop(self, exc: BaseException | None = None) -> None:
+    def _drop(self) -> None:
         if self.node is not None:
             self._failed[self.node] = time.monotonic()
         self.close()
@@ -329,12 +329,12 @@ class DisqueClient:
                 raise  # another node would refuse us too
             except _CONNECTION_ERRORS as exc:
                 last = exc
-                self._drop(exc)
+                self._drop()
             except ResponseError as exc:
                 if not _is_leaving(exc):
                     raise
                 last = exc
-                self._drop(exc)
+                self._drop()
         raise DisqueError("command failed on every node tried: %s" % last) from last
 
     # -- raw commands ---------------------------------------------------------
