@@ -9,21 +9,33 @@ decision 8). Emptied pages are dropped.
 
 from __future__ import annotations
 
+from typing import Any, Generic, Protocol, TypeVar
+
 _PAGE_BITS = 10
 _PAGE_SIZE = 1 << _PAGE_BITS
 _PAGE_MASK = _PAGE_SIZE - 1
 
 
-class ScanIndex:
+class Sequenced(Protocol):
+    """What the index asks of an item: a writable sequence number (-1 = none)."""
+
+    seq: int
+
+
+T = TypeVar("T", bound=Sequenced)
+
+
+class ScanIndex(Generic[T]):
     """Items with a writable ``seq`` attribute."""
 
     __slots__ = ("_pages", "_next")
 
     def __init__(self) -> None:
-        self._pages: dict[int, list] = {}
+        # A page holds items or None, and its live count in the extra last slot.
+        self._pages: dict[int, list[Any]] = {}
         self._next = 1  # cursor 0 means "start", so numbering starts at 1
 
-    def add(self, item) -> None:
+    def add(self, item: T) -> None:
         """Give ``item`` the next sequence number."""
         seq = self._next
         self._next = seq + 1
@@ -34,7 +46,7 @@ class ScanIndex:
         page[_PAGE_SIZE] += 1  # live items, kept in the page's extra last slot
         item.seq = seq
 
-    def remove(self, item) -> None:
+    def remove(self, item: T) -> None:
         """Forget ``item``."""
         seq = item.seq
         page_no = seq >> _PAGE_BITS
@@ -51,7 +63,7 @@ class ScanIndex:
         """Forget everything (sequence numbers keep growing)."""
         self._pages.clear()
 
-    def scan(self, cursor: int, budget: int) -> tuple[int, list]:
+    def scan(self, cursor: int, budget: int) -> tuple[int, list[T]]:
         """Return (next cursor, items) visiting at most ``budget`` slots.
 
         The walk goes downward from the highest sequence number in use when
@@ -60,7 +72,7 @@ class ScanIndex:
         means the bottom was reached.
         """
         seq = self._next - 1 if cursor == 0 else min(cursor, self._next - 1)
-        items = []
+        items: list[T] = []
         pages = self._pages
         while seq > 0 and budget > 0:
             page_no = seq >> _PAGE_BITS

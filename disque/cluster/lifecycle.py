@@ -169,7 +169,8 @@ class JobLifecycle:
 
     def pop_job(self, queue: Queue) -> Job:
         """Deliver the oldest job of a non-empty queue (the retry clock keeps running)."""
-        job: Job = queue.jobs.pop_first()
+        # Callers pass a non-empty queue; an assert would run per delivered job.
+        job: Job = queue.jobs.pop_first()  # type: ignore[assignment]
         job.state = ACTIVE
         job.flags |= DELIVERED
         if job.retry == 0:

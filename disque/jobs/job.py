@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 WAIT_REPL = 0
 ACTIVE = 1
 QUEUED = 2
@@ -52,9 +54,9 @@ class Job:
         self.gc_retry = 0
         self.flags = 0
         self.seq = -1
-        self._sl = None
-        self._slprev = None
-        self._slup: list | None = None
+        self._sl: Job | None = None
+        self._slprev: Job | None = None
+        self._slup: list[Job | None] | None = None
 
     @property
     def is_dummy_ack(self) -> bool:
@@ -66,7 +68,7 @@ class Job:
         if node_id not in self.delivered:
             self.delivered = self.delivered + (node_id,)
 
-    def merge_delivered(self, node_ids) -> None:
+    def merge_delivered(self, node_ids: Iterable[bytes]) -> None:
         """Union nodes-delivered with ``node_ids``."""
         current = self.delivered
         extra = tuple(n for n in node_ids if n not in current)

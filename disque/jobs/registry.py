@@ -27,7 +27,7 @@ class JobRegistry:
 
     def __init__(self, memory: MemoryAccount) -> None:
         self.by_id: dict[bytes, Job] = {}
-        self.scan = ScanIndex()
+        self.scan: ScanIndex[Job] = ScanIndex()
         # Jobs safe to drop under memory pressure, oldest candidate first.
         self.evictable: dict[Job, None] = {}
         self.memory = memory

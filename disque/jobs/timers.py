@@ -9,25 +9,29 @@ in O(1) and leaves no garbage behind, unlike a heap of entries.
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disque.jobs.job import Job
 
 _SHIFT = 3  # 8 ms per bucket
 NEVER = 1 << 62
 
 
 class TimerWheel:
-    """Items with an ``awakeme`` attribute (ms, 0 = not scheduled)."""
+    """Jobs by ``awakeme`` (ms, 0 = not scheduled)."""
 
     __slots__ = ("_buckets", "_heap", "earliest")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, set] = {}
+        self._buckets: dict[int, set[Job]] = {}
         self._heap: list[int] = []
         self.earliest = NEVER  # lower bound of the next due time, cheap to read
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets.values())
 
-    def schedule(self, item, when: int) -> None:
+    def schedule(self, item: Job, when: int) -> None:
         """(Re)schedule ``item`` at ``when`` ms."""
         old = item.awakeme
         if old:
@@ -47,7 +51,7 @@ class TimerWheel:
         else:
             bucket.add(item)
 
-    def cancel(self, item) -> None:
+    def cancel(self, item: Job) -> None:
         """Forget ``item``'s pending time."""
         old = item.awakeme
         if old:
@@ -70,15 +74,16 @@ class TimerWheel:
         self.earliest = NEVER
         return NEVER
 
-    def pop_due(self, now: int) -> list:
+    def pop_due(self, now: int) -> list[Job]:
         """Remove and return the items due at ``now``, earliest buckets first.
 
         Their ``awakeme`` is reset to 0; the caller reschedules what needs it.
         """
-        due = []
+        due: list[Job] = []
         heap = self._heap
         buckets = self._buckets
         limit = now >> _SHIFT
+        ready: set[Job] | list[Job]
         while heap and heap[0] <= limit:
             key = heap[0]
             bucket = buckets.get(key)
@@ -112,6 +117,6 @@ class TimerWheel:
         self.earliest = NEVER
 
 
-def _awake_order(item) -> tuple:
+def _awake_order(item: Job) -> tuple[int, bytes]:
     # Sets iterate in address order; sorting keeps simulations reproducible.
     return item.ctime, item.id

@@ -26,7 +26,7 @@ class QueueSet:
 
     def __init__(self, runtime: Runtime, memory: MemoryAccount) -> None:
         self.by_name: dict[bytes, Queue] = {}
-        self.scan = ScanIndex()
+        self.scan: ScanIndex[Queue] = ScanIndex()
         self.gc_cursor = 0
         # Queues with blocked consumers and jobs to give them, served after each input.
         self.ready: dict[Queue, None] = {}

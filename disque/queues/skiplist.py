@@ -11,6 +11,12 @@ after the current tail (new jobs) and popping the head need no search.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disque.jobs.job import Job
+
 MAX_LEVEL = 32
 
 
@@ -23,21 +29,23 @@ def _level_of(job_id: bytes) -> int:
     return level
 
 
-def _before(a, b) -> bool:
+def _before(a: Job, b: Job) -> bool:
     ac = a.ctime
     bc = b.ctime
     return ac < bc or (ac == bc and a.id < b.id)
 
 
-def _next(item, level: int):
-    return item._sl if level == 0 else item._slup[level - 1]
+def _next(item: Job, level: int) -> Job | None:
+    # Levels above 0 are only asked of items that have them; an assert on
+    # _slup would run in the search loop.
+    return item._sl if level == 0 else item._slup[level - 1]  # type: ignore[index]
 
 
-def _set_next(item, level: int, nxt) -> None:
+def _set_next(item: Job, level: int, nxt: Job | None) -> None:
     if level == 0:
         item._sl = nxt
     else:
-        item._slup[level - 1] = nxt
+        item._slup[level - 1] = nxt  # type: ignore[index]  # as in _next
 
 
 class SkipList:
@@ -46,8 +54,8 @@ class SkipList:
     __slots__ = ("_head", "_last", "_len")
 
     def __init__(self) -> None:
-        self._head: list = [None] * MAX_LEVEL  # first item per level
-        self._last: list = [None] * MAX_LEVEL  # last item per level
+        self._head: list[Job | None] = [None] * MAX_LEVEL  # first item per level
+        self._last: list[Job | None] = [None] * MAX_LEVEL  # last item per level
         self._len = 0
 
     def __len__(self) -> int:
@@ -56,11 +64,11 @@ class SkipList:
     def __bool__(self) -> bool:
         return self._len > 0
 
-    def __contains__(self, item) -> bool:
+    def __contains__(self, item: Job) -> bool:
         first = self._predecessors(item)[0]
         return (self._head[0] if first is None else first._sl) is item
 
-    def insert(self, item) -> None:
+    def insert(self, item: Job) -> None:
         """Insert ``item`` (which must not be in any skiplist)."""
         item_id = item.id
         level = 1 if item_id[11] & 3 else _level_of(item_id)
@@ -84,7 +92,8 @@ class SkipList:
                     if prev is None:
                         head[i] = item
                     else:
-                        prev._slup[i - 1] = item
+                        # last[i] of a level i >= 1 has that level (as in _next).
+                        prev._slup[i - 1] = item  # type: ignore[index]
                     last[i] = item
         else:
             preds = self._predecessors(item)
@@ -105,32 +114,32 @@ class SkipList:
                 item._sl._slprev = item
         self._len += 1
 
-    def remove(self, item) -> None:
+    def remove(self, item: Job) -> None:
         """Remove ``item``, which must be in this skiplist."""
         if item._slup is None:
             self._unlink(item, (item._slprev,))
         else:
             self._unlink(item, self._predecessors(item))
 
-    def pop_first(self):
+    def pop_first(self) -> Job | None:
         """Remove and return the smallest item, or None when empty."""
         item = self._head[0]
         if item is not None:
             self._unlink(item, (None,) * MAX_LEVEL)
         return item
 
-    def first(self):
+    def first(self) -> Job | None:
         """The smallest item without removing it."""
         return self._head[0]
 
-    def iter_from_head(self):
+    def iter_from_head(self) -> Iterator[Job]:
         """Items in ascending order (do not modify while iterating)."""
         item = self._head[0]
         while item is not None:
             yield item
             item = item._sl
 
-    def iter_from_tail(self):
+    def iter_from_tail(self) -> Iterator[Job]:
         """Items in descending order (do not modify while iterating)."""
         item = self._last[0]
         while item is not None:
@@ -148,9 +157,9 @@ class SkipList:
         self._last = [None] * MAX_LEVEL
         self._len = 0
 
-    def _predecessors(self, item) -> list:
+    def _predecessors(self, item: Job) -> list[Job | None]:
         """For every level, the last item ordered before ``item`` (None = head)."""
-        preds = [None] * MAX_LEVEL
+        preds: list[Job | None] = [None] * MAX_LEVEL
         head = self._head
         prev = None
         for i in range(MAX_LEVEL - 1, -1, -1):
@@ -163,7 +172,7 @@ class SkipList:
             preds[i] = prev
         return preds
 
-    def _unlink(self, item, preds) -> None:
+    def _unlink(self, item: Job, preds: Sequence[Job | None]) -> None:
         head = self._head
         last = self._last
         up = item._slup
