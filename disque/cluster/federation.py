@@ -98,7 +98,7 @@ class Federation:
             queue.needjobs_bcast_time = now
             queue.needjobs_bcast_attempt += 1
             self.outbox.broadcast({m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: 1})
-        if sources:
+        if responders:  # as sources, but narrows the Optional
             adhoc_delay = min(ADHOC_DELAY_MS << min(queue.needjobs_adhoc_attempt, 7),
                               ADHOC_MAX_DELAY_MS)
             if reason == REACHED_ZERO or now - queue.needjobs_adhoc_time > adhoc_delay:

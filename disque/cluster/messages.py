@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from collections.abc import Callable
 
 PROTOCOL_VERSION = 1
 
@@ -112,7 +113,7 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _is_node_id(value) -> bool:
+def _is_node_id(value: object) -> bool:
     # Node IDs are 40 hex characters; anything else would corrupt nodes.conf
     # and CLUSTER NODES (spec: cluster-bus.md §2). Every message carries its
     # sender's ID, so IDs already seen valid are remembered (a cluster has few).
@@ -130,28 +131,28 @@ def _is_node_id(value) -> bool:
 _VALID_IDS: set[bytes] = set()
 
 
-def _is_job_id(value) -> bool:
+def _is_job_id(value: object) -> bool:
     return (type(value) is bytes and len(value) == 40 and value[0] == 68 and value[1] == 45
             and value[10] == 45 and value[35] == 45)
 
 
-def _is_list(value) -> bool:
+def _is_list(value: object) -> bool:
     return type(value) is list
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return type(value) is int
 
 
-def _is_bytes(value) -> bool:
+def _is_bytes(value: object) -> bool:
     return type(value) is bytes
 
 
-_CHECKS = {_JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int,
-           bytes: _is_bytes}
+_CHECKS: dict[object, Callable[[object], bool]] = {
+    _JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
 
 
-def _fields_validator(schema: dict):
+def _fields_validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
     checks = tuple((key, _CHECKS[what]) for key, what in schema.items())
 
     def validate(body: dict) -> str | None:
@@ -173,7 +174,7 @@ _BODY_VALIDATORS = {kind: _job_id_only if schema == {ID: _JOB_ID} else _fields_v
                     for kind, schema in BODY_SCHEMAS.items()}
 
 
-def header_problem(header) -> str | None:
+def header_problem(header: object) -> str | None:
     """Why a frame's header cannot be trusted, or None if it is well formed.
 
     Handlers trust what passes this check and ``body_problem``, so a peer
@@ -200,7 +201,7 @@ def header_problem(header) -> str | None:
     return None
 
 
-def body_problem(body) -> str | None:
+def body_problem(body: object) -> str | None:
     """Why one message of a frame cannot be processed, or None (runs per message)."""
     if type(body) is not dict:
         return "not a map"
@@ -214,7 +215,7 @@ def body_problem(body) -> str | None:
     return validate(body)
 
 
-def gossip_problem(entry) -> str | None:
+def gossip_problem(entry: object) -> str | None:
     """Why one gossip entry cannot be used, or None."""
     if type(entry) is not dict:
         return "not a map"

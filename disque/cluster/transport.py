@@ -19,7 +19,8 @@ class Link:
 
     __slots__ = ("node_id", "peer_ip", "local_ip", "handle")
 
-    def __init__(self, node_id: bytes | None, peer_ip: str, local_ip: str, handle=None) -> None:
+    def __init__(self, node_id: bytes | None, peer_ip: str, local_ip: str,
+                 handle: object = None) -> None:
         self.node_id = node_id
         self.peer_ip = peer_ip
         self.local_ip = local_ip

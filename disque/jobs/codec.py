@@ -10,6 +10,9 @@ dropped.
 
 from __future__ import annotations
 
+from collections.abc import Container, Sequence
+from typing import Any
+
 from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 
 MAX_ETIME = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
@@ -20,18 +23,18 @@ class BadJobPayload(ValueError):
     """A serialised job that cannot be decoded."""
 
 
-def _fields(job: Job, etime: int, flags: int) -> list:
+def _fields(job: Job, etime: int, flags: int) -> list[object]:
     return [job.id, job.queue, job.body, job.repl, job.ctime, etime, job.delay, job.retry,
             job.nacks, job.adeliv, flags, list(job.delivered)]
 
 
-def to_bus(job: Job, now_ms: int) -> list:
+def to_bus(job: Job, now_ms: int) -> list[object]:
     """Bus form: relative TTL, DELIVERED cleared."""
     remaining = max(1, job.etime - now_ms // 1000 + 1)
     return _fields(job, remaining, job.flags & ~DELIVERED)
 
 
-def _check_types(fields) -> None:
+def _check_types(fields: Sequence[object]) -> None:
     """Raise BadJobPayload unless the first 12 decoded fields have the types
     of a job: bytes, a list of node IDs and non-negative integers."""
     (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
@@ -48,8 +51,8 @@ def _check_types(fields) -> None:
 
 
 def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime: int,
-         delay: int, retry: int, nacks: int, adeliv: int, delivered, known_nodes,
-         own: tuple | None) -> Job:
+         delay: int, retry: int, nacks: int, adeliv: int, delivered: Sequence[object],
+         known_nodes: Container[bytes] | None, own: tuple[bytes, ...] | None) -> Job:
     """Make the Job of values of the right types (non-negative integers).
 
     A job held only by ``own[0]`` (this node) shares the tuple ``own``, as
@@ -75,12 +78,14 @@ def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime:
     return job
 
 
-def from_bus(payload, now_ms: int, known_nodes) -> Job:
+def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] | None) -> Job:
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
     if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
         raise BadJobPayload("not a job")
     _check_types(payload)
-    job = _job(*payload[:10], payload[11], known_nodes, None)  # flags (10) set below
+    # flags (10) are set below. The ignore: mypy lets a *sequence of unknown
+    # length fill every parameter, so it counts the arguments after it as extra.
+    job = _job(*payload[:10], payload[11], known_nodes, None)  # type: ignore[call-arg]
     # Sent as seconds remaining; capped so that it stays a 64-bit number (AOF).
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
@@ -88,7 +93,8 @@ def from_bus(payload, now_ms: int, known_nodes) -> Job:
     return job
 
 
-def from_storage(payload, known_nodes, own: tuple | None = None) -> tuple[Job, bool]:
+def from_storage(payload: Sequence[Any], known_nodes: Container[bytes] | None,
+                 own: tuple[bytes, ...] | None = None) -> tuple[Job, bool]:
     """Decode an AOF job; returns (job in state active, was it stored as queued).
 
     ``payload``: id, queue, body, repl, ctime, absolute etime, delay, retry,
@@ -97,13 +103,15 @@ def from_storage(payload, known_nodes, own: tuple | None = None) -> tuple[Job, b
     if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
         raise BadJobPayload("not a stored job")
     _check_types(payload)
-    return from_checked_storage(*payload, known_nodes, own)
+    # The length is checked above; mypy counts arguments after a *sequence as extra.
+    return from_checked_storage(*payload, known_nodes, own)  # type: ignore[call-arg]
 
 
 def from_checked_storage(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int,
                          etime: int, delay: int, retry: int, nacks: int, adeliv: int, flags: int,
-                         delivered, state: int, known_nodes,
-                         own: tuple | None = None) -> tuple[Job, bool]:
+                         delivered: Sequence[object], state: int,
+                         known_nodes: Container[bytes] | None,
+                         own: tuple[bytes, ...] | None = None) -> tuple[Job, bool]:
     """``from_storage`` for fields of the right types. A packed AOF payload's
     are, by its layout, so the loader calls this directly: loading a job
     then skips the type checks."""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from disque.jobs.job import STATE_NAMES
+from disque.jobs.job import STATE_NAMES, Job
 from disque.resp import NIL, Status, encode
 
 _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
 
 
-def job_entry(job, withcounters: bool = False) -> bytes:
+def job_entry(job: Job, withcounters: bool = False) -> bytes:
     """``[queue, id, body]``, or the 7-element WITHCOUNTERS form."""
-    queue = job.queue
-    body = job.body
+    # Only queued or delivered jobs get here, never a dummy ACK (the one job
+    # without queue and body); an assert would run once per delivered job.
+    queue: bytes = job.queue  # type: ignore[assignment]
+    body: bytes = job.body  # type: ignore[assignment]
     if withcounters:
         return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
             len(queue), queue, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
@@ -20,7 +22,7 @@ def job_entry(job, withcounters: bool = False) -> bytes:
         len(queue), queue, job.id, len(body), body)
 
 
-def job_info(job, now_ms: int) -> list:
+def job_info(job: Job, now_ms: int) -> list[object]:
     """The 30-element SHOW array as a value for ``resp.encode``."""
     now_s = now_ms // 1000
     qtime = job.qtime
@@ -44,12 +46,12 @@ def job_info(job, now_ms: int) -> list:
     ]
 
 
-def encode_job_info(job, now_ms: int) -> bytes:
+def encode_job_info(job: Job, now_ms: int) -> bytes:
     """SHOW reply bytes."""
     return encode(job_info(job, now_ms))
 
 
-def job_id_status(job) -> Status:
+def job_id_status(job: Job) -> Status:
     """A job ID as JSCAN REPLY id sends it: a status reply."""
     return Status(job.id)
 

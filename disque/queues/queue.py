@@ -15,7 +15,8 @@ PAUSE_IN = 1
 PAUSE_OUT = 2
 PAUSE_ALL = PAUSE_IN | PAUSE_OUT
 PAUSE_NAMES = {PAUSE_NONE: b"none", PAUSE_IN: b"in", PAUSE_OUT: b"out", PAUSE_ALL: b"all"}
-PAUSE_BY_NAME = {name: flags for flags, name in PAUSE_NAMES.items()}
+# Looked up with unchecked bus values, hence any key.
+PAUSE_BY_NAME: dict[object, int] = {name: flags for flags, name in PAUSE_NAMES.items()}
 
 IMPORT_WINDOW_MS = 1000
 IMPORT_RATE_VALIDITY_MS = 5000
