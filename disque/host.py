@@ -8,6 +8,12 @@ operating system reports that it could not be done.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
+
 
 class Host:
     """Process-level services for admin commands."""
@@ -24,12 +30,12 @@ class Host:
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT: reset process-level counters."""
 
-    def client_list(self, node) -> bytes:
+    def client_list(self, node: Node) -> bytes:
         """CLIENT LIST text."""
         return b""
 
-    def kill_clients(self, caller, *, addr: str | None = None, client_id: int | None = None,
-                     skip_caller: bool = True) -> int:
+    def kill_clients(self, caller: ClientState, *, addr: str | None = None,
+                     client_id: int | None = None, skip_caller: bool = True) -> int:
         """Close matching client connections; return how many."""
         return 0
 

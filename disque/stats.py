@@ -6,6 +6,10 @@ spec: commands.md INFO (Stats, Commandstats), SLOWLOG, LATENCY.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disque.commands import Command
 
 SLOWLOG_MAX_ARGS = 32
 SLOWLOG_MAX_ARG_LEN = 128
@@ -46,10 +50,11 @@ class Stats:
         self._slowlog_threshold_us = 10000
         self.slowlog_max_len = 128
         self._latency_threshold_ms = 0
-        self.notice_us = 10000  # commands this slow may go to the slow log / latency monitor
-        self.latency: dict[str, deque] = {}  # event -> (unix s, ms) samples
+        # Commands this slow may go to the slow log / latency monitor (inf: none).
+        self.notice_us: float = 10000
+        self.latency: dict[str, deque[tuple[int, int]]] = {}  # event -> (unix s, ms) samples
         self.latency_max: dict[str, int] = {}
-        self.ops_samples: deque = deque(maxlen=16)
+        self.ops_samples: deque[tuple[int, int]] = deque(maxlen=16)  # (ms, commands)
 
     @property
     def slowlog_threshold_us(self) -> int:
@@ -78,7 +83,7 @@ class Stats:
             limits.append(self._latency_threshold_ms * 1000)
         self.notice_us = min(limits) if limits else float("inf")
 
-    def command_slow(self, cmd, argv: list[bytes], usec: int, now_ms: int) -> None:
+    def command_slow(self, cmd: Command, argv: list[bytes], usec: int, now_ms: int) -> None:
         """Slow log and latency monitor for a command that may deserve them."""
         threshold = self.slowlog_threshold_us
         if threshold >= 0 and usec >= threshold:

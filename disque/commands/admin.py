@@ -4,12 +4,19 @@ DEBUG, SLOWLOG, LATENCY, BGREWRITEAOF (spec: commands.md §4)."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from disque import errors
-from disque.commands import unique_commands
+from disque.commands import Command, unique_commands
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
 from disque.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
+    from disque.stats import Stats
 
 MAX_PASSWORD_LEN = 512
 DEFAULT_SLOWLOG_GET = 10
@@ -26,7 +33,7 @@ RESTART_FAILED = error("ERR failed to restart the server. Check server logs.")
 LOADAOF_FAILED = error("ERR Error loading the AOF file. Check server logs.")
 
 
-def ping(node, client, argv: list[bytes]) -> bytes:
+def ping(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """PING [message]."""
     if len(argv) == 1:
         return PONG
@@ -35,7 +42,7 @@ def ping(node, client, argv: list[bytes]) -> bytes:
     return errors.wrong_arity("ping")
 
 
-def auth(node, client, argv: list[bytes]) -> bytes:
+def auth(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """AUTH password (constant-time comparison)."""
     password = node.config.requirepass
     if not password:
@@ -47,17 +54,17 @@ def auth(node, client, argv: list[bytes]) -> bytes:
     return OK if ok else errors.INVALID_PASSWORD
 
 
-def time_(node, client, argv: list[bytes]) -> bytes:
+def time_(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """TIME: [unix seconds, microseconds] as bulk strings."""
     us = node.host.time_us(node.runtime.now)
     return encode([str(us // 1_000_000).encode(), str(us % 1_000_000).encode()])
 
 
-def _command_entry(cmd) -> list:
+def _command_entry(cmd: Command) -> list[object]:
     return [cmd.lname, cmd.arity, [Status(w) for w in cmd.flag_words()], 0, 0, 0]
 
 
-def command(node, client, argv: list[bytes]) -> bytes:
+def command(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """COMMAND [INFO name... | COUNT]."""
     commands = unique_commands(node.commands)
     if len(argv) == 1:
@@ -80,7 +87,7 @@ def _valid_client_name(name: bytes) -> bool:
     return all(33 <= c <= 126 for c in name)
 
 
-def _client_kill(node, client, argv: list[bytes]) -> bytes:
+def _client_kill(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     if len(argv) == 3:
         killed = node.host.kill_clients(client, addr=argv[2].decode("latin-1"), skip_caller=False)
         return OK if killed else NO_SUCH_CLIENT
@@ -112,7 +119,7 @@ def _client_kill(node, client, argv: list[bytes]) -> bytes:
                                           skip_caller=skip))
 
 
-def client_cmd(node, client, argv: list[bytes]) -> bytes | None:
+def client_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """CLIENT LIST | KILL | SETNAME | GETNAME | ID | PAUSE | REPLY."""
     sub = argv[1].upper()
     n = len(argv)
@@ -154,7 +161,7 @@ def client_cmd(node, client, argv: list[bytes]) -> bytes | None:
 
 # ---------------------------------------------------------------- CONFIG
 
-def config_cmd(node, client, argv: list[bytes]) -> bytes:
+def config_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """CONFIG GET | SET | RESETSTAT | REWRITE."""
     sub = argv[1].upper()
     arity = {b"GET": 3, b"SET": 4, b"RESETSTAT": 2, b"REWRITE": 2}.get(sub)
@@ -178,7 +185,7 @@ def config_cmd(node, client, argv: list[bytes]) -> bytes:
 
 # -------------------------------------------------------------- SHUTDOWN
 
-def shutdown(node, client, argv: list[bytes]) -> bytes | None:
+def shutdown(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """SHUTDOWN [REWRITE-AOF]: no reply on success, the process exits."""
     if len(argv) > 2 or (len(argv) == 2 and argv[1].upper() != b"REWRITE-AOF"):
         return errors.SYNTAX
@@ -188,7 +195,7 @@ def shutdown(node, client, argv: list[bytes]) -> bytes | None:
     return SHUTDOWN_FAILED
 
 
-def bgrewriteaof(node, client, argv: list[bytes]) -> bytes:
+def bgrewriteaof(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """BGREWRITEAOF."""
     return node.host.bgrewriteaof()
 
@@ -200,7 +207,7 @@ def _debug_unknown(sub: bytes) -> bytes:
                  % sub.decode("latin-1"))
 
 
-def debug(node, client, argv: list[bytes]) -> bytes:
+def debug(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """DEBUG FLUSHALL | SLEEP | LOADAOF | ERROR | RESTART | CRASH-AND-RECOVER."""
     sub = argv[1].upper()
     n = len(argv)
@@ -229,7 +236,7 @@ def debug(node, client, argv: list[bytes]) -> bytes:
 
 # --------------------------------------------------------------- SLOWLOG
 
-def slowlog(node, client, argv: list[bytes]) -> bytes:
+def slowlog(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """SLOWLOG GET [n] | LEN | RESET."""
     sub = argv[1].upper()
     stats = node.stats
@@ -239,6 +246,7 @@ def slowlog(node, client, argv: list[bytes]) -> bytes:
     if sub == b"LEN" and len(argv) == 2:
         return integer(len(stats.slowlog))
     if sub == b"GET" and len(argv) in (2, 3):
+        count: int | None
         count = DEFAULT_SLOWLOG_GET
         if len(argv) == 3:
             count = parse_int(argv[2])
@@ -253,7 +261,7 @@ def slowlog(node, client, argv: list[bytes]) -> bytes:
 
 # --------------------------------------------------------------- LATENCY
 
-def latency(node, client, argv: list[bytes]) -> bytes:
+def latency(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """LATENCY LATEST | HISTORY | RESET | GRAPH | DOCTOR."""
     sub = argv[1].upper()
     stats = node.stats
@@ -285,7 +293,7 @@ def latency(node, client, argv: list[bytes]) -> bytes:
     return errors.SYNTAX
 
 
-def _latency_graph(event: str, samples) -> str:
+def _latency_graph(event: str, samples: Iterable[tuple[int, int]]) -> str:
     peak = max(ms for _, ms in samples) or 1
     lines = ["%s - high %d ms, low %d ms" % (event, peak, min(ms for _, ms in samples))]
     for when, ms in samples:
@@ -294,7 +302,7 @@ def _latency_graph(event: str, samples) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _latency_doctor(stats) -> str:
+def _latency_doctor(stats: Stats) -> str:
     if not stats.latency:
         return ("Dave, no latency spike was observed during the lifetime of this Disque "
                 "instance, not in the slightest bit. I honestly think you ought to sleep "

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import TYPE_CHECKING
 
 from disque import __version__, errors
 from disque.cluster.membership import MYSELF
 from disque.commands.admin import auth
 from disque.commands.args import parse_int
 from disque.resp import OK, bulk, encode, error, status
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
 
 CLUSTER_SYNTAX = error("ERR Wrong CLUSTER subcommand or number of arguments")
 INVALID_NODE_ID = error("ERR Invalid node identifier")
@@ -17,7 +22,7 @@ LEAVING_SYNTAX = error("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no
 MAX_MEET_PORT = 55535
 
 
-def hello(node, client, argv: list[bytes]) -> bytes:
+def hello(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """HELLO: format version, own ID, then [id, ip, port, priority] per node.
 
     ``HELLO <protover> [AUTH user pass] [SETNAME name]`` is the handshake
@@ -34,7 +39,7 @@ def hello(node, client, argv: list[bytes]) -> bytes:
     return _client_handshake(node, client, argv)
 
 
-def _client_handshake(node, client, argv: list[bytes]) -> bytes:
+def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     protover = parse_int(argv[1])
     if protover is None or not argv[1]:
         return errors.wrong_arity("hello")
@@ -65,7 +70,7 @@ def _client_handshake(node, client, argv: list[bytes]) -> bytes:
     return encode([item for pair in fields for item in pair])
 
 
-def _meet(node, argv: list[bytes]) -> bytes:
+def _meet(node: Node, argv: list[bytes]) -> bytes:
     ip = argv[2].decode("latin-1")
     port_arg = argv[3]
     port = parse_int(port_arg)
@@ -82,7 +87,7 @@ def _meet(node, argv: list[bytes]) -> bytes:
     return OK
 
 
-def _forget(node, node_id: bytes) -> bytes:
+def _forget(node: Node, node_id: bytes) -> bytes:
     if len(node_id) != 40:
         return INVALID_NODE_ID
     target = node.membership.nodes.get(node_id)
@@ -94,7 +99,7 @@ def _forget(node, node_id: bytes) -> bytes:
     return OK
 
 
-def _leaving(node, argv: list[bytes]) -> bytes:
+def _leaving(node: Node, argv: list[bytes]) -> bytes:
     if len(argv) == 2:
         return status(b"yes" if node.membership.leaving else b"no")
     value = argv[2].lower()
@@ -104,7 +109,7 @@ def _leaving(node, argv: list[bytes]) -> bytes:
     return OK
 
 
-def cluster(node, client, argv: list[bytes]) -> bytes:
+def cluster(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """CLUSTER MEET | NODES | MYID | INFO | SAVECONFIG | FORGET | RESET | LEAVING."""
     sub = argv[1].upper()
     n = len(argv)

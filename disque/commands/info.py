@@ -7,10 +7,17 @@ reported as 0 so the keys clients look for always exist.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from disque import errors
 from disque.commands import unique_commands
 from disque.memory import format_human
 from disque.resp import bulk
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
 
 SECTIONS = (
     ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
@@ -34,7 +41,7 @@ _SECTION_NAMES = {name.lower() for name, _ in SECTIONS}
 _COMMANDSTATS = "commandstats"
 
 
-def _node_fields(node, section: str) -> dict:
+def _node_fields(node: Node, section: str) -> dict:
     if section == "server":
         return {"hz": node.config.hz, "tcp_port": node.config.port}
     if section == "clients":
@@ -55,7 +62,7 @@ def _node_fields(node, section: str) -> dict:
     return {}
 
 
-def _section_text(node, title: str, keys) -> str:
+def _section_text(node: Node, title: str, keys: Iterable[str] | None) -> str:
     section = title.lower()
     host_fields = node.host.info_fields(section)
     values = dict(host_fields)
@@ -67,7 +74,7 @@ def _section_text(node, title: str, keys) -> str:
     return "".join(lines)
 
 
-def _commandstats_text(node) -> str:
+def _commandstats_text(node: Node) -> str:
     lines = ["# Commandstats\r\n"]
     for cmd in unique_commands(node.commands):
         if cmd.calls:
@@ -76,7 +83,7 @@ def _commandstats_text(node) -> str:
     return "".join(lines)
 
 
-def info(node, client, argv: list[bytes]) -> bytes:
+def info(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """INFO [section]."""
     if len(argv) > 2:
         return errors.SYNTAX

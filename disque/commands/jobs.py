@@ -36,7 +36,11 @@ _WITHCOUNTERS = b"WITHCOUNTERS"
 _FROM = b"FROM"
 
 
-def _parse_addjob_options(argv: list[bytes]):
+# repl, ttl, retry, delay, maxlen, async (None: not given)
+_AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool]
+
+
+def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
     """Options after the timeout; returns an error reply or the values."""
     repl = ttl = retry = maxlen = None
     delay = 0
@@ -151,7 +155,9 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
         parsed = _parse_addjob_options(argv)
         if type(parsed) is bytes:
             return parsed
-        repl, ttl, retry, delay, maxlen, async_ = parsed
+        # mypy keeps bytes in the union after `type(...) is bytes` (bytes can be
+        # subclassed); isinstance would narrow it but costs ADDJOB more.
+        repl, ttl, retry, delay, maxlen, async_ = parsed  # type: ignore[assignment]
     timeout = parse_int(argv[3])
     if timeout is None:
         return errors.TIMEOUT_NOT_INTEGER

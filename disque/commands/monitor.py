@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from disque.argsplit import quote_arg
 from disque.resp import OK
 
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
 
-def format_monitor_line(now_us: int, client, argv: list[bytes]) -> bytes:
+
+def format_monitor_line(now_us: int, client: ClientState, argv: list[bytes]) -> bytes:
     """``+<sec>.<usec> [<addr>] "arg" ...`` as a status reply."""
     args = " ".join(quote_arg(a) for a in argv)
     return ("+%d.%06d [%s] %s\r\n" % (now_us // 1_000_000, now_us % 1_000_000, client.addr,
                                       args)).encode()
 
 
-def monitor(node, client, argv: list[bytes]) -> bytes:
+def monitor(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """Turn this connection into a monitor."""
     if not client.monitor:
         client.monitor = True

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
 from disque import errors
 from disque.cluster import messages as m
 from disque.commands.args import parse_int, parse_uint
@@ -9,6 +12,13 @@ from disque.jobs.job import STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
 from disque.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.jobs.job import Job
+    from disque.node import Node
+    from disque.queues.queue import Queue
+    from disque.scanindex import ScanIndex, Sequenced
 
 DEFAULT_SCAN_COUNT = 100
 SCAN_EFFORT = 10  # slots visited per requested element before returning
@@ -28,13 +38,13 @@ _PAUSE_STATE = b"STATE"
 _PAUSE_BCAST = b"BCAST"
 
 
-def qlen(node, client, argv: list[bytes]) -> bytes:
+def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QLEN queue."""
     queue = node.queues.get(argv[1])
     return integer(len(queue.jobs) if queue is not None else 0)
 
 
-def qpeek(node, client, argv: list[bytes]) -> bytes:
+def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QPEEK queue count: oldest first, or newest first for a negative count."""
     count = parse_int(argv[2])
     if count is None:
@@ -51,7 +61,7 @@ def qpeek(node, client, argv: list[bytes]) -> bytes:
     return b"*%d\r\n" % len(entries) + b"".join(entries)
 
 
-def qstat(node, client, argv: list[bytes]) -> bytes:
+def qstat(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QSTAT queue: the queue's counters, or a null array."""
     queue = node.queues.get(argv[1])
     if queue is None:
@@ -72,9 +82,13 @@ def qstat(node, client, argv: list[bytes]) -> bytes:
     ])
 
 
-def _scan(index, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, list]:
+T = TypeVar("T", bound="Sequenced")
+
+
+def _scan(index: ScanIndex[T], cursor: int, count: int, busyloop: bool,
+          keep: Callable[[T], bool]) -> tuple[int, list[T]]:
     """Walk a scan index from ``cursor`` collecting items accepted by ``keep``."""
-    found = []
+    found: list[T] = []
     effort = count * SCAN_EFFORT
     while True:
         cursor, items = index.scan(cursor, count)
@@ -84,7 +98,7 @@ def _scan(index, cursor: int, count: int, busyloop: bool, keep) -> tuple[int, li
             return cursor, found
 
 
-def _scan_reply(cursor: int, elements: list) -> bytes:
+def _scan_reply(cursor: int, elements: list[object]) -> bytes:
     return encode([str(cursor).encode(), elements])
 
 
@@ -94,14 +108,20 @@ class _OptionError(Exception):
         self.reply = reply
 
 
-def _parse_scan_args(argv: list[bytes], options: dict) -> tuple[int, int, bool, dict] | bytes:
+# Each option's parser decides the type of its values, hence Any.
+_ScanOptions = dict[bytes, Callable[[bytes], Any]]
+_ScanArgs = tuple[int, int, bool, dict[bytes, list[Any]]]  # cursor, count, busyloop, values
+
+
+def _parse_scan_args(argv: list[bytes], options: _ScanOptions) -> _ScanArgs | bytes:
     """Common QSCAN/JSCAN parsing: a cursor anywhere, COUNT, BUSYLOOP and
     the command's own ``options`` (keyword -> parser returning a value or
     an error reply). Values of repeatable options are collected in lists."""
     cursor = None
+    count: int | None
     count = DEFAULT_SCAN_COUNT
     busyloop = False
-    values: dict = {}
+    values: dict[bytes, list[Any]] = {}
     i = 1
     n = len(argv)
     while i < n:
@@ -136,20 +156,21 @@ def _parse_scan_args(argv: list[bytes], options: dict) -> tuple[int, int, bool, 
     return cursor or 0, count, busyloop, values
 
 
-def _int_option(arg: bytes):
+def _int_option(arg: bytes) -> int:
     value = parse_int(arg)
     if value is None:
         raise _OptionError(errors.NOT_INTEGER)
     return value
 
 
-_QSCAN_OPTIONS = {_MINLEN: _int_option, _MAXLEN: _int_option, _IMPORTRATE: _int_option}
+_QSCAN_OPTIONS: _ScanOptions = {_MINLEN: _int_option, _MAXLEN: _int_option,
+                                 _IMPORTRATE: _int_option}
 
 
-def qscan(node, client, argv: list[bytes]) -> bytes:
+def qscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE n]."""
     parsed = _parse_scan_args(argv, _QSCAN_OPTIONS)
-    if type(parsed) is bytes:
+    if isinstance(parsed, bytes):  # narrows the union, unlike type() (not a hot path)
         return parsed
     cursor, count, busyloop, values = parsed
     minlen = values.get(_MINLEN, [None])[-1]
@@ -157,7 +178,7 @@ def qscan(node, client, argv: list[bytes]) -> bytes:
     rate = values.get(_IMPORTRATE, [None])[-1]
     now = node.runtime.now
 
-    def keep(queue) -> bool:
+    def keep(queue: Queue) -> bool:
         size = len(queue.jobs)
         return ((minlen is None or size >= minlen) and (maxlen is None or size <= maxlen)
                 and (rate is None or queue.import_rate(now) >= rate))
@@ -166,38 +187,39 @@ def qscan(node, client, argv: list[bytes]) -> bytes:
     return _scan_reply(cursor, [q.name for q in queues])
 
 
-def _state_option(arg: bytes):
+def _state_option(arg: bytes) -> int:
     state = STATES_BY_NAME.get(arg.lower())
     if state is None:
         raise _OptionError(errors.INVALID_STATE)
     return state
 
 
-def _reply_option(arg: bytes):
+def _reply_option(arg: bytes) -> bytes:
     kind = arg.upper()
     if kind not in (_REPLY_ALL, _REPLY_ID):
         raise _OptionError(errors.INVALID_REPLY_TYPE)
     return kind
 
 
-_JSCAN_OPTIONS = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
+_JSCAN_OPTIONS: _ScanOptions = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
 
 
-def jscan(node, client, argv: list[bytes]) -> bytes:
+def jscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]."""
     parsed = _parse_scan_args(argv, _JSCAN_OPTIONS)
-    if type(parsed) is bytes:
+    if isinstance(parsed, bytes):  # narrows the union, unlike type() (not a hot path)
         return parsed
     cursor, count, busyloop, values = parsed
     queue = values.get(_QUEUE, [None])[-1]
     states = frozenset(values.get(_STATE, ()))
     reply_all = values.get(_REPLY, [_REPLY_ID])[-1] == _REPLY_ALL
 
-    def keep(job) -> bool:
+    def keep(job: Job) -> bool:
         return (job.queue is not None and (queue is None or job.queue == queue)
                 and (not states or job.state in states))
 
     cursor, jobs = _scan(node.jobs.scan, cursor, count, busyloop, keep)
+    elements: list[object]
     if reply_all:
         elements = [job_info(job, node.runtime.now) for job in jobs]
     else:
@@ -205,7 +227,7 @@ def jscan(node, client, argv: list[bytes]) -> bytes:
     return _scan_reply(cursor, elements)
 
 
-def pause(node, client, argv: list[bytes]) -> bytes:
+def pause(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """PAUSE queue option...: set or read a queue's pause state."""
     name = argv[1]
     flags = PAUSE_NONE
