@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 CONF ?= conf/disque.conf
 
-.PHONY: install run test test-fast bench clean
+.PHONY: install run typecheck test test-fast bench clean
 
 install: $(STAMP)
 
@@ -28,7 +28,11 @@ $(SPARK_STAMP): $(STAMP)
 run: install
 	$(BIN)/disque-server $(CONF)
 
-test: $(SPARK_STAMP)
+# The core's type check ([tool.mypy] in pyproject.toml) runs before the tests.
+typecheck: install
+	$(BIN)/mypy
+
+test: $(SPARK_STAMP) typecheck
 	$(BIN)/python -m pytest -q
 
 test-fast: install
