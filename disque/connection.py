@@ -1,14 +1,20 @@
 """One client connection: bytes in, commands to the node, replies out.
 
-Pipelined commands of one read are executed in order; consecutive ones
-that a command's run handler takes together (plain ADDJOBs) go to
-``Node.call_run`` as one batch, with the same replies. Replies are not
-written at once: like Redis's "write before sleep", they are collected
-while the loop runs the callbacks of every readable socket and written
-together right after (``Server.flush_output``), one ``transport.write``
-per client per loop turn. With many unpipelined clients that halves the
-kernel time per request: the peer gets a burst of replies instead of a
-wake-up for each one, and the AOF is written once per turn.
+The whole path of a request, in this module: ``data_received`` parses
+the bytes, ``_execute`` runs the commands (consecutive ones that a
+command's run handler takes together, plain ADDJOBs, go to
+``Node.call_run`` as one batch, with the same replies), ``_write``
+collects the replies, and ``OutputBatch.flush`` writes them. Like
+Redis's "write before sleep", replies are not written at once: they are
+collected while the loop runs the callbacks of every readable socket,
+then one ``OutputBatch.flush`` per loop turn writes the AOF once (spec:
+persistence.md, a record is written before the reply that acknowledges
+it leaves the process) and gives each client's output to its transport
+in one ``write``. With many unpipelined clients that halves the kernel
+time per request: the peer gets a burst of replies instead of a wake-up
+for each one. Output that must leave before the turn ends (``close``, a
+pipeline of big replies) goes through ``_flush_now``, which writes the
+AOF first too.
 
 A blocked client (GETJOB, synchronous ADDJOB) stops executing until the
 node unblocks it; what it sends meanwhile is kept (reading pauses past
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from typing import Callable
 
 from disque import errors
 from disque.clients import ClientState
@@ -33,16 +40,48 @@ WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
 
 
+class OutputBatch:
+    """The replies of one loop turn: the AOF is written once, then every
+    client's collected output, one transport write per client."""
+
+    __slots__ = ("loop", "before_write", "clients")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, before_write: Callable[[], None]) -> None:
+        self.loop = loop
+        self.before_write = before_write  # writes pending AOF records
+        self.clients: list[ClientConnection] = []
+
+    def add(self, client: "ClientConnection") -> None:
+        """``client`` has its first reply of this turn."""
+        clients = self.clients
+        if not clients:
+            self.loop.call_soon(self.flush)
+        clients.append(client)
+
+    def flush(self) -> None:
+        """Write what every client collected (a client written meanwhile, by
+        ``_flush_now`` or gone, has no output left)."""
+        clients = self.clients
+        if not clients:
+            return
+        self.clients = []
+        self.before_write()  # spec: persistence.md, the AOF is written before the replies
+        for client in clients:
+            if client.output is not None:
+                client.write_output()
+
+
 class ClientConnection(asyncio.Protocol, ClientState):
     """asyncio protocol for one client."""
 
-    __slots__ = ("server", "node", "transport", "parser", "pending", "fd", "reading",
+    __slots__ = ("server", "node", "batch", "transport", "parser", "pending", "fd", "reading",
                  "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output")
 
     def __init__(self, server) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.now)
         self.server = server
         self.node = server.node
+        self.batch: OutputBatch = server.output_batch
         self.transport: asyncio.Transport | None = None
         self.parser = RequestParser(server.config.proto_max_bulk_len)
         self.pending: list | None = None  # commands read while blocked
@@ -168,7 +207,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
                     # the rest of the pipeline back while the peer is not reading
                     # (resume_writing runs it), so memory stays bounded either way.
                     self._write(b"".join(out))
-                    self.flush_output()
+                    self._flush_now()
                     out = []
                     size = 0
                     if self.closing:
@@ -243,21 +282,24 @@ class ClientConnection(asyncio.Protocol, ClientState):
         output = self.output
         if output is None:
             self.output = [data]
-            self.server.output_pending(self)
+            self.batch.add(self)
         else:
             output.append(data)
 
-    def flush_output(self) -> None:
-        """Hand the replies collected this loop turn to the transport."""
+    def write_output(self) -> None:
+        """Hand the collected replies to the transport (their AOF records are
+        written: ``OutputBatch.flush`` and ``_flush_now`` see to it)."""
         output = self.output
-        if output is None:
-            return
         self.output = None
-        server = self.server
-        server.flush_aof()  # spec: persistence.md, the AOF is written before the reply
         self.transport.write(output[0] if len(output) == 1 else b"".join(output))
-        if server.output_limited or self.monitor:
+        if self.server.output_limited or self.monitor:
             self._check_output_limits()
+
+    def _flush_now(self) -> None:
+        """Write this client's replies before the turn ends (close, big pipeline)."""
+        if self.output is not None:
+            self.batch.before_write()  # spec: persistence.md
+            self.write_output()
 
     def _check_output_limits(self) -> None:
         hard, soft, soft_seconds = self.server.config.client_output_buffer_limit
@@ -283,7 +325,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
     def close(self) -> None:
         """Close once pending output is written (QUIT, CLIENT KILL, idle timeout)."""
         if not self.closing:
-            self.flush_output()
+            self._flush_now()
             self.closing = True
             self.transport.close()
 

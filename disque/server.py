@@ -26,7 +26,7 @@ from disque.cluster.bus import ClusterBus
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
-from disque.connection import ClientConnection
+from disque.connection import ClientConnection, OutputBatch
 from disque.gctuning import GarbageCollector
 from disque.host import Host
 from disque.jobs.timers import NEVER
@@ -122,7 +122,7 @@ class Server(Host):
         self.aof_writer = None
         self.bus: ClusterBus | None = None
         self.output_limited = any(config.client_output_buffer_limit)
-        self.unflushed: list[ClientConnection] = []  # clients with replies to write
+        self._output_batch: OutputBatch | None = None
         self.node: Node = self._create_node()
 
     # ------------------------------------------------------------ startup
@@ -392,19 +392,13 @@ class Server(Host):
             logger.warning("SHUTDOWN failed, exiting anyway")
             self._stop(1)
 
-    def output_pending(self, client: ClientConnection) -> None:
-        """``client`` has replies: write them once this loop turn's reads are done."""
-        if not self.unflushed:
-            self.loop.call_soon(self.flush_output)
-        self.unflushed.append(client)
-
-    def flush_output(self) -> None:
-        """Write every reply collected since the last call (see ``connection``)."""
-        clients = self.unflushed
-        self.unflushed = []
-        for client in clients:
-            if not client.closing:
-                client.flush_output()
+    @property
+    def output_batch(self) -> OutputBatch:
+        """The replies of this loop turn, handed to each new connection."""
+        batch = self._output_batch
+        if batch is None or batch.loop is not self.loop:
+            batch = self._output_batch = OutputBatch(self.loop, self.flush_aof)
+        return batch
 
     def flush_aof(self) -> None:
         """Write pending AOF records: called before any reply leaves the process."""
@@ -530,7 +524,7 @@ class Server(Host):
 async def _serve(server: Server) -> int:
     await server.start()
     code = await server.stopped
-    server.flush_output()
+    server.output_batch.flush()
     for client in list(server.clients.values()):
         client.transport.close()
     return code

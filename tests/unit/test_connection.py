@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from disque.config import Config
-from disque.connection import ClientConnection
+from disque.connection import WRITE_HIGH_WATER, ClientConnection
 from disque.server import Server
 
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -143,3 +143,59 @@ def test_aof_records_are_written_before_the_replies(server):
     assert order == []
     server.loop.end_turn()
     assert order == ["aof", "reply"]
+
+
+class CountingWriter:
+    """An AOF writer that logs its flushes (with a record pending each time)."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+        self.pending = True
+
+    def flush(self) -> None:
+        self.order.append("aof")
+
+
+def test_the_aof_is_written_once_per_turn_before_every_client_reply(server):
+    order: list[str] = []
+    server.aof_writer = CountingWriter(order)
+    for n in range(3):
+        client, transport = connect(server)
+        transport.write = lambda data, n=n: order.append("reply %d" % n)
+        client.data_received(PING)
+    server.loop.end_turn()
+    assert order == ["aof", "reply 0", "reply 1", "reply 2"]
+
+
+def test_close_writes_the_aof_before_its_last_replies(server):
+    order: list[str] = []
+    server.aof_writer = CountingWriter(order)
+    client, transport = connect(server)
+    transport.write = lambda data: order.append("reply")
+    client.data_received(PING + b"*1\r\n$4\r\nQUIT\r\n")
+    assert order == ["aof", "reply"]
+    server.loop.end_turn()
+    assert "reply" not in order[2:]  # the batch has nothing left for a closed client
+
+
+def command(*words: bytes) -> bytes:
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%b\r\n" % (len(w), w) for w in words)
+
+
+def test_a_pipeline_past_the_high_water_mark_writes_the_aof_first(server):
+    client, transport = connect(server)
+    client.data_received(command(b"ADDJOB", b"q", b"x" * 4096, b"0"))
+    client.data_received(command(b"QPEEK", b"q", b"1"))
+    server.loop.end_turn()
+    reply_size = len(transport.writes[-1]) - len(transport.writes[-1].split(b"\r\n", 1)[0]) - 2
+    order: list[str] = []
+    server.aof_writer = CountingWriter(order)
+    transport.write = lambda data: order.append("reply %d" % len(data))
+    count = WRITE_HIGH_WATER // reply_size + 2
+    client.data_received(command(b"QPEEK", b"q", b"1") * count)
+    # The replies that reach the mark leave during the read, AOF first; the rest
+    # at the end of the turn, AOF first again.
+    early = -(-WRITE_HIGH_WATER // reply_size)
+    assert order == ["aof", "reply %d" % (early * reply_size)]
+    server.loop.end_turn()
+    assert order[2:] == ["aof", "reply %d" % ((count - early) * reply_size)]
