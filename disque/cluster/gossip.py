@@ -283,13 +283,27 @@ class Gossip:
             self.config_dirty = True
 
     def on_fail(self, sender_id: bytes, msg: dict, link: Link) -> None:
-        """Another node says ``msg[NODE]`` is failing (spec §4)."""
+        """Another node says ``msg[NODE]`` is failing (spec §4).
+
+        Ignored while the node answered our own PING less than node-timeout
+        ago: the sender's view is older than ours. A node that lost the race
+        to hear from a restarted peer (its ping still unanswered from before
+        the restart) promotes PFAIL to FAIL with failure reports that the
+        nodes which have heard from the peer since sent before they did; if
+        the peer dies again right after answering us, that FAIL would make
+        it unreachable here at once, instead of after our own node-timeout
+        without an answer (then PFAIL and the FAIL check of the gossip do it).
+        """
         if sender_id not in self.membership.nodes:
             return
         node = self.membership.nodes.get(msg[m.NODE])
-        if node is not None and not node.flags & (MYSELF | FAIL):
-            node.flags = (node.flags & ~PFAIL) | FAIL
-            self.config_dirty = True
+        if node is None or node.flags & (MYSELF | FAIL):
+            return
+        if (node.pong_received and not node.flags & PFAIL
+                and self.runtime.now - node.pong_received < self.settings.cluster_node_timeout):
+            return
+        node.flags = (node.flags & ~PFAIL) | FAIL
+        self.config_dirty = True
 
     def cluster_cron(self) -> None:
         """Connect, ping, detect failures, expire handshakes (every ~100 ms)."""
