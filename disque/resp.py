@@ -24,9 +24,6 @@ PONG = b"+PONG\r\n"
 NIL = b"$-1\r\n"
 NIL_ARRAY = b"*-1\r\n"
 EMPTY_ARRAY = b"*0\r\n"
-EMPTY_BULK = b"$0\r\n\r\n"
-ZERO = b":0\r\n"
-ONE = b":1\r\n"
 
 MAX_MULTIBULK_COUNT = 1024 * 1024
 MAX_INLINE_SIZE = 64 * 1024
@@ -84,11 +81,6 @@ def bulk(data: bytes | None) -> bytes:
     if data is None:
         return NIL
     return b"$%d\r\n%b\r\n" % (len(data), data)
-
-
-def array_header(n: int) -> bytes:
-    """Encode the header of an array of ``n`` elements."""
-    return b"*%d\r\n" % n
 
 
 class Status(bytes):

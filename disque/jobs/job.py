@@ -58,11 +58,6 @@ class Job:
         self._slprev: Job | None = None
         self._slup: list[Job | None] | None = None
 
-    @property
-    def is_dummy_ack(self) -> bool:
-        """A placeholder ACK for a job this node never held."""
-        return self.queue is None
-
     def add_delivered(self, node_id: bytes) -> None:
         """Add one node to nodes-delivered."""
         if node_id not in self.delivered:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from disque.jobs.job import STATE_NAMES, Job
-from disque.resp import NIL, Status, encode
+from disque.resp import encode
 
 _NACKS = b"$5\r\nnacks\r\n"
 _ADELIV = b"$21\r\nadditional-deliveries\r\n"
@@ -50,10 +50,3 @@ def encode_job_info(job: Job, now_ms: int) -> bytes:
     """SHOW reply bytes."""
     return encode(job_info(job, now_ms))
 
-
-def job_id_status(job: Job) -> Status:
-    """A job ID as JSCAN REPLY id sends it: a status reply."""
-    return Status(job.id)
-
-
-NO_JOB = NIL

@@ -346,12 +346,11 @@ class TestEncoders:
         assert resp.bulk(b"") == b"$0\r\n\r\n"
         assert resp.bulk(b"a\r\nb") == b"$4\r\na\r\nb\r\n"
         assert resp.bulk(None) == b"$-1\r\n"
-        assert resp.array_header(3) == b"*3\r\n"
 
     def test_constants(self):
         assert resp.OK == b"+OK\r\n" and resp.PONG == b"+PONG\r\n"
         assert resp.NIL == b"$-1\r\n" and resp.NIL_ARRAY == b"*-1\r\n"
-        assert resp.EMPTY_ARRAY == b"*0\r\n" and resp.EMPTY_BULK == b"$0\r\n\r\n"
+        assert resp.EMPTY_ARRAY == b"*0\r\n"
 
     def test_encode_nested(self):
         value = [b"a", "é", 7, -1, None, Status(b"D-x"), [True, False, []], (b"t",)]
