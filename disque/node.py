@@ -98,6 +98,11 @@ class Node:
                                            self.outbox)
         self.gossip = Gossip(runtime, membership, self.outbox, config, self.host)
         self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues)
+        # The same dicts as QueueSet.ready and Interest.ready (cleared in
+        # place, never replaced): after every input, one test says whether
+        # ``after_input`` has work, without a call.
+        self.ready_queues = self.queues.ready
+        self.wanted_queues = self.interest.ready
         self.bus_routes = self._bus_routes()
         self.commands: dict[bytes, Command] = build_command_table()
         self.run_commands = _with_run_handler(self.commands)
@@ -190,7 +195,8 @@ class Node:
         stats.commands_processed += 1
         if usec >= stats.notice_us:
             stats.command_slow(cmd, argv, usec, self.runtime.now)
-        self.after_input()
+        if self.ready_queues or self.wanted_queues:
+            self.after_input()
         return reply
 
     def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],

@@ -52,9 +52,8 @@ class Interest:
         self.ready: dict[Queue, None] = {}
 
     def job_queued(self, queue: Queue) -> None:
-        """A job was queued in ``queue``: push it if another node waits for one."""
-        if self.wants and queue.name in self.wants:
-            self.ready[queue] = None
+        """A job was queued in ``queue``, which another node waits on: push it."""
+        self.ready[queue] = None
 
     def clear(self) -> None:
         """Forget every request (DEBUG FLUSHALL)."""

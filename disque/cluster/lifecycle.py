@@ -8,6 +8,7 @@ I/O or a clock: ``runtime.now`` is set by the node's entry points.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from disque import errors
@@ -31,10 +32,14 @@ GC_MAX_DELAY_MS = 180_000
 
 
 class QueueArrivals(Protocol):
-    """Told when a job is queued, for the nodes that asked for jobs of its queue."""
+    """Told when a job is queued in a queue other nodes asked jobs of."""
+
+    @property
+    def wants(self) -> Mapping[bytes, object]:
+        """The names of the queues other nodes wait on (read on every queueing)."""
 
     def job_queued(self, queue: Queue) -> None:
-        """A job was just queued in ``queue``."""
+        """A job was just queued in ``queue``, one of ``wants``."""
 
 
 class JobLifecycle:
@@ -153,7 +158,9 @@ class JobLifecycle:
         queue.jobs_in += 1
         if queue.blocked and not queue.paused & PAUSE_OUT:
             self.queues.mark_ready(queue)
-        self.arrivals.job_queued(queue)
+        arrivals = self.arrivals
+        if arrivals.wants and name in arrivals.wants:
+            arrivals.job_queued(queue)
 
     def dequeue_job(self, job: Job) -> bool:
         """Take a queued job out of its queue (it becomes active)."""

@@ -128,8 +128,8 @@ def addjob_run(node: Node, commands: list[list[bytes]], start: int, out: list[by
     name = commands[start][0]
     append = out.append
     memory = node.memory
-    ready = node.queues.ready
-    wanted = node.interest.ready
+    ready = node.ready_queues
+    wanted = node.wanted_queues
     i = start
     n = len(commands)
     while i < n:
