@@ -20,8 +20,13 @@ class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%d %b %H:%M:%S", time.localtime(record.created))
         char = _LEVEL_CHARS.get(record.levelno, "*")
-        return "%d:M %s.%03d %s %s" % (os.getpid(), stamp, int(record.msecs), char,
+        line = "%d:M %s.%03d %s %s" % (os.getpid(), stamp, int(record.msecs), char,
                                        record.getMessage())
+        if record.exc_info:
+            # logger.exception: the stack is what tells an operator (and the
+            # tests, which fail on a logged traceback) what went wrong.
+            line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 def configure(logfile: str, loglevel: str, syslog_enabled: bool = False,
