@@ -1,8 +1,9 @@
 """Deterministic simulation of a Disque cluster (FoundationDB style).
 
 See ``network`` (clock, events, faulty network), ``cluster`` (nodes,
-crash/restart, clients), ``checks`` (state invariants) and ``seeds``
-(reproducible seeded runs).
+crash/restart, clients), ``checks`` (state invariants), ``seeds``
+(reproducible seeded runs) and ``wire`` (``Sim(..., wire=True)``: the
+real bus and client connection code over a loopback transport).
 """
 
 from tests.sim.harness.clients import Request, SimFailure, is_error, parse_reply

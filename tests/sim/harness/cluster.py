@@ -6,6 +6,10 @@ cron every 100 ms of virtual time (hz 10, random phase) and its job
 timers as soon as they are due (``Node.next_timer``). Nodes can crash
 (state lost, like a SIGKILL without AOF) and restart with the same ID and
 the peers saved in their simulated nodes.conf.
+
+``Sim(..., wire=True)`` runs the real bus framing and client connection
+code over a loopback transport instead of handing decoded messages and
+argv lists to the nodes (see ``wire``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from disque.node import Node
 from tests.sim.harness.clients import Request, SimClient, SimFailure, parse_reply, to_bytes
 from tests.sim.harness.network import INF, EventLoop, Network, NetParams, SimBus
 from tests.sim.harness.ops import states
+from tests.sim.harness.wire import WireClient, WireNetwork
 
 BASE_PORT = 7711
 
@@ -57,7 +62,8 @@ class SimNode:
         self.bus_port = self.port + 10000
         self.node_id = node_id
         self.node: Node | None = None  # None while crashed
-        self.bus: SimBus | None = None
+        self.bus: SimBus | None = None  # a ClusterBus in a wire simulation
+        self.server = None  # a wire simulation's WireServer (the process's adapters)
         self.host: SimHost | None = None
         self.incarnation = 0
         self.saved_conf: str | None = None
@@ -79,16 +85,19 @@ class Sim:
     """A deterministic simulation of ``nodes`` Disque nodes.
 
     ``configure(config, index)`` may adjust each node's Config before it
-    boots (and again on every restart).
+    boots (and again on every restart). With ``wire`` the nodes talk
+    through the real bus and client connection code (``wire.WireNetwork``).
     """
 
     def __init__(self, nodes: int = 3, seed: int = 0, *, node_timeout: int = 3000,
                  net: NetParams | None = None, configure: Callable | None = None,
-                 trace: bool | None = None) -> None:
+                 trace: bool | None = None, wire: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.loop = EventLoop()
-        self.net = Network(self, net if net is not None else NetParams())
+        self.wire = wire
+        network = WireNetwork if wire else Network
+        self.net = network(self, net if net is not None else NetParams())
         self.node_timeout = node_timeout
         self.configure = configure
         self.client_ids = 0
@@ -191,7 +200,7 @@ class Sim:
     def _boot(self, sn: SimNode) -> None:
         sn.incarnation += 1
         sn.host = SimHost(sn)
-        sn.bus = SimBus(self.net, sn)
+        sn.bus = None if self.wire else SimBus(self.net, sn)
         config = self._config(sn)
         loop = self.loop
 
@@ -200,6 +209,8 @@ class Sim:
 
         node = Node(config, sn.node_id, clock=clock,
                     rng=random.Random(self.rng.getrandbits(64)), host=sn.host, bus=sn.bus)
+        if self.wire:
+            sn.server = self.net.boot(sn, node, config)
         if sn.saved_conf is not None:
             nodesconf.restore(node.membership, nodesconf.parse(sn.saved_conf, clock()),
                               config.port)
@@ -253,7 +264,7 @@ class Sim:
         self.trace("crash %s" % sn.name)
         sn.node = None
         sn.crashes += 1
-        if sn.bus is not None:
+        if sn.bus is not None and not self.wire:  # (a wire node's process just dies)
             sn.bus.shutdown()
         sn.bus = None
         sn.timer_at = INF
@@ -297,6 +308,10 @@ class Sim:
         if sn.node is None:
             raise SimFailure("cannot connect to %s: down" % sn.name)
         self.client_ids += 1
+        if self.wire:
+            client = WireClient(self, sn, self.client_ids)
+            self.net.connect_client(sn, client)
+            return client
         return SimClient(self, sn, self.client_ids)
 
     def command(self, i: int, *args, client: SimClient | None = None,
@@ -319,7 +334,8 @@ class Sim:
         request = Request(i, argv, self.loop.now, client)
         if on_reply is not None:
             request.callbacks.append(on_reply)
-        if sn.node is None or client.incarnation != sn.incarnation:
+        if (sn.node is None or client.incarnation != sn.incarnation
+                or (self.wire and client.closed)):
             request.lost = True
             self._finish(request)
             return request
@@ -327,6 +343,16 @@ class Sim:
         if self.tracing:
             self.trace("%s <- client %d: %s" % (sn.name, client.id, b" ".join(
                 a[:40] for a in argv).decode("latin-1")))
+        if self.wire:
+            # The bytes travel through events: run those of this instant until
+            # the reply is back, so that only a blocked command is left pending.
+            sn.waiting[client] = request
+            client.send_command(argv)
+            loop = self.loop
+            while not request.done and loop.next_time() <= loop.now:
+                loop.step()
+            request.blocked = not request.done
+            return request
         raw = sn.node.call(client, argv)
         if raw is None:
             if client.blocked is None and client.request is request and not request.done:
