@@ -11,7 +11,6 @@ import asyncio
 import fcntl
 import os
 import random
-import resource
 import signal
 import socket
 import sys
@@ -32,60 +31,15 @@ from disque.host import Host
 from disque.jobs.timers import NEVER
 from disque.log import logger
 from disque.node import Node
+from disque.osprocess import (RESERVED_FDS, atomic_write, daemonize, notify_systemd,
+                               raise_fd_limit)
 
-RESERVED_FDS = 32
 TIMER_SLACK_MS = 1
 
 
 def wall_clock_ms() -> int:
     """Unix time in milliseconds."""
     return time.time_ns() // 1_000_000
-
-
-def notify_systemd(state: str) -> bool:
-    """Send ``state`` (e.g. READY=1) to $NOTIFY_SOCKET; False if there is none."""
-    address = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return False
-    if address[0] == "@":
-        address = "\0" + address[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.connect(address)
-            sock.sendall(state.encode())
-    except OSError as exc:
-        logger.warning("Can't notify systemd (%s): %s", state.split("=")[0], exc)
-        return False
-    return True
-
-
-def daemonize() -> None:
-    """Detach from the terminal like the original (fork, setsid, stdio to /dev/null)."""
-    if os.fork():
-        os._exit(0)
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    if null > 2:
-        os.close(null)
-
-
-def atomic_write(path: str, data: str) -> None:
-    """Write a file so that a crash leaves either the old or the new content."""
-    tmp = "%s.tmp-%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dirfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
 
 
 class StartupError(Exception):
@@ -113,7 +67,6 @@ class Server(Host):
         self.timer_at = NEVER
         self.cron_handle: asyncio.TimerHandle | None = None
         self.stopped: asyncio.Future | None = None
-        self.exit_code = 0
         self.paused_until = 0.0
         self.lock_fd = -1
         self.pidfile_written = False
@@ -205,7 +158,7 @@ class Server(Host):
             self.node.free_memory()
 
     def _maxclients_changed(self, old: int, new: int) -> None:
-        allowed = self.raise_fd_limit(new)
+        allowed = raise_fd_limit(new)
         if allowed < new:
             raise ConfigSetError("ERR The operating system is not able to handle the specified "
                                  "number of clients, try with %d" % allowed)
@@ -214,26 +167,12 @@ class Server(Host):
         for client in self.clients.values():
             client.parser.max_bulk_len = new
 
-    @staticmethod
-    def raise_fd_limit(maxclients: int) -> int:
-        """Make room for ``maxclients`` descriptors; return how many clients fit."""
-        wanted = maxclients + RESERVED_FDS
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft >= wanted:
-            return maxclients
-        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        except (ValueError, OSError):
-            target = soft
-        return max(1, target - RESERVED_FDS)
-
     async def start(self) -> None:
         """Open listeners and start the cron."""
         self.loop = asyncio.get_running_loop()
         self.stopped = self.loop.create_future()
         config = self.config
-        allowed = self.raise_fd_limit(config.maxclients)
+        allowed = raise_fd_limit(config.maxclients)
         if allowed < config.maxclients:
             logger.warning("You requested maxclients of %d requiring at least %d max file "
                            "descriptors; maxclients lowered to %d.",
@@ -432,7 +371,6 @@ class Server(Host):
         return True
 
     def _stop(self, code: int) -> None:
-        self.exit_code = code
         if self.stopped is not None and not self.stopped.done():
             self.stopped.set_result(code)
 

@@ -28,12 +28,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("node", ("disque.node",)),
     ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
                   "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-                  "disque.gctuning")),
+                  "disque.gctuning", "disque.osprocess")),
 ]
 
 ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
             "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-            "disque.gctuning")
+            "disque.gctuning", "disque.osprocess")
 # The core reads time and randomness only through what the node is given,
 # and does no I/O: none of these may be imported there.
 IO_MODULES = ("asyncio", "socket", "selectors", "os", "time", "threading", "subprocess",
