@@ -1,187 +1,27 @@
-"""A Disque client for several nodes, built on redis-py connections.
+"""``DisqueClient``: one connection to the best reachable node, with failover.
 
-The client talks to one node at a time. It picks that node with HELLO
-(lowest priority first, spec: commands.md §3 HELLO), and moves to another
-node when the current one stops answering or replies ``-LEAVING``. Bulk
-operations (ADDJOB, ACKJOB, WORKING) are pipelined in chunks: one write and
-one read burst per chunk instead of one round trip per job.
-
-Retrying after a connection error re-sends commands whose effect is unknown,
-so a job can be added twice: producers get at-least-once, like the queue.
-
-Not thread-safe: give each thread its own client.
-
-Needs the ``client`` extra (redis-py), which the server itself does without.
+Node choice by HELLO, failover on connection errors and -LEAVING, chunked
+pipelining, and the job and queue commands (see the package docstring).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
-try:
-    import redis
-except ImportError as exc:  # the server does not need redis-py; only this client does
-    raise ImportError("disque.client needs redis-py: pip install 'disque-server[client]'"
-                      ) from exc
+import redis
 
-try:  # redis-py packs with hiredis too; calling it directly skips per-argument checks
-    from hiredis import pack_command as _hiredis_pack
-except ImportError:  # pragma: no cover - hiredis is a dependency
-    _hiredis_pack = None
-from redis.exceptions import AuthenticationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from disque.client.addresses import DEFAULT_SEED, NodeAddress, parse_nodes
+from disque.client.arguments import addjob_args, addjob_options, encode_arg, pack_commands
+from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
+                                  NoNodeAvailable, ResponseError, is_leaving)
+from disque.client.replies import Job, job_from_entry, job_info, text
 
-DEFAULT_PORT = 7711
-DEFAULT_SEED = "127.0.0.1:7711"
 DEFAULT_CHUNK = 500
-LEAVING_PREFIX = "LEAVING"
-# ADDJOB on a leaving node that cannot replicate elsewhere (spec: commands.md ADDJOB step 6).
-NOREPL_LEAVING_TEXT = "I'm leaving the cluster"
-# HELLO priority of a failing or leaving node (spec: commands.md §3 HELLO).
-PRIORITY_FAILING = 10
 # How long a node that failed is skipped when choosing where to go next.
 FAILED_NODE_QUARANTINE = 5.0
 
-_CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 _SOCKET_DEFAULT = object()  # read with the connection's own socket timeout
-
-
-class DisqueError(Exception):
-    """A command failed on every node the client could reach."""
-
-
-class NoNodeAvailable(DisqueError):
-    """No configured or discovered node accepted a connection."""
-
-
-class Job(NamedTuple):
-    """A job as GETJOB / QPEEK return it; counters are None without WITHCOUNTERS."""
-
-    queue: str
-    id: str
-    body: bytes
-    nacks: int | None = None
-    additional_deliveries: int | None = None
-
-
-@dataclass(frozen=True)
-class NodeAddress:
-    """Where a node listens, and what HELLO told us about it."""
-
-    host: str
-    port: int
-    node_id: str | None = field(default=None, compare=False)
-    priority: int = field(default=1, compare=False)
-
-    @classmethod
-    def parse(cls, text: str) -> "NodeAddress":
-        """``host:port``, ``host`` (port 7711), or ``[v6addr]:port``."""
-        text = text.strip()
-        if not text:
-            raise ValueError("empty node address")
-        if text.startswith("["):
-            host, _, rest = text[1:].partition("]")
-            port = rest.lstrip(":") or DEFAULT_PORT
-        elif text.count(":") == 1:
-            host, port = text.split(":")
-        else:
-            host, port = text, DEFAULT_PORT
-        return cls(host, int(port))
-
-    def __str__(self) -> str:
-        return "%s:%d" % (self.host, self.port)
-
-
-def parse_nodes(nodes: str | Sequence[str | NodeAddress | tuple[str, int]]) -> list[NodeAddress]:
-    """Seed nodes from ``"h1:p1,h2:p2"``, a list of such strings, or (host, port) pairs."""
-    if isinstance(nodes, str):
-        nodes = [part for part in nodes.split(",") if part.strip()]
-    out: list[NodeAddress] = []
-    for node in nodes:
-        if isinstance(node, NodeAddress):
-            out.append(node)
-        elif isinstance(node, tuple):
-            out.append(NodeAddress(node[0], int(node[1])))
-        else:
-            out.append(NodeAddress.parse(node))
-    if not out:
-        raise ValueError("no Disque node given")
-    return out
-
-
-def _arg(value: Any) -> Any:
-    # Queue names are binary-safe: strings we decoded with surrogateescape go back unchanged.
-    if isinstance(value, str):
-        return value.encode("utf-8", "surrogateescape")
-    return value
-
-
-def _text(value: bytes | str) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
-    return value
-
-
-def _pack(conn: redis.Connection, commands: Sequence[tuple]) -> list[bytes]:
-    """The RESP encoding of ``commands``, ready for send_packed_command."""
-    if _hiredis_pack is not None:
-        try:
-            return [b"".join([_hiredis_pack(cmd) for cmd in commands])]
-        except UnicodeEncodeError:
-            pass  # a surrogate-escaped queue name: encode it ourselves below
-    return conn.pack_commands([tuple(_arg(a) for a in cmd) for cmd in commands])
-
-
-def _is_leaving(error: BaseException) -> bool:
-    text = str(error)
-    return text.startswith(LEAVING_PREFIX) or NOREPL_LEAVING_TEXT in text
-
-
-def _job_from_entry(entry: list) -> Job:
-    if len(entry) >= 7:
-        return Job(_text(entry[0]), _text(entry[1]), entry[2], int(entry[4]), int(entry[6]))
-    return Job(_text(entry[0]), _text(entry[1]), entry[2])
-
-
-def job_info(flat: list) -> dict[str, Any]:
-    """SHOW / JSCAN REPLY all: the 30-element key/value array as a dict with str keys."""
-    info: dict[str, Any] = {}
-    for i in range(0, len(flat) - 1, 2):
-        key = _text(flat[i])
-        value = flat[i + 1]
-        if key in ("id", "queue", "state") and value is not None:
-            value = _text(value)
-        elif key in ("nodes-delivered", "nodes-confirmed"):
-            value = [_text(v) for v in value]
-        info[key] = value
-    return info
-
-
-def addjob_args(queue: str | bytes, body: bytes | str, timeout_ms: int = 0, *,
-                replicate: int | None = None, delay: int | None = None,
-                retry: int | None = None, ttl: int | None = None,
-                maxlen: int | None = None, async_: bool = False) -> tuple:
-    """The argv of one ADDJOB (spec: commands.md ADDJOB)."""
-    return ("ADDJOB", _arg(queue), _arg(body), timeout_ms) + addjob_options(
-        replicate=replicate, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_)
-
-
-def addjob_options(*, replicate: int | None = None, delay: int | None = None,
-                   retry: int | None = None, ttl: int | None = None,
-                   maxlen: int | None = None, async_: bool = False) -> tuple:
-    """The option words that follow ``ADDJOB queue body timeout``."""
-    opts: list[Any] = []
-    for word, value in (("REPLICATE", replicate), ("DELAY", delay), ("RETRY", retry),
-                        ("TTL", ttl), ("MAXLEN", maxlen)):
-        if value is not None:
-            opts += [word, int(value)]
-    if async_:
-        opts.append("ASYNC")
-    return tuple(opts)
 
 
 class DisqueClient:
@@ -247,7 +87,7 @@ class DisqueClient:
         for node in self._candidates():
             try:
                 conn = self._open(node)
-            except (*_CONNECTION_ERRORS, ResponseError) as exc:
+            except (*CONNECTION_ERRORS, ResponseError) as exc:
                 self._failed[node] = time.monotonic()
                 errors.append("%s: %s" % (node, exc))
                 continue
@@ -258,7 +98,7 @@ class DisqueClient:
                 except AuthenticationError:
                     self.close()
                     raise
-                except _CONNECTION_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     self._drop()
                     errors.append("%s: %s" % (node, exc))
                     continue
@@ -278,7 +118,7 @@ class DisqueClient:
                 break
             try:
                 conn = self._open(best)
-            except (*_CONNECTION_ERRORS, ResponseError):
+            except (*CONNECTION_ERRORS, ResponseError):
                 self._failed[best] = now
                 continue
             self._conn.disconnect()
@@ -289,10 +129,10 @@ class DisqueClient:
 
     def _hello(self, via: NodeAddress) -> list[NodeAddress]:
         reply = self._call_once("HELLO", read_timeout=_SOCKET_DEFAULT)
-        my_id = _text(reply[1])
+        my_id = text(reply[1])
         nodes: list[NodeAddress] = []
         for entry in reply[2:]:
-            node_id, ip, port, priority = (_text(x) for x in entry)
+            node_id, ip, port, priority = (text(x) for x in entry)
             if node_id == my_id:
                 # Self may have no address yet (no peer contacted it), and the address
                 # we dialled is the one known to work from here.
@@ -327,11 +167,11 @@ class DisqueClient:
                 return operation()
             except AuthenticationError:
                 raise  # another node would refuse us too
-            except _CONNECTION_ERRORS as exc:
+            except CONNECTION_ERRORS as exc:
                 last = exc
                 self._drop()
             except ResponseError as exc:
-                if not _is_leaving(exc):
+                if not is_leaving(exc):
                     raise
                 last = exc
                 self._drop()
@@ -341,7 +181,7 @@ class DisqueClient:
 
     def _call_once(self, *args: Any, read_timeout: Any = None) -> Any:
         conn = self._conn
-        conn.send_command(*[_arg(a) for a in args], check_health=False)
+        conn.send_command(*[encode_arg(a) for a in args], check_health=False)
         if read_timeout is _SOCKET_DEFAULT:
             return conn.read_response()
         return conn.read_response(timeout=read_timeout)
@@ -352,7 +192,7 @@ class DisqueClient:
 
     def _pipeline_once(self, commands: Sequence[tuple]) -> list[Any]:
         conn = self._conn
-        conn.send_packed_command(_pack(conn, commands), check_health=False)
+        conn.send_packed_command(pack_commands(conn, commands), check_health=False)
         replies: list[Any] = []
         for _ in commands:
             try:
@@ -375,7 +215,7 @@ class DisqueClient:
             leaving = []
             for i, reply in zip(todo, got):
                 replies[i] = reply
-                if isinstance(reply, ResponseError) and _is_leaving(reply):
+                if isinstance(reply, ResponseError) and is_leaving(reply):
                     leaving.append(i)
             todo = leaving
             if leaving:
@@ -408,7 +248,7 @@ class DisqueClient:
     def add_job(self, queue: str | bytes, body: bytes | str, timeout_ms: int = 0,
                 **options: Any) -> str:
         """ADDJOB; options are replicate, delay, retry, ttl, maxlen, async_. Returns the job ID."""
-        return _text(self.execute(*addjob_args(queue, body, timeout_ms, **options)))
+        return text(self.execute(*addjob_args(queue, body, timeout_ms, **options)))
 
     def add_jobs(self, jobs: Iterable[tuple[str | bytes, bytes | str]], timeout_ms: int = 0,
                  chunk_size: int = DEFAULT_CHUNK, **options: Any) -> list[str | ResponseError]:
@@ -417,7 +257,7 @@ class DisqueClient:
         out: list[str | ResponseError] = []
         commands = (("ADDJOB", q, b, timeout_ms) + tail for q, b in jobs)
         for replies in self.pipeline_chunks(commands, chunk_size):
-            out.extend(r if isinstance(r, ResponseError) else _text(r) for r in replies)
+            out.extend(r if isinstance(r, ResponseError) else text(r) for r in replies)
         return out
 
     def get_jobs(self, *queues: str | bytes, count: int = 1, timeout_ms: int | None = None,
@@ -441,7 +281,7 @@ class DisqueClient:
         else:
             read_timeout = None  # blocks until a job arrives
         reply = self._retrying(lambda: self._call_once(*args, read_timeout=read_timeout))
-        return [_job_from_entry(entry) for entry in reply or ()]
+        return [job_from_entry(entry) for entry in reply or ()]
 
     def ack_jobs(self, ids: Iterable[str], chunk_size: int = 1000) -> int:
         """ACKJOB in chunks of ``chunk_size`` IDs per command, pipelined; the number acked."""
@@ -498,14 +338,14 @@ class DisqueClient:
 
     def qpeek(self, queue: str | bytes, count: int) -> list[Job]:
         """QPEEK: up to ``count`` jobs from the head (negative: from the tail)."""
-        return [_job_from_entry(e) for e in self.execute("QPEEK", queue, count) or ()]
+        return [job_from_entry(e) for e in self.execute("QPEEK", queue, count) or ()]
 
     def qscan(self, count: int = 100) -> Iterator[str]:
         """Every queue name on the current node (QSCAN; a name may repeat)."""
         cursor = b"0"
         while True:
             cursor, names = self.execute("QSCAN", cursor, "COUNT", count)
-            yield from (_text(n) for n in names)
+            yield from (text(n) for n in names)
             if cursor in (b"0", "0", 0):
                 return
 

@@ -1,0 +1,43 @@
+"""A Disque client for several nodes, built on redis-py connections.
+
+The client talks to one node at a time. It picks that node with HELLO
+(lowest priority first, spec: commands.md §3 HELLO), and moves to another
+node when the current one stops answering or replies ``-LEAVING``. Bulk
+operations (ADDJOB, ACKJOB, WORKING) are pipelined in chunks: one write and
+one read burst per chunk instead of one round trip per job.
+
+Retrying after a connection error re-sends commands whose effect is unknown,
+so a job can be added twice: producers get at-least-once, like the queue.
+
+Not thread-safe: give each thread its own client.
+
+Needs the ``client`` extra (redis-py), which the server itself does without.
+
+The modules: ``addresses`` (NodeAddress, seed lists), ``errors`` (the client's
+errors, which failures move to another node), ``replies`` (Job, job_info),
+``arguments`` (argument encoding, ADDJOB's argv), ``disqueclient`` (the
+DisqueClient class: node choice, failover, pipelining, commands).
+"""
+
+from __future__ import annotations
+
+try:
+    import redis  # noqa: F401
+except ImportError as exc:  # the server does not need redis-py; only this client does
+    raise ImportError("disque.client needs redis-py: pip install 'disque-server[client]'"
+                      ) from exc
+
+from disque.client.addresses import (DEFAULT_PORT, DEFAULT_SEED, PRIORITY_FAILING, NodeAddress,
+                                     parse_nodes)
+from disque.client.arguments import addjob_args, addjob_options
+from disque.client.disqueclient import DEFAULT_CHUNK, FAILED_NODE_QUARANTINE, DisqueClient
+from disque.client.errors import (LEAVING_PREFIX, NOREPL_LEAVING_TEXT, AuthenticationError,
+                                  DisqueError, NoNodeAvailable, ResponseError)
+from disque.client.replies import Job, job_info
+
+__all__ = [
+    "DEFAULT_CHUNK", "DEFAULT_PORT", "DEFAULT_SEED", "FAILED_NODE_QUARANTINE", "LEAVING_PREFIX",
+    "NOREPL_LEAVING_TEXT", "PRIORITY_FAILING", "AuthenticationError", "DisqueClient",
+    "DisqueError", "Job", "NoNodeAvailable", "NodeAddress", "ResponseError", "addjob_args",
+    "addjob_options", "job_info", "parse_nodes",
+]

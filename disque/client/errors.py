@@ -1,0 +1,31 @@
+"""The client's errors, and which server and socket errors mean "try another node"."""
+
+from __future__ import annotations
+
+from redis.exceptions import AuthenticationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+__all__ = ["AuthenticationError", "CONNECTION_ERRORS", "DisqueError", "LEAVING_PREFIX",
+           "NOREPL_LEAVING_TEXT", "NoNodeAvailable", "ResponseError", "is_leaving"]
+
+LEAVING_PREFIX = "LEAVING"
+# ADDJOB on a leaving node that cannot replicate elsewhere (spec: commands.md ADDJOB step 6).
+NOREPL_LEAVING_TEXT = "I'm leaving the cluster"
+
+CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+class DisqueError(Exception):
+    """A command failed on every node the client could reach."""
+
+
+class NoNodeAvailable(DisqueError):
+    """No configured or discovered node accepted a connection."""
+
+
+def is_leaving(error: BaseException) -> bool:
+    """Whether a server error says the node is leaving, so another node should get the command."""
+    text = str(error)
+    return text.startswith(LEAVING_PREFIX) or NOREPL_LEAVING_TEXT in text
