@@ -84,6 +84,7 @@ class Node:
         self.blocked = BlockedClients(runtime, self.queues)
         self.interest = Interest()
         self.journal: Journal = NULL_JOURNAL
+        self.journaling = False  # see set_journal
         self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
                                       membership, self.outbox, self.journal, self.interest)
         self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
@@ -423,8 +424,11 @@ class Node:
 
     def set_journal(self, journal: Journal) -> None:
         """Report persistence events to ``journal`` from now on (the AOF
-        while appendonly is on, the null journal otherwise)."""
+        while appendonly is on, the null journal otherwise). ``journaling``
+        says whether events go anywhere, so ADDJOB's hot path skips the
+        null journal's call."""
         self.journal = journal
+        self.journaling = journal is not NULL_JOURNAL
         self.lifecycle.journal = journal
         self.replication.journal = journal
 

@@ -119,20 +119,18 @@ class JobLifecycle:
             self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
         else:
             flags |= BCAST_QUEUED  # the first queueing by this node is silent
-        self._queue(job, flags)
+        self.queue_job(job, flags)
         return True
 
-    def add_new_job(self, job: Job) -> None:
-        """Hold a job just created here and queue it at once.
+    def queue_job(self, job: Job, flags: int = BCAST_QUEUED) -> None:
+        """State queued, requeue timer armed, inserted in its queue; ``flags``
+        become the job's local flags.
 
-        The hot path of ADDJOB: what ``register_job`` plus ``enqueue_job`` do
-        for a brand-new local job (first queueing, so nothing to announce).
+        ADDJOB's hot path calls it right after ``JobRegistry.add_new`` with
+        the default flags: a job queued for the first time, silently, whose
+        next queueing here is announced (what ``enqueue_job`` does for it,
+        without the rules a new job passes anyway).
         """
-        self.registry.add_new(job)
-        self._queue(job, BCAST_QUEUED)
-
-    def _queue(self, job: Job, flags: int) -> None:
-        """State queued, requeue timer armed, inserted in its queue."""
         job.state = QUEUED
         now = self.runtime.now
         retry = job.retry

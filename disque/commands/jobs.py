@@ -113,8 +113,10 @@ def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
         name = queue.name  # one name object shared by every job of the queue
     job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
     job.delivered = node.runtime.self_delivered
-    node.lifecycle.add_new_job(job)
-    node.journal.job_stored(job)
+    node.jobs.add_new(job)
+    node.lifecycle.queue_job(job)
+    if node.journaling:
+        node.journal.job_stored(job)
     return b"+" + job.id + b"\r\n"
 
 
@@ -199,7 +201,8 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
         job.delivered = node.runtime.self_delivered
         if async_ or repl == 1:
             if delay == 0:
-                node.lifecycle.add_new_job(job)
+                node.jobs.add_new(job)
+                node.lifecycle.queue_job(job)
             else:
                 node.lifecycle.register_job(job)
             if repl > 1:

@@ -18,7 +18,7 @@ def test_acked_jobs_are_evicted_oldest_first_until_under_the_threshold():
     parts = Parts(maxmemory=1_000_000)
     jobs = [make_job(parts, tag=i, body=b"x" * 50_000) for i in range(8)]
     for job in jobs:
-        parts.lifecycle.add_new_job(job)
+        parts.add_new(job)
     for job in jobs[:6]:
         parts.lifecycle.ack_job(job)
     policy = MemoryPolicy(Settings(), parts.memory, parts.registry, parts.lifecycle, parts.queues)
@@ -35,7 +35,7 @@ def test_acked_jobs_are_evicted_oldest_first_until_under_the_threshold():
 def test_noeviction_keeps_everything():
     parts = Parts(maxmemory=100_000)
     job = make_job(parts, body=b"x" * 200_000)
-    parts.lifecycle.add_new_job(job)
+    parts.add_new(job)
     parts.lifecycle.ack_job(job)
     policy = MemoryPolicy(Settings("noeviction"), parts.memory, parts.registry,
                           parts.lifecycle, parts.queues)

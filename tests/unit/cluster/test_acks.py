@@ -27,7 +27,7 @@ def requeue(parts: Parts) -> RequeueCoordination:
 def shared_job(parts: Parts):
     parts.add_peer(PEER_A)
     job = make_job(parts, delivered=(OWN_ID, PEER_A))
-    parts.lifecycle.add_new_job(job)
+    parts.add_new(job)
     return job
 
 

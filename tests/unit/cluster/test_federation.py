@@ -20,7 +20,7 @@ def federation(parts: Parts) -> Federation:
 def queue_jobs(parts: Parts, count: int, retry: int = 300) -> list:
     jobs = [make_job(parts, tag=i, retry=retry) for i in range(count)]
     for job in jobs:
-        parts.lifecycle.add_new_job(job)
+        parts.add_new(job)
     return jobs
 
 
@@ -80,11 +80,11 @@ def test_consumers_get_jobs_round_robin_and_blocked_ones_are_served_on_arrival()
     second = make_job(parts, queue=b"a", tag=2)
     third = make_job(parts, queue=b"b", tag=3)
     for job in (first, second, third):
-        parts.lifecycle.add_new_job(job)
+        parts.add_new(job)
     assert consumers.collect([b"a", b"b"], 3) == [first, third, second]
     waiting = ClientState(1)
     parts.blocked.block_for_jobs(waiting, [b"a"], 0, 1, False)
     late = make_job(parts, queue=b"a", tag=4)
-    parts.lifecycle.add_new_job(late)
+    parts.add_new(late)
     consumers.serve_ready()
     assert waiting.blocked is None and late.id in waiting.sent[0]

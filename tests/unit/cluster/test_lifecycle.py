@@ -15,7 +15,7 @@ from tests.unit.cluster.wiring import OWN_ID, PEER_A, Parts, make_job
 def test_a_new_job_is_held_queued_and_its_requeue_armed():
     parts = Parts()
     job = make_job(parts, retry=10)
-    parts.lifecycle.add_new_job(job)
+    parts.add_new(job)
     queue = parts.queues[b"q"]
     assert job.state == QUEUED and len(queue.jobs) == 1 and parts.registry.get(job.id) is job
     assert job.flags & BCAST_WILLQUEUE and 9750 <= job.qtime - parts.runtime.now < 10250
@@ -28,7 +28,7 @@ def test_a_requeue_is_announced_to_the_other_holders_and_counted():
     parts = Parts()
     parts.add_peer(PEER_A)
     job = make_job(parts, delivered=(OWN_ID, PEER_A))
-    parts.lifecycle.add_new_job(job)
+    parts.add_new(job)
     popped = parts.lifecycle.pop_job(parts.queues[b"q"])
     assert popped is job and job.state == ACTIVE
     assert parts.lifecycle.enqueue_job(job, nack=True)
@@ -41,7 +41,7 @@ def test_ack_and_expiry_reach_the_journal_with_their_reason():
     parts = Parts()
     acked, expiring = make_job(parts, tag=1), make_job(parts, tag=2, ttl=5)
     for job in (acked, expiring):
-        parts.lifecycle.add_new_job(job)
+        parts.add_new(job)
     assert parts.lifecycle.ack_job(acked) and acked.state == ACKED
     assert not parts.lifecycle.ack_job(acked)
     parts.advance(6000)
@@ -79,13 +79,13 @@ def test_an_ack_while_replicas_are_awaited_gives_the_producer_its_id():
 def test_gc_of_a_lone_acked_job_deletes_it_and_asks_holders_otherwise():
     parts = Parts()
     lone = make_job(parts, tag=1)
-    parts.lifecycle.add_new_job(lone)
+    parts.add_new(lone)
     parts.lifecycle.ack_job(lone, schedule=False)
     parts.lifecycle.gc_attempt(lone)
     assert parts.registry.get(lone.id) is None
     parts.add_peer(PEER_A)
     shared = make_job(parts, tag=2, delivered=(OWN_ID, PEER_A))
-    parts.lifecycle.add_new_job(shared)
+    parts.add_new(shared)
     parts.lifecycle.ack_job(shared, schedule=False)
     parts.lifecycle.gc_attempt(shared)
     setacks = parts.transport.of_type(m.SETACK)
@@ -97,5 +97,5 @@ def test_a_queued_job_reports_to_the_queue_arrivals():
     parts = Parts()
     parts.interest.wants[b"q"] = {PEER_A: (parts.runtime.now + 1000, 5)}
     job = make_job(parts)
-    parts.lifecycle.add_new_job(job)
+    parts.add_new(job)
     assert list(parts.interest.ready) == [parts.queues[b"q"]]

@@ -93,6 +93,11 @@ class Parts:
         self.membership.update_reachable()
         return peer
 
+    def add_new(self, job: Job) -> None:
+        """What ADDJOB does with a job created here: hold it, queue it."""
+        self.registry.add_new(job)
+        self.lifecycle.queue_job(job)
+
     def advance(self, ms: int) -> int:
         self.runtime.now += ms
         return self.runtime.now
