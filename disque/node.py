@@ -359,13 +359,13 @@ class Node:
                 logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
                 continue
             membership.messages_received += 1
-            route = routes[msg[m.TYPE]]
-            if route.membership:
+            handler, for_membership = routes[msg[m.TYPE]]
+            if for_membership:
                 if msg is not header:
                     msg = {**header, **msg}
             elif sender not in membership.nodes:
                 continue
-            route.handler(sender, msg, link)
+            handler(sender, msg, link)
         self.after_input()
 
     def receive_bus(self, link: Link, msg: dict) -> None:

@@ -33,10 +33,10 @@ class AckPropagation:
         """Another node acked a job: ack it here and confirm (§6.6)."""
         job_id = msg[m.ID]
         may_have = msg.get(m.MAY_HAVE, 0)
-        job = self.registry.get(job_id)
+        job = self.registry.by_id.get(job_id)
         if job is not None and job.state == WAIT_REPL:
             self.replication.replication_achieved(job)
-            job = self.registry.get(job_id)
+            job = self.registry.by_id.get(job_id)
         if job is not None:
             self.lifecycle.ack_job(job)
         if job is None or not self._knows_more_holders(job, msg, may_have):
@@ -69,7 +69,7 @@ class AckPropagation:
 
     def on_gotack(self, sender: bytes, msg: dict, link: Link) -> None:
         """A node confirmed it holds the ACK (§6.6)."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is None or job.state != ACKED:
             return
         known = bool(msg.get(m.KNOWN))
@@ -94,6 +94,6 @@ class AckPropagation:
 
     def on_deljob(self, sender: bytes, msg: dict, link: Link) -> None:
         """Forget a job whatever its state (GC completion, FASTACK, failed ADDJOB)."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is not None:
             self.lifecycle.delete_job(job)

@@ -29,7 +29,7 @@ class Consumers:
         """Up to ``count`` jobs, round-robin over the queues, one job per queue
         per round (spec: GETJOB); queues with nothing to give ask other nodes."""
         found: list[Job] = []
-        queues = self.queues
+        queues = self.queues.by_name
         pop_job = self.lifecycle.pop_job
         need_jobs = self.federation.need_jobs
         while True:
@@ -38,7 +38,7 @@ class Consumers:
                 queue = queues.get(name)
                 if queue is None or not queue.jobs or queue.paused & PAUSE_OUT:
                     if queue is None:
-                        queue = queues.create(name)
+                        queue = self.queues.create(name)
                     need_jobs(queue, CLIENTS_WAITING)
                     continue
                 found.append(pop_job(queue))

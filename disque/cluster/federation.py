@@ -110,7 +110,7 @@ class Federation:
     def ask_jobs_for_blocked(self) -> None:
         """Client cron: keep asking for the queues blocked consumers wait on."""
         seen = set()
-        queues = self.queues
+        queues = self.queues.by_name
         for client in self.blocked.clients:
             block = client.blocked
             if block is None:
@@ -130,7 +130,7 @@ class Federation:
         network round trip instead of waiting here for their next request.
         """
         name = msg[m.QUEUE]
-        queue = self.queues.get(name)
+        queue = self.queues.by_name.get(name)
         if (queue is not None and queue.paused & PAUSE_OUT) or not self.outbox.has_link(sender):
             return
         count = min(max(msg[m.COUNT], 1), MAX_REQUEST)
@@ -174,7 +174,7 @@ class Federation:
             queue = next(iter(ready))
             del ready[queue]
             wants = all_wants.get(queue.name)
-            if not wants or self.queues.get(queue.name) is not queue:
+            if not wants or self.queues.by_name.get(queue.name) is not queue:
                 continue
             for node_id in list(wants):  # one share each per pass, in turn
                 if (not queue.jobs or queue.blocked or queue.paused & PAUSE_OUT
@@ -231,7 +231,7 @@ class Federation:
             if not lifecycle.enqueue_job(job):
                 continue
             assert job.queue is not None
-            queue = self.queues[job.queue]
+            queue = self.queues.by_name[job.queue]
             if queue.responders is None:
                 queue.responders = {}
             if sender not in queue.responders:

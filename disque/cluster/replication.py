@@ -97,7 +97,7 @@ class Replication:
             block = client.blocked
             if block is None or block.job_id is None:
                 continue
-            job = self.registry.get(block.job_id)
+            job = self.registry.by_id.get(block.job_id)
             if job is None or now - block.last_repl < REPLICATION_RETRY_MS:
                 continue
             if self.replicate(job, 1, False):
@@ -128,14 +128,14 @@ class Replication:
 
     def producer_timed_out(self, client: ClientState, block: Block) -> None:
         """A synchronous ADDJOB's timeout passed: NOREPL, and the job goes."""
-        job = self.registry.get(block.job_id) if block.job_id is not None else None
+        job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
         self.blocked.unblock(client, errors.NOREPL_TIMEOUT)
         if job is not None:
             self.lifecycle.delete_job(job)
 
     def producer_gone(self, block: Block) -> None:
         """A waiting producer disconnected or was let go: its job goes too."""
-        job = self.registry.get(block.job_id) if block.job_id is not None else None
+        job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
         if job is not None:
             self.lifecycle.delete_job(job)
 
@@ -150,10 +150,10 @@ class Replication:
         except BadJobPayload:
             return  # spec §6.2: ignored unless it carries exactly one decodable job
         assert job.queue is not None  # from_bus always gives a queue
-        queue = self.queues.get(job.queue)
+        queue = self.queues.by_name.get(job.queue)
         if queue is not None and queue.paused & PAUSE_IN:
             return
-        local = self.registry.get(job.id)
+        local = self.registry.by_id.get(job.id)
         if local is not None:
             local.merge_delivered(job.delivered)
         else:
@@ -166,7 +166,7 @@ class Replication:
 
     def on_gotjob(self, sender: bytes, msg: dict, link: Link) -> None:
         """A replica confirmed its copy (spec §6.3)."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is None or job.state != WAIT_REPL or job.confirmed is None:
             return
         job.confirmed.add(sender)
@@ -175,11 +175,11 @@ class Replication:
 
     def on_enqueue(self, sender: bytes, msg: dict, link: Link) -> None:
         """The origin kept no copy and asks this holder to queue the job (spec §6.4)."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is None or job.state not in (WAIT_REPL, ACTIVE):
             return
         assert job.queue is not None
-        queue = self.queues.get(job.queue)
+        queue = self.queues.by_name.get(job.queue)
         if queue is not None and queue.paused & PAUSE_IN:
             return
         job.flags &= ~BCAST_QUEUED

@@ -42,7 +42,7 @@ class RequeueCoordination:
 
     def on_willqueue(self, sender: bytes, msg: dict, link: Link) -> None:
         """A holder is about to requeue: if it is queued here, say so."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is None:
             return
         if job.state == ACKED:
@@ -55,7 +55,7 @@ class RequeueCoordination:
 
     def on_queued(self, sender: bytes, msg: dict, link: Link) -> None:
         """Another node queued the job (or a consumer is working on it)."""
-        job = self.registry.get(msg[m.ID])
+        job = self.registry.by_id.get(msg[m.ID])
         if job is None:
             return
         state = job.state

@@ -106,7 +106,7 @@ def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
     if leaving or node.memory.used > node.memory.warn_threshold:
         return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
     name = argv[1]
-    queue = node.queues.get(name)
+    queue = node.queues.by_name.get(name)
     if queue is not None:
         if queue.paused & PAUSE_IN:
             return errors.PAUSED
@@ -188,7 +188,7 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
             return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
         return errors.NOREPL_UNREACHABLE
     queue_name = argv[1]
-    queue = node.queues.get(queue_name)
+    queue = node.queues.by_name.get(queue_name)
     if queue is not None:
         if maxlen is not None and len(queue.jobs) >= maxlen:
             return errors.MAXLEN_EXCEEDED
@@ -279,7 +279,7 @@ def ackjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     if not _all_valid(ids):
         return errors.BADID
     acked = 0
-    jobs = node.jobs
+    jobs = node.jobs.by_id
     for job_id in ids:
         job = jobs.get(job_id)
         if job is None:
@@ -304,7 +304,7 @@ def fastack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         return errors.BADID
     deleted = 0
     for job_id in ids:
-        job = node.jobs.get(job_id)
+        job = node.jobs.by_id.get(job_id)
         msg = m.job_message(m.DELJOB, job_id)
         if job is None:
             node.outbox.broadcast(msg)
@@ -320,7 +320,7 @@ def working(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     job_id = argv[1]
     if not is_valid_job_id(job_id):
         return errors.BADID
-    job = node.jobs.get(job_id)
+    job = node.jobs.by_id.get(job_id)
     if job is None:
         return errors.NOJOB
     now = node.runtime.now
@@ -345,7 +345,7 @@ def _count_known(node: Node, argv: list[bytes], action: Callable[[Job], bool]) -
     if not _all_valid(ids):
         return errors.BADID
     count = 0
-    jobs = node.jobs
+    jobs = node.jobs.by_id
     for job_id in ids:
         job = jobs.get(job_id)
         if job is not None and action(job):
@@ -383,7 +383,7 @@ def show(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     job_id = argv[1]
     if not is_valid_job_id(job_id):
         return errors.BADID
-    job = node.jobs.get(job_id)
+    job = node.jobs.by_id.get(job_id)
     return NIL if job is None else encode_job_info(job, node.runtime.now)
 
 

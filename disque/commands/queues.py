@@ -40,7 +40,7 @@ _PAUSE_BCAST = b"BCAST"
 
 def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QLEN queue."""
-    queue = node.queues.get(argv[1])
+    queue = node.queues.by_name.get(argv[1])
     return integer(len(queue.jobs) if queue is not None else 0)
 
 
@@ -49,7 +49,7 @@ def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     count = parse_int(argv[2])
     if count is None:
         return errors.NOT_INTEGER
-    queue = node.queues.get(argv[1])
+    queue = node.queues.by_name.get(argv[1])
     if queue is None or count == 0:
         return EMPTY_ARRAY
     source = queue.jobs.iter_from_head() if count > 0 else queue.jobs.iter_from_tail()
@@ -63,7 +63,7 @@ def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 def qstat(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     """QSTAT queue: the queue's counters, or a null array."""
-    queue = node.queues.get(argv[1])
+    queue = node.queues.by_name.get(argv[1])
     if queue is None:
         return NIL_ARRAY
     now_s = node.runtime.now // 1000
@@ -245,7 +245,7 @@ def pause(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
             return errors.SYNTAX
     if changed:
         node.queues.set_pause(name, flags)
-    queue = node.queues.get(name)
+    queue = node.queues.by_name.get(name)
     current = queue.paused if queue is not None else PAUSE_NONE
     if bcast:
         node.outbox.broadcast({m.TYPE: m.PAUSE, m.QUEUE: name, m.PAUSE_STATE: PAUSE_NAMES[current]})
