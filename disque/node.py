@@ -268,10 +268,14 @@ class Node:
 
     def client_gone(self, client: ClientState) -> None:
         """The connection closed: drop its block (and a waiting ADDJOB's job)."""
+        self._let_go(client, None)
+
+    def _let_go(self, client: ClientState, reply: bytes | None) -> None:
+        """Unblock ``client`` with ``reply``; a waiting producer's job goes too."""
         block = client.blocked
         if block is None:
             return
-        self.blocked.unblock(client, None)
+        self.blocked.unblock(client, reply)
         if block.kind == Block.ADDJOB:
             self.replication.producer_gone(block)
 
@@ -325,12 +329,7 @@ class Node:
     def _release_blocked(self, reply: bytes) -> None:
         """Answer every blocked client with ``reply``; waiting producers' jobs go."""
         for client in self.blocked:
-            block = client.blocked
-            if block is None:
-                continue
-            self.blocked.unblock(client, reply)
-            if block.kind == Block.ADDJOB:
-                self.replication.producer_gone(block)
+            self._let_go(client, reply)
 
     # ----------------------------------------------------------------- bus
 

@@ -188,7 +188,7 @@ class AofLoader:
         if name == LOADJOB and len(argv) >= 2:
             self._loadjob(argv[1], offset)
         elif name == DELJOB and len(argv) >= 2:
-            job = self.node.jobs.get(argv[1])
+            job = self.node.jobs.by_id.get(argv[1])
             if job is not None:
                 self.node.lifecycle.delete_job(job)
         else:
@@ -202,7 +202,7 @@ class AofLoader:
         except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
             raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                % (offset, exc)) from None
-        if job.etime <= node.runtime.now // 1000 or job.id in node.jobs:
+        if job.etime <= node.runtime.now // 1000 or job.id in node.jobs.by_id:
             return
         lifecycle = node.lifecycle
         lifecycle.set_received_qtime(job)  # spec §5: delay + retry after the load

@@ -387,7 +387,7 @@ class AofWriter:
         node = self.node
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            jobs = _stored(node.jobs.values())
+            jobs = _stored(node.jobs.by_id.values())
             for start in range(0, len(jobs), REWRITE_SLICE_JOBS):
                 out = bytearray()
                 append_loadjobs(out, jobs[start:start + REWRITE_SLICE_JOBS], node.now)

@@ -290,7 +290,7 @@ class JobLifecycle:
 
     def delete_all(self) -> None:
         """Delete every job, one by one, with what each deletion entails (DEBUG FLUSHALL)."""
-        for job in list(self.registry.values()):
+        for job in list(self.registry.by_id.values()):
             self.delete_job(job)
         self.registry.clear()
         self.timers.clear()

@@ -8,7 +8,7 @@ and goes.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, ValuesView
+from collections.abc import Iterator, Mapping
 
 from disque.jobs.job import ACKED, DELIVERED, Job
 from disque.memory import DUMMY_ACK_COST, JOB_COST, MemoryAccount, job_cost
@@ -20,8 +20,9 @@ def is_evictable(job: Job) -> bool:
     return job.state == ACKED or bool(job.retry == 0 and job.flags & DELIVERED)
 
 
-class JobRegistry:
-    """Jobs by ID. ``by_id`` may be read freely; it changes only through here."""
+class JobRegistry(Mapping[bytes, Job]):
+    """Jobs by ID, read-only as a mapping (commands, tests). ``by_id`` is the
+    dict behind it, for hot paths; it changes only through here."""
 
     __slots__ = ("by_id", "scan", "evictable", "memory", "last_ctime")
 
@@ -33,30 +34,14 @@ class JobRegistry:
         self.memory = memory
         self.last_ctime = 0
 
-    # The mapping side, for commands and tests.
-    def get(self, job_id: bytes) -> Job | None:
-        """The job with ``job_id``, or None."""
-        return self.by_id.get(job_id)
-
     def __getitem__(self, job_id: bytes) -> Job:
         return self.by_id[job_id]
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self.by_id
 
     def __len__(self) -> int:
         return len(self.by_id)
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.by_id)
-
-    def values(self) -> ValuesView[Job]:
-        """Every job held."""
-        return self.by_id.values()
-
-    def items(self) -> ItemsView[bytes, Job]:
-        """(ID, job) pairs."""
-        return self.by_id.items()
 
     def new_ctime(self, now: int) -> int:
         """Creation time: ms × 10^6, strictly increasing on this node."""

@@ -6,7 +6,7 @@ spec: jobs-and-ids.md §7, commands.md PAUSE.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, ValuesView
+from collections.abc import Iterator, Mapping
 
 from disque.memory import MemoryAccount, queue_cost
 from disque.queues.queue import PAUSE_OUT, Queue
@@ -19,8 +19,9 @@ GC_MAX_VISITS = 4096
 BLOCKED_QUEUE_IDLE_S = 300  # a queue whose last waiter left goes when this idle
 
 
-class QueueSet:
-    """Queue objects by name. ``by_name`` may be read freely; it changes only through here."""
+class QueueSet(Mapping[bytes, Queue]):
+    """Queue objects by name, read-only as a mapping (commands, tests).
+    ``by_name`` is the dict behind it, for hot paths; it changes only through here."""
 
     __slots__ = ("by_name", "scan", "gc_cursor", "ready", "memory", "runtime")
 
@@ -33,30 +34,14 @@ class QueueSet:
         self.memory = memory
         self.runtime = runtime
 
-    # The mapping side, for commands and tests.
-    def get(self, name: bytes) -> Queue | None:
-        """The queue called ``name``, or None."""
-        return self.by_name.get(name)
-
     def __getitem__(self, name: bytes) -> Queue:
         return self.by_name[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.by_name
 
     def __len__(self) -> int:
         return len(self.by_name)
 
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.by_name)
-
-    def values(self) -> ValuesView[Queue]:
-        """Every queue object."""
-        return self.by_name.values()
-
-    def items(self) -> ItemsView[bytes, Queue]:
-        """(name, queue) pairs."""
-        return self.by_name.items()
 
     def create(self, name: bytes) -> Queue:
         """Create an empty queue object."""
