@@ -75,7 +75,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
     """asyncio protocol for one client."""
 
     __slots__ = ("server", "node", "batch", "transport", "parser", "pending", "fd", "reading",
-                 "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output")
+                 "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output",
+                 "held_input")
 
     def __init__(self, server) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.now)
@@ -92,6 +93,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         self.closing = False
         self.protocol_error: str | None = None  # answered once the commands before it ran
         self.output: list[bytes] | None = None  # replies waiting for the end of the loop turn
+        self.held_input: bytes | None = None  # read during CLIENT PAUSE, run when it ends
 
     # ------------------------------------------------------------ asyncio
 
@@ -146,6 +148,12 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def data_received(self, data: bytes) -> None:
         server = self.server
+        if server.clients_paused:
+            # A connection made during CLIENT PAUSE reads once before the
+            # transport can be paused (it starts reading after connection_made).
+            self.held_input = data if self.held_input is None else self.held_input + data
+            self.transport.pause_reading()
+            return
         server.net_input_bytes += len(data)
         self.atime = self.node.now
         commands: list = []
@@ -264,7 +272,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if on != self.reading and not self.closing:
             self.reading = on
             if on:
-                self.transport.resume_reading()
+                if not self.server.clients_paused:  # else the end of the pause resumes it
+                    self.transport.resume_reading()
             else:
                 self.transport.pause_reading()
 

@@ -68,6 +68,7 @@ class Server(Host):
         self.cron_handle: asyncio.TimerHandle | None = None
         self.stopped: asyncio.Future | None = None
         self.paused_until = 0.0
+        self.clients_paused = False  # CLIENT PAUSE in force: connections do not read
         self.lock_fd = -1
         self.pidfile_written = False
         self.gc = GarbageCollector()
@@ -407,15 +408,24 @@ class Server(Host):
         return killed
 
     def pause_clients(self, ms: int) -> None:
-        until = time.monotonic() + ms / 1000
+        # A shorter pause given during a longer one does not end it early.
+        self.paused_until = max(self.paused_until, time.monotonic() + ms / 1000)
+        self.clients_paused = True
         for client in self.clients.values():
             client.transport.pause_reading()
         self.loop.call_later(ms / 1000, self._resume_clients)
-        self.paused_until = until
 
     def _resume_clients(self) -> None:
-        if time.monotonic() + 0.001 < self.paused_until:
+        remaining = self.paused_until - time.monotonic()
+        if remaining > 0:  # a longer pause came, or the timer fired early
+            self.loop.call_later(remaining, self._resume_clients)
             return
+        self.clients_paused = False
+        for client in list(self.clients.values()):
+            held = client.held_input
+            if held is not None:
+                client.held_input = None
+                client.data_received(held)
         for client in self.clients.values():
             if client.reading and not client.closing:
                 client.transport.resume_reading()

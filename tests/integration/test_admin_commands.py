@@ -78,15 +78,40 @@ def test_client_pause_holds_connected_clients_for_the_pause(server):
     pauser.sock.sendall(encode_command("TIME") + encode_command("CLIENT", "PAUSE", "400"))
     before = server_time_us(pauser.reply())
     assert pauser.reply() == b"+OK\r\n"
-    # Read by the server only once the pause is over: its own clock says when
-    # (less the 1 ms by which server.py lets the resume timer fire early).
+    # Read by the server only once the pause is over: its own clock says when.
     after = server_time_us(waiting.call("TIME"))
-    assert after - before >= 399_000, after - before
+    assert after - before >= 400_000, after - before
     assert pauser.call("PING") == b"+PONG\r\n"
     assert pauser.call("CLIENT", "PAUSE", "x") == (
         b"-ERR timeout is not an integer or out of range\r\n")
     assert pauser.call("CLIENT", "PAUSE", "-1") == (
         b"-ERR timeout is not an integer or out of range\r\n")
+    waiting.close()
+    pauser.close()
+
+
+def test_client_pause_holds_connections_made_during_the_pause(server):
+    pauser = Wire(server.port)
+    pauser.sock.sendall(encode_command("TIME") + encode_command("CLIENT", "PAUSE", "400"))
+    before = server_time_us(pauser.reply())
+    assert pauser.reply() == b"+OK\r\n"
+    late = Wire(server.port)  # connects while the pause is in force
+    after = server_time_us(late.call("TIME"))
+    assert after - before >= 400_000, after - before
+    late.close()
+    pauser.close()
+
+
+def test_a_shorter_pause_does_not_end_a_longer_one(server):
+    waiting = Wire(server.port)
+    assert waiting.call("PING") == b"+PONG\r\n"
+    pauser = Wire(server.port)
+    pauser.sock.sendall(encode_command("TIME") + encode_command("CLIENT", "PAUSE", "600")
+                        + encode_command("CLIENT", "PAUSE", "100"))
+    before = server_time_us(pauser.reply())
+    assert pauser.reply() == b"+OK\r\n"  # both PAUSEs were read together: both ran at once
+    after = server_time_us(waiting.call("TIME"))
+    assert after - before >= 600_000, after - before
     waiting.close()
     pauser.close()
 

@@ -612,6 +612,7 @@ class WireServer:
         self.net_input_bytes = 0
         self.net_output_bytes = 0
         self.output_limited = any(self.config.client_output_buffer_limit)
+        self.clients_paused = False  # no CLIENT PAUSE in the simulation
         self.output_batch = OutputBatch(loop, self.flush_aof)
 
     def new_connection(self) -> ClientConnection:
