@@ -83,7 +83,8 @@ def command(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 # ---------------------------------------------------------------- CLIENT
 
-def _valid_client_name(name: bytes) -> bool:
+def valid_client_name(name: bytes) -> bool:
+    """A name CLIENT SETNAME and HELLO SETNAME accept: printable ASCII, no spaces."""
     return all(33 <= c <= 126 for c in name)
 
 
@@ -128,7 +129,7 @@ def client_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes | No
     if sub == b"KILL" and n >= 3:
         return _client_kill(node, client, argv)
     if sub == b"SETNAME" and n == 3:
-        if not _valid_client_name(argv[2]):
+        if not valid_client_name(argv[2]):
             return CLIENT_BAD_NAME
         client.name = argv[2]
         return OK

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from disque import __version__, errors
 from disque.cluster.membership import MYSELF
-from disque.commands.admin import auth
+from disque.commands.admin import CLIENT_BAD_NAME, auth, valid_client_name
 from disque.commands.args import parse_int
 from disque.resp import OK, bulk, encode, error, status
 
@@ -56,6 +56,8 @@ def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> byt
                 return reply
             i += 3
         elif opt == b"SETNAME" and i + 1 < len(argv):
+            if not valid_client_name(argv[i + 1]):
+                return CLIENT_BAD_NAME  # as CLIENT SETNAME
             client.name = argv[i + 1]
             i += 2
         else:

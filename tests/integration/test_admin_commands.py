@@ -154,6 +154,9 @@ def test_hello_handshake_protocol_versions(server):
     assert wire.call("HELLO", "3", "BOGUS") == b"-ERR Syntax error in HELLO option 'BOGUS'\r\n"
     assert wire.call("HELLO", "3", "SETNAME") == (
         b"-ERR Syntax error in HELLO option 'SETNAME'\r\n")  # the name is missing
+    assert wire.call("HELLO", "3", "SETNAME", "two words") == (
+        b"-ERR Client names cannot contain spaces, newlines or special characters.\r\n")
+    assert wire.call("CLIENT", "GETNAME") == b"$-1\r\n"
     assert wire.call("PING") == b"+PONG\r\n"  # replies stay RESP2 after HELLO 3
     wire.close()
     # redis-py speaking RESP3 opens with HELLO 3 and reads the RESP2 replies.
