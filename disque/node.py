@@ -203,7 +203,7 @@ class Node:
     def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],
                  start: int, out: list[bytes]) -> int:
         """Execute pipelined commands from ``start`` that ``cmd``'s run handler
-        takes together (today: plain ADDJOBs on a lone node), appending their
+        takes together (today: ADDJOBs on a lone node), appending their
         replies to ``out``; return the index of the first command not executed
         (``start`` when the run path does not apply).
 
@@ -223,7 +223,7 @@ class Node:
         self.runtime.now = self.clock()
         perf_ns = self.perf_ns
         begin = perf_ns()
-        end: int = run_handler(self, commands, start, out)
+        end: int = run_handler(self, client, commands, start, out)
         if end > start:
             usec = (perf_ns() - begin) // 1000
             count = end - start

@@ -44,7 +44,7 @@ class Command:
         # arity N > 0: exactly N words; -N: at least N (spec: commands.md §0)
         self.min_args = arity if arity > 0 else -arity
         self.max_args = arity if arity > 0 else 1 << 30
-        # (node, commands, start, out) -> index after the commands it executed
+        # (node, client, commands, start, out) -> index after the commands it executed
         self.run_handler: Callable[..., int] | None = None
 
     def flag_words(self) -> list[bytes]:

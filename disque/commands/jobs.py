@@ -120,11 +120,14 @@ def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
     return b"+" + job.id + b"\r\n"
 
 
-def addjob_run(node: Node, commands: list[list[bytes]], start: int, out: list[bytes]) -> int:
-    """Pipelined ``ADDJOB queue body timeout`` commands on a lone node (see
-    ``Node.call_run``): each is answered by ``_addjob_defaults``, errors
-    included. The run stops before the first command with options, or when
-    memory passes the eviction threshold, where ``Node.call`` must act."""
+def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], start: int,
+               out: list[bytes]) -> int:
+    """Pipelined ADDJOBs on a lone node (see ``Node.call_run``): each is
+    answered by ``_addjob_defaults``, or by ``addjob`` when it has options,
+    errors included. A lone node never blocks an ADDJOB (it cannot have the
+    replicas a synchronous one waits for), so every command of the run gets
+    its reply here. The run stops when memory passes the eviction
+    threshold, where ``Node.call`` must act."""
     if node.membership.size != 1:
         return start
     name = commands[start][0]
@@ -136,9 +139,14 @@ def addjob_run(node: Node, commands: list[list[bytes]], start: int, out: list[by
     n = len(commands)
     while i < n:
         argv = commands[i]
-        if len(argv) != 4 or argv[0] != name or memory.used > memory.evict_threshold:
-            break
-        append(_addjob_defaults(node, argv))
+        if len(argv) < 4 or argv[0] != name or memory.used > memory.evict_threshold:
+            break  # an arity error, another spelling, or memory: Node.call answers
+        if len(argv) == 4:
+            append(_addjob_defaults(node, argv))
+        else:
+            reply = addjob(node, client, argv)
+            assert reply is not None  # see above: never blocked here
+            append(reply)
         if ready or wanted:  # what Node.call does after each command: blocked consumers first
             node.after_input()
         i += 1

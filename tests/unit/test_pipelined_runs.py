@@ -125,6 +125,30 @@ def test_commands_a_run_cannot_take_get_the_normal_answer():
     assert b"cmdstat_addjob:calls=9," in piped_state
 
 
+def test_a_run_takes_addjobs_with_options_as_one_by_one_does():
+    commands = [
+        resp("ADDJOB", "q", BODY, 0, "REPLICATE", 1),
+        resp("ADDJOB", "q", BODY, 0, "RETRY", 5, "TTL", 60),
+        resp("ADDJOB", "q", BODY, 0, "DELAY", 10),
+        resp("ADDJOB", "q", BODY, 0, "MAXLEN", 2),
+        resp("ADDJOB", "q", BODY, 0, "ASYNC"),
+        resp("ADDJOB", "q", BODY, 0, "REPLICATE", 2),
+        resp("ADDJOB", "q", BODY, 0, "RETRY", 0),
+        resp("ADDJOB", "q", BODY, 0, "TTL", 5, "DELAY", 10),
+        resp("ADDJOB", "q", BODY, 0, "BOGUS", 1),
+        resp("ADDJOB", "q", BODY, 100, "REPLICATE", 1),
+    ]
+    (piped, piped_state), (single, single_state) = pipelined_and_one_by_one(
+        commands, [resp("QLEN", "q"), resp("INFO", "commandstats")])
+    assert piped == single
+    assert piped_state.split(b"\r\n")[0] == single_state.split(b"\r\n")[0]
+    assert len(ids_in(piped)) == 6
+    assert b"-MAXLEN" in piped and b"-NOREPL" in piped and b"-ERR syntax error" in piped
+    assert b"Job refused since would never be delivered" in piped  # DELAY >= TTL
+    assert piped_state.startswith(b":5\r\n")  # the DELAY one is not queued yet
+    assert b"cmdstat_addjob:calls=10," in piped_state
+
+
 def test_a_blocked_consumer_is_served_after_the_first_job_of_the_run():
     twin = Twin()
     consumer, consumer_transport = twin.connect()
