@@ -2,7 +2,7 @@
 
 The whole path of a request, in this module: ``data_received`` parses
 the bytes, ``_execute`` runs the commands (consecutive ones that a
-command's run handler takes together, plain ADDJOBs, go to
+command's run handler takes together, ADDJOBs on a lone node, go to
 ``Node.call_run`` as one batch, with the same replies), ``_write``
 collects the replies, and ``OutputBatch.flush`` writes them. Like
 Redis's "write before sleep", replies are not written at once: they are
