@@ -295,10 +295,8 @@ class Node:
         for client, block in self.blocked.expired():
             if client.blocked is not block:
                 continue  # released by an earlier one of these
-            if block.kind == Block.GETJOB:
-                self.blocked.unblock(client, NIL_ARRAY)
-            else:
-                self.replication.producer_timed_out(client, block)
+            self._let_go(client, NIL_ARRAY if block.kind == Block.GETJOB
+                         else errors.NOREPL_TIMEOUT)
 
     def next_timer(self) -> int:
         """A lower bound of the next ms at which ``run_timers`` has work

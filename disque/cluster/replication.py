@@ -5,7 +5,6 @@ spec: cluster-bus.md §6.1-§6.4, commands.md ADDJOB.
 
 from __future__ import annotations
 
-from disque import errors
 from disque.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
@@ -126,15 +125,9 @@ class Replication:
         # After the record: it is written before the reply (spec: persistence.md §2).
         self.blocked.release_producer(job.id, status(job.id))
 
-    def producer_timed_out(self, client: ClientState, block: Block) -> None:
-        """A synchronous ADDJOB's timeout passed: NOREPL, and the job goes."""
-        job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
-        self.blocked.unblock(client, errors.NOREPL_TIMEOUT)
-        if job is not None:
-            self.lifecycle.delete_job(job)
-
     def producer_gone(self, block: Block) -> None:
-        """A waiting producer disconnected or was let go: its job goes too."""
+        """A waiting producer was let go (timeout, disconnection, LEAVING):
+        its job goes too."""
         job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
         if job is not None:
             self.lifecycle.delete_job(job)

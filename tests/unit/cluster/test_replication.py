@@ -48,7 +48,8 @@ def test_a_producer_that_times_out_gets_norepl_and_the_job_goes(parts):
     repl.wait_for_replicas(producer, job, False, 2, parts.runtime.now + 1000)
     block = producer.blocked
     assert block is not None
-    repl.producer_timed_out(producer, block)
+    parts.blocked.unblock(producer, errors.NOREPL_TIMEOUT)  # as Node does at the deadline
+    repl.producer_gone(block)
     assert producer.sent == [errors.NOREPL_TIMEOUT] and parts.registry.get(job.id) is None
     assert {dest for dest, _ in parts.transport.of_type(m.DELJOB)} == {PEER_A, PEER_B}
 
