@@ -1,9 +1,12 @@
-"""One timer structure for every job: buckets of jobs keyed by due time.
+"""One timer structure for every job: lists of jobs in 8 ms buckets.
 
 Each job has at most one pending action time (``job.awakeme``, spec:
 jobs-and-ids.md §6). Jobs are grouped in 8 ms buckets held in a dict,
-with a heap of bucket numbers; rescheduling moves a job between two sets
-in O(1) and leaves no garbage behind, unlike a heap of entries.
+with a heap of bucket numbers, so scheduling a job costs one list append.
+Rescheduling or cancelling leaves the old list entry behind: an entry
+counts only while its job's ``awakeme`` still falls in that bucket, and a
+bucket whose stale entries outnumber the live ones is compacted, so a
+deleted job is not kept alive by a far-off bucket.
 """
 
 from __future__ import annotations
@@ -18,64 +21,86 @@ _SHIFT = 3  # 8 ms per bucket
 NEVER = 1 << 62
 
 
+class _Bucket:
+    """The jobs due in one 8 ms span; ``live`` counts those still due there."""
+
+    __slots__ = ("jobs", "live")
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []
+        self.live = 0
+
+
 class TimerWheel:
     """Jobs by ``awakeme`` (ms, 0 = not scheduled)."""
 
     __slots__ = ("_buckets", "_heap", "earliest")
 
     def __init__(self) -> None:
-        self._buckets: dict[int, set[Job]] = {}
-        self._heap: list[int] = []
+        self._buckets: dict[int, _Bucket] = {}
+        self._heap: list[int] = []  # bucket numbers, one per bucket
         self.earliest = NEVER  # lower bound of the next due time, cheap to read
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._buckets.values())
+        return sum(b.live for b in self._buckets.values())
+
+    def __contains__(self, item: Job) -> bool:
+        bucket = self._buckets.get(item.awakeme >> _SHIFT)
+        return bool(item.awakeme) and bucket is not None and item in bucket.jobs
 
     def schedule(self, item: Job, when: int) -> None:
         """(Re)schedule ``item`` at ``when`` ms."""
-        old = item.awakeme
-        if old:
-            if old == when:
-                return
-            bucket = self._buckets.get(old >> _SHIFT)
-            if bucket is not None:
-                bucket.discard(item)
-        item.awakeme = when
         key = when >> _SHIFT
-        bucket = self._buckets.get(key)
+        old = item.awakeme
+        item.awakeme = when
+        if old:
+            if old >> _SHIFT == key:
+                return  # same bucket: its entry stands
+            self._leave(old >> _SHIFT)
+        buckets = self._buckets
+        bucket = buckets.get(key)
         if bucket is None:
-            self._buckets[key] = {item}
+            bucket = buckets[key] = _Bucket()
             heapq.heappush(self._heap, key)
             if when < self.earliest:
                 self.earliest = key << _SHIFT
-        else:
-            bucket.add(item)
+        bucket.jobs.append(item)
+        bucket.live += 1
 
     def cancel(self, item: Job) -> None:
         """Forget ``item``'s pending time."""
         old = item.awakeme
         if old:
-            bucket = self._buckets.get(old >> _SHIFT)
-            if bucket is not None:
-                bucket.discard(item)
             item.awakeme = 0
+            self._leave(old >> _SHIFT)
+
+    def _leave(self, key: int) -> None:
+        """A job's awakeme moved out of bucket ``key``: its entry went stale."""
+        bucket = self._buckets[key]
+        live = bucket.live = bucket.live - 1
+        jobs = bucket.jobs
+        if not live:
+            jobs.clear()
+        elif live * 2 < len(jobs):
+            bucket.jobs = _live_entries(jobs, key)
 
     def next_due(self) -> int:
         """Earliest due time in ms (NEVER when nothing is scheduled); refreshes
         ``earliest`` by dropping emptied buckets."""
         heap = self._heap
+        buckets = self._buckets
         while heap:
             key = heap[0]
-            if self._buckets.get(key):
+            if buckets[key].live:
                 self.earliest = key << _SHIFT
                 return self.earliest
-            heapq.heappop(heap)
-            self._buckets.pop(key, None)
+            del buckets[heapq.heappop(heap)]
         self.earliest = NEVER
         return NEVER
 
     def pop_due(self, now: int) -> list[Job]:
-        """Remove and return the items due at ``now``, earliest buckets first.
+        """Remove and return the items due at ``now``: earliest bucket first,
+        in the order they were scheduled within a bucket.
 
         Their ``awakeme`` is reset to 0; the caller reschedules what needs it.
         """
@@ -83,40 +108,45 @@ class TimerWheel:
         heap = self._heap
         buckets = self._buckets
         limit = now >> _SHIFT
-        ready: set[Job] | list[Job]
+        append = due.append
         while heap and heap[0] <= limit:
             key = heap[0]
-            bucket = buckets.get(key)
-            if not bucket:
-                heapq.heappop(heap)
-                buckets.pop(key, None)
-                continue
+            bucket = buckets[key]
             if key < limit:
                 heapq.heappop(heap)
                 del buckets[key]
-                ready = bucket
-            else:
-                ready = [item for item in bucket if item.awakeme <= now]
-                if not ready:
-                    break
-                bucket.difference_update(ready)
-            for item in ready:
-                item.awakeme = 0
-            due.extend(ready)
-        due.sort(key=_awake_order)
+                for item in bucket.jobs:
+                    if item.awakeme >> _SHIFT == key:  # 0 once popped: duplicates skip
+                        item.awakeme = 0
+                        append(item)
+                continue
+            waiting: list[Job] = []
+            for item in bucket.jobs:
+                awake = item.awakeme
+                if awake >> _SHIFT == key:
+                    if awake <= now:
+                        item.awakeme = 0
+                        append(item)
+                    else:
+                        waiting.append(item)
+            bucket.jobs = _live_entries(waiting, key)
+            bucket.live = len(bucket.jobs)
+            break
         self.earliest = heap[0] << _SHIFT if heap else NEVER
         return due
 
     def clear(self) -> None:
         """Drop every pending timer (DEBUG FLUSHALL)."""
-        for bucket in self._buckets.values():
-            for item in bucket:
-                item.awakeme = 0
+        for key, bucket in self._buckets.items():
+            for item in bucket.jobs:
+                if item.awakeme >> _SHIFT == key:
+                    item.awakeme = 0
         self._buckets.clear()
         self._heap.clear()
         self.earliest = NEVER
 
 
-def _awake_order(item: Job) -> tuple[int, bytes]:
-    # Sets iterate in address order; sorting keeps simulations reproducible.
-    return item.ctime, item.id
+def _live_entries(jobs: list[Job], key: int) -> list[Job]:
+    """The jobs of bucket ``key`` still due there, each once (a job that left
+    and came back has two entries)."""
+    return list(dict.fromkeys(job for job in jobs if job.awakeme >> _SHIFT == key))

@@ -11,7 +11,7 @@ from disque.jobs.timers import NEVER, TimerWheel
 
 
 class Item:
-    """What the wheel needs: awakeme, plus the (ctime, id) used to order ties."""
+    """What the wheel needs: a writable awakeme."""
 
     __slots__ = ("awakeme", "ctime", "id")
 
@@ -40,10 +40,9 @@ def test_due_items_come_out_in_time_order_and_are_reset():
     assert len(wheel) == 5
     assert wheel.next_due() <= 20
     due = wheel.pop_due(3000)
-    assert set(due) == {items[4], items[1], items[3], items[2]}
-    # Every due item is processed in the same pass; (ctime, id) order keeps
-    # runs reproducible whatever the set iteration order.
-    assert due == sorted(due, key=lambda i: (i.ctime, i.id))
+    # Every due item is processed in the same pass, earliest bucket first and
+    # in scheduling order within a bucket: lists keep runs reproducible.
+    assert due == [items[4], items[1], items[3], items[2]]
     assert all(item.awakeme == 0 for item in due)
     assert items[0].awakeme == 5000
     assert len(wheel) == 1
@@ -63,12 +62,36 @@ def test_items_of_the_current_bucket_not_yet_due_stay():
     assert wheel.pop_due(1006) == [b]
 
 
-def test_same_bucket_items_are_ordered_by_ctime_then_id():
+def test_same_bucket_items_come_out_in_scheduling_order():
     wheel = TimerWheel()
     items = [Item(i) for i in (3, 1, 2)]
     for item in items:
         wheel.schedule(item, 800)
-    assert [i.ctime for i in wheel.pop_due(800)] == [1, 2, 3]
+    assert wheel.pop_due(800) == items
+
+
+def test_a_cancelled_job_is_not_kept_by_its_bucket():
+    wheel = TimerWheel()
+    items = [Item(i) for i in range(100)]
+    for item in items:
+        wheel.schedule(item, 10_000)
+    for item in items[:60]:
+        wheel.cancel(item)
+    bucket = wheel._buckets[10_000 >> 3]
+    assert bucket.live == 40 and len(bucket.jobs) <= 80
+    for item in items[60:]:
+        wheel.cancel(item)
+    assert bucket.jobs == [] and len(wheel) == 0
+
+
+def test_out_and_back_again_fires_once():
+    wheel = TimerWheel()
+    item = Item(1)
+    wheel.schedule(item, 1000)
+    wheel.schedule(item, 9000)
+    wheel.schedule(item, 1003)
+    assert len(wheel) == 1
+    assert wheel.pop_due(10_000) == [item]
 
 
 def test_rescheduling_moves_the_item():
@@ -158,7 +181,8 @@ class TimerModel(RuleBasedStateMachine):
         expected = {item for item, when in self.model.items() if when <= self.now}
         assert set(due) == expected
         assert len(due) == len(expected)
-        assert due == sorted(due, key=lambda i: (i.ctime, i.id))
+        buckets = [self.model[item] >> 3 for item in due]
+        assert buckets == sorted(buckets)  # earliest bucket first
         for item in due:
             del self.model[item]
             assert item.awakeme == 0
@@ -168,6 +192,7 @@ class TimerModel(RuleBasedStateMachine):
         assert len(self.wheel) == len(self.model)
         for item in self.items:
             assert item.awakeme == self.model.get(item, 0)
+            assert (item in self.wheel) == (item in self.model)
         if self.model:
             assert self.wheel.earliest <= min(self.model.values())
             assert self.wheel.next_due() == min(self.model.values()) >> 3 << 3
