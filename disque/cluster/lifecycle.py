@@ -208,12 +208,15 @@ class JobLifecycle:
 
     def gc_attempt(self, job: Job) -> None:
         """Try to garbage-collect an acked job (spec: cluster-bus.md §6.6)."""
+        delivered = job.delivered
+        if delivered is self.runtime.self_delivered:
+            self.delete_job(job)  # held here only: nobody else to ask
+            return
         if job.gc_retry < GC_MAX_RETRY:
             job.gc_retry += 1
         confirmed = job.confirmed
         if confirmed is None:
             confirmed = job.confirmed = {self.runtime.node_id}
-        delivered = job.delivered
         targets: tuple[bytes, ...]
         if delivered:
             # spec decision 11: every holder must have confirmed, not just as many.

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from disque.jobs.job import Job
 
 MAX_LEVEL = 32
+_NO_PREDECESSORS: tuple[None, ...] = (None,) * MAX_LEVEL  # the head has none on any level
 
 
 def _level_of(job_id: bytes) -> int:
@@ -125,7 +126,7 @@ class SkipList:
         """Remove and return the smallest item, or None when empty."""
         item = self._head[0]
         if item is not None:
-            self._unlink(item, (None,) * MAX_LEVEL)
+            self._unlink(item, _NO_PREDECESSORS)
         return item
 
     def first(self) -> Job | None:
