@@ -208,10 +208,14 @@ def _measurement(settings: Settings, workload: Workload, baseline: list[float],
 
 
 def _addjob_workloads(settings: Settings, prefix: str, label: str) -> list[Workload]:
+    """ADDJOB -P 1 and -P 16, bare and with REPLICATE 1 (the batch path takes both)."""
     body = "x" * settings.body_bytes
-    return [Workload("%s_p%d" % (prefix, p), ("ADDJOB", "q", body, "0"), ("LPUSH", "q", body), p,
-                     settings.requests, "ADDJOB q <%d-byte body> 0%s; redis-server LPUSH q <body>"
-                     % (settings.body_bytes, label)) for p in (1, 16)]
+    forms = [("", ()), ("_replicate1", ("REPLICATE", "1"))]
+    return [Workload("%s%s_p%d" % (prefix, name, p), ("ADDJOB", "q", body, "0") + options,
+                     ("LPUSH", "q", body), p, settings.requests,
+                     "ADDJOB q <%d-byte body> 0%s%s; redis-server LPUSH q <body>"
+                     % (settings.body_bytes, "".join(" " + o for o in options), label))
+            for name, options in forms for p in (1, 16)]
 
 
 def ping(servers: Servers, settings: Settings, builds: list[Build]) -> list[Measurement]:
