@@ -125,9 +125,9 @@ class Federation:
 
         What this node cannot give now (all of it when the queue is empty)
         stays an open request for a moment, and jobs queued meanwhile are
-        pushed to the requester at once (``push_to_interested``), by the
-        same halving rule: consumers elsewhere then see new jobs within a
-        network round trip instead of waiting here for their next request.
+        pushed to the requester at once (``push_to_interested``): consumers
+        elsewhere then see new jobs within a network round trip instead of
+        waiting here for their next request.
         """
         name = msg[m.QUEUE]
         queue = self.queues.by_name.get(name)
@@ -166,7 +166,13 @@ class Federation:
         return len(jobs)
 
     def push_to_interested(self) -> None:
-        """Send newly queued jobs to nodes that asked for them and wait."""
+        """Send newly queued jobs to nodes that asked for them and wait.
+
+        Unlike a NEEDJOBS answer (§6.7 receiver step 2), a push hands out all
+        the open requests cover, split evenly among the requesters: a half
+        kept back would only wait here for the next push, while local
+        consumers are served first anyway (``queue.blocked``).
+        """
         ready = self.interest.ready
         all_wants = self.interest.wants
         now = self.runtime.now
@@ -176,13 +182,16 @@ class Federation:
             wants = all_wants.get(queue.name)
             if not wants or self.queues.by_name.get(queue.name) is not queue:
                 continue
-            for node_id in list(wants):  # one share each per pass, in turn
+            waiting = len(wants)  # requesters not yet served in this pass
+            for node_id in list(wants):
                 if (not queue.jobs or queue.blocked or queue.paused & PAUSE_OUT
                         or queue.import_rate(now)):
                     break
                 expire, count = wants.pop(node_id)
+                share = -(-len(queue.jobs) // waiting)  # rounded up: nothing stays behind
+                waiting -= 1
                 if expire >= now and self.outbox.has_link(node_id):
-                    count -= self._give_jobs(queue, node_id, _share(len(queue.jobs), count))
+                    count -= self._give_jobs(queue, node_id, min(share, count))
                     if count:
                         wants[node_id] = (expire, count)  # now last: requesters take turns
             if not wants:

@@ -9,7 +9,7 @@ from disque.cluster.federation import INTEREST_TTL_MS, Federation
 from disque.jobs.codec import to_bus
 from disque.jobs.job import QUEUED
 from disque.jobs.journal import REASON_MOVED
-from tests.unit.cluster.wiring import LINK, OWN_ID, PEER_A, Parts, make_job
+from tests.unit.cluster.wiring import LINK, OWN_ID, PEER_A, PEER_B, Parts, make_job
 
 
 def federation(parts: Parts) -> Federation:
@@ -88,3 +88,35 @@ def test_consumers_get_jobs_round_robin_and_blocked_ones_are_served_on_arrival()
     parts.add_new(late)
     consumers.serve_ready()
     assert waiting.blocked is None and late.id in waiting.sent[0]
+
+
+def test_a_push_hands_out_everything_requested_split_evenly():
+    """A NEEDJOBS answer keeps half of a short queue (§6.7); a push does not:
+    jobs queued for open requests all leave at once, in even shares."""
+    parts = Parts()
+    parts.add_peer(PEER_A)
+    parts.add_peer(PEER_B)
+    fed = federation(parts)
+    for peer in (PEER_A, PEER_B):
+        fed.on_needjobs(peer, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 10}, LINK)
+    jobs = queue_jobs(parts, 5)
+    fed.push_to_interested()
+    pushed = {dest: [p[0] for p in msg[m.JOBS]] for dest, msg in
+              parts.transport.of_type(m.YOURJOBS)}
+    assert pushed == {PEER_A: [j.id for j in jobs[:3]], PEER_B: [j.id for j in jobs[3:]]}
+    assert len(parts.queues[b"q"].jobs) == 0
+    # What each request still covers stays open.
+    expire = parts.runtime.now + INTEREST_TTL_MS
+    assert parts.interest.wants[b"q"] == {PEER_A: (expire, 7), PEER_B: (expire, 8)}
+
+
+def test_a_push_gives_no_more_than_requested():
+    parts = Parts()
+    parts.add_peer(PEER_A)
+    fed = federation(parts)
+    fed.on_needjobs(PEER_A, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 5}, LINK)
+    queue_jobs(parts, 8)
+    fed.push_to_interested()
+    (dest, msg), = parts.transport.of_type(m.YOURJOBS)
+    assert dest == PEER_A and len(msg[m.JOBS]) == 5
+    assert len(parts.queues[b"q"].jobs) == 3 and parts.interest.wants == {}
