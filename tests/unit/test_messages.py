@@ -76,3 +76,19 @@ def test_header_and_body_are_checked_separately():
     assert m.header_problem(dict(header, sender=b"z" * 40)) == "bad sender"
     assert m.body_problem(dict(body, mflags="x")) == "bad flags"
     assert m.body_problem(None) == m.header_problem(None) == "not a map"
+
+
+VALID_FIELD = {"job id": JOB_ID, "node id": SENDER, list: [], int: 0, bytes: b"q"}
+INVALID_FIELD = {"job id": b"x" * 40, "node id": b"z" * 40, list: {}, int: "0", bytes: 1}
+
+
+@pytest.mark.parametrize("kind", sorted(m.BODY_SCHEMAS))
+def test_every_field_of_every_type_is_checked(kind):
+    """Types with a dedicated validator (the per-job ones) reject exactly
+    what their schema rejects."""
+    schema = m.BODY_SCHEMAS[kind]
+    body = {m.TYPE: kind, **{key: VALID_FIELD[what] for key, what in schema.items()}}
+    assert m.body_problem(body) is None
+    for key, what in schema.items():
+        assert m.body_problem(dict(body, **{key: INVALID_FIELD[what]})) == "bad %s" % key
+        assert m.body_problem(dict(body, **{key: {"a": 1}})) == "bad %s" % key
