@@ -77,35 +77,46 @@ class Federation:
         self.interest = interest
 
     def need_jobs(self, queue: Queue, reason: int) -> None:
-        """Ask other nodes for jobs of ``queue`` if the backoff allows it."""
-        if self.membership.leaving or len(self.membership.nodes) == 1:
+        """Ask other nodes for jobs of ``queue`` if the backoff allows it.
+
+        Called for every GETJOB that finds the queue empty and every pop
+        that empties it, so the common case (nothing due) returns before
+        the import rate and the request size are computed.
+        """
+        membership = self.membership
+        if membership.leaving or len(membership.nodes) == 1:
             return
         now = self.runtime.now
-        rate = queue.import_rate(now)
-        if reason == REACHED_ZERO and rate == 0:
-            return
         responders = queue.responders
         if responders:
             oldest = now // 1000 - RESPONDER_VALIDITY_S
-            for node_id in [n for n, t in responders.items() if t < oldest]:
-                del responders[node_id]
-        sources = len(responders) if responders else 0
-        to_fetch = rate // sources if sources else MIN_REQUEST
-        to_fetch = min(max(to_fetch, MIN_REQUEST), MAX_REQUEST)
-        bcast_delay = min(BCAST_DELAY_MS << min(queue.needjobs_bcast_attempt, 5), BCAST_MAX_DELAY_MS)
-        if now - queue.needjobs_bcast_time > bcast_delay:
+            if min(responders.values()) < oldest:
+                for node_id in [n for n, t in responders.items() if t < oldest]:
+                    del responders[node_id]
+        # spec §6.7 step 2: a queue that reached zero asks only while it imports.
+        rate = queue.import_rate(now) if reason == REACHED_ZERO else None
+        if rate == 0:
+            return
+        bcast_due = now - queue.needjobs_bcast_time > min(
+            BCAST_DELAY_MS << min(queue.needjobs_bcast_attempt, 5), BCAST_MAX_DELAY_MS)
+        adhoc_due = bool(responders) and (
+            reason == REACHED_ZERO or now - queue.needjobs_adhoc_time > min(
+                ADHOC_DELAY_MS << min(queue.needjobs_adhoc_attempt, 7), ADHOC_MAX_DELAY_MS))
+        if not (bcast_due or adhoc_due):
+            return
+        if rate is None:
+            rate = queue.import_rate(now)
+        if bcast_due:
             queue.needjobs_bcast_time = now
             queue.needjobs_bcast_attempt += 1
             self.outbox.broadcast({m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: 1})
-        if responders:  # as sources, but narrows the Optional
-            adhoc_delay = min(ADHOC_DELAY_MS << min(queue.needjobs_adhoc_attempt, 7),
-                              ADHOC_MAX_DELAY_MS)
-            if reason == REACHED_ZERO or now - queue.needjobs_adhoc_time > adhoc_delay:
-                queue.needjobs_adhoc_time = now
-                queue.needjobs_adhoc_attempt += 1
-                msg = {m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: to_fetch}
-                for node_id in list(responders):
-                    self.outbox.send_to(node_id, msg)
+        if adhoc_due and responders:  # responders: for the type checker
+            to_fetch = min(max(rate // len(responders), MIN_REQUEST), MAX_REQUEST)
+            queue.needjobs_adhoc_time = now
+            queue.needjobs_adhoc_attempt += 1
+            msg = {m.TYPE: m.NEEDJOBS, m.QUEUE: queue.name, m.COUNT: to_fetch}
+            for node_id in list(responders):
+                self.outbox.send_to(node_id, msg)
 
     def ask_jobs_for_blocked(self) -> None:
         """Client cron: keep asking for the queues blocked consumers wait on."""
