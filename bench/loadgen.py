@@ -22,6 +22,11 @@ Two modes:
   keeps the generator's own CPU use low on a machine it shares with the
   servers.
 
+Producer connections count their replies in their protocol callback and
+send a full-load producer's next batch from there: no future, callback
+handle or task wakeup per job, which on two shared cores is CPU taken from
+the servers being measured.
+
 Only jobs delivered inside the measurement window (after a warm-up) count.
 Producer and consumer ports are separate lists so the same generator
 drives a federation (produce on node A, consume on node B).
@@ -198,45 +203,128 @@ class CycleResult:
                 "acked": self.acked}
 
 
-class _Pool:
-    """Producer connections handed out like an application's pool: idle ones first."""
+class _ProducerConnection(asyncio.Protocol):
+    """One producer connection: it counts the replies to what was sent on it
+    as they arrive and hands each to its owner, with no future or task per
+    job (the generator shares the cores with the servers it measures)."""
 
-    def __init__(self, clients: list[RespClient], on_reply) -> None:
-        self.clients = list(clients)
-        self.idle = list(clients)
-        self.in_flight = {client: 0 for client in clients}
-        self.on_reply = on_reply
+    def __init__(self, producers: "_Producers") -> None:
+        self.producers = producers
+        self.reader = hiredis.Reader()
+        self.transport: asyncio.Transport | None = None
+        self.in_flight = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport for writes."""
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, payload: bytes, count: int) -> None:
+        """Write ``count`` pipelined commands."""
+        assert self.transport is not None
+        self.in_flight += count
+        self.transport.write(payload)
+
+    def data_received(self, data: bytes) -> None:
+        """Each reply ends one job in flight."""
+        reader, replied = self.reader, self.producers.replied
+        reader.feed(data)
+        while (reply := reader.gets()) is not False:
+            self.in_flight -= 1
+            replied(self, reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """A connection lost with jobs in flight fails the run instead of hanging it."""
+        if self.in_flight:
+            self.producers.error = ConnectionError("connection lost: %s" % (exc or "EOF"))
+
+
+class _Producers:
+    """The producer connections, driven at full load or as a pool at a fixed rate."""
+
+    def __init__(self) -> None:
+        self.connections: list[_ProducerConnection] = []
+        self.idle: list[_ProducerConnection] = []  # fixed rate: nothing in flight
+        self.paused: list[_ProducerConnection] = []  # full load: waiting for room
         self.busy_turn = 0
+        self.error: Exception | None = None
+        self.cycle: _Cycle | None = None  # set once connected: the clock starts then
 
-    def send(self, payload: bytes) -> None:
-        """One job on an idle connection, else queued behind the next busy one in turn."""
-        if self.idle:
-            client = self.idle.pop()
+    async def connect(self, port: int, host: str = "127.0.0.1") -> None:
+        """Open one more producer connection."""
+        _, conn = await asyncio.get_running_loop().create_connection(
+            lambda: _ProducerConnection(self), host, port)
+        self.connections.append(conn)
+        self.idle.append(conn)
+
+    def replied(self, conn: _ProducerConnection, reply: object) -> None:
+        """Count a produce reply; a connection with nothing left in flight
+        sends its next batch (full load) or becomes idle (fixed rate)."""
+        cycle = self.cycle
+        assert cycle is not None
+        if cycle.dialect.produced(reply):
+            cycle.produced += 1
         else:
-            client = self.clients[self.busy_turn % len(self.clients)]
+            cycle.produce_errors += 1
+        if not conn.in_flight:
+            if cycle.config.rate is None:
+                self.next_batch(conn)
+            else:
+                self.idle.append(conn)
+
+    def next_batch(self, conn: _ProducerConnection) -> None:
+        """Full load: ``conn`` sends a batch, waits for room, or is done."""
+        cycle = self.cycle
+        assert cycle is not None
+        now = time.monotonic_ns()
+        if now >= cycle.window_end:
+            cycle.producing -= 1
+        elif cycle.produced - cycle.delivered >= cycle.config.max_backlog:
+            self.paused.append(conn)
+        else:
+            batch = cycle.config.batch
+            cycle.sent += batch
+            conn.send(cycle.dialect.produce(stamped_body(now, cycle.config.body_bytes)) * batch,
+                      batch)
+
+    def resume(self) -> None:
+        """Full load: paused connections go on while there is room."""
+        cycle = self.cycle
+        assert cycle is not None
+        while self.paused and (cycle.produced - cycle.delivered < cycle.config.max_backlog
+                               or time.monotonic_ns() >= cycle.window_end):
+            self.next_batch(self.paused.pop())
+
+    def send_one(self, payload: bytes) -> None:
+        """Fixed rate: one job on an idle connection, else queued behind the
+        next busy one in turn."""
+        if self.idle:
+            conn = self.idle.pop()
+        else:
+            conn = self.connections[self.busy_turn % len(self.connections)]
             self.busy_turn += 1
-        self.in_flight[client] += 1
-        future = client.request(payload, 1)
-        future.add_done_callback(lambda f, c=client: self._replied(f, c))
+        conn.send(payload, 1)
 
-    def _replied(self, future: asyncio.Future, client: RespClient) -> None:
-        self.in_flight[client] -= 1
-        if not self.in_flight[client]:
-            self.idle.append(client)
-        self.on_reply(future)
+    def in_flight(self) -> bool:
+        """Some job sent has no reply yet."""
+        if self.error is not None:
+            raise self.error
+        return any(conn.in_flight for conn in self.connections)
 
-    async def drained(self) -> None:
-        """Wait until every job sent has its reply."""
-        while any(self.in_flight.values()):
-            await asyncio.sleep(0.001)
+    def close(self) -> None:
+        """Close every connection."""
+        for conn in self.connections:
+            if conn.transport is not None:
+                conn.transport.close()
 
 
 class _Cycle:
     """Shared counters and the clock of one run; all coroutines run on one loop."""
 
-    def __init__(self, config: CycleConfig, dialect: QueueDialect) -> None:
+    def __init__(self, config: CycleConfig, dialect: QueueDialect,
+                 producers: _Producers) -> None:
         self.config = config
         self.dialect = dialect
+        self.producers = producers
         now = time.monotonic_ns()
         self.window_start = now + int(config.warmup * 1e9)
         self.window_end = self.window_start + int(config.duration * 1e9)
@@ -244,63 +332,51 @@ class _Cycle:
         self.producing = config.producers
         self.sent = self.produced = self.produce_errors = self.delivered = self.acked = 0
         self.latencies: list[int] = []
-        self.room = asyncio.Event()
-
-    def count_produced(self, replies: list) -> None:
-        """Tally accepted and refused jobs from produce replies."""
-        ok = sum(1 for r in replies if self.dialect.produced(r))
-        self.produced += ok
-        self.produce_errors += len(replies) - ok
-
-    def on_produced(self, future: asyncio.Future) -> None:
-        """Done-callback of a paced producer's request (it does not wait for replies)."""
-        if not future.cancelled() and future.exception() is None:
-            self.count_produced(future.result())
 
     def record(self, now: int, bodies: list[bytes]) -> None:
         """Jobs fetched at ``now``: count them, keep their latency if inside the window."""
         self.delivered += len(bodies)
         if self.window_start <= now < self.window_end:
             self.latencies.extend(now - body_stamp(b) for b in bodies)
-        if self.produced - self.delivered < self.config.max_backlog:
-            self.room.set()
+        if self.producers.paused:
+            self.producers.resume()
 
     def finished(self) -> bool:
         """Producers are done and everything accepted was delivered (or the drain timed out)."""
         return (self.producing == 0 and self.delivered >= self.produced) \
             or time.monotonic_ns() > self.drain_deadline
 
-    async def produce_full(self, client: RespClient) -> None:
-        """Closed loop: one batch in flight, paused while the backlog is at its bound."""
-        batch, produce, size = self.config.batch, self.dialect.produce, self.config.body_bytes
-        while (now := time.monotonic_ns()) < self.window_end:
-            if self.produced - self.delivered >= self.config.max_backlog:
-                self.room.clear()
-                await self.room.wait()
-                continue
-            self.sent += batch
-            self.count_produced(await client.request(produce(stamped_body(now, size)) * batch,
-                                                     batch))
-        self.producing -= 1
+    async def produce_full(self) -> None:
+        """Closed loop: each connection keeps one batch in flight (sent from
+        its reply callback), paused while the backlog is at its bound."""
+        producers = self.producers
+        for conn in list(producers.connections):
+            producers.next_batch(conn)
+        while self.producing and time.monotonic_ns() < self.drain_deadline:
+            producers.in_flight()  # raises if a connection was lost
+            if producers.paused and time.monotonic_ns() >= self.window_end:
+                producers.resume()  # the window closed while they waited: they are done
+            await asyncio.sleep(PACER_TICK_S * 10)
 
-    async def produce_paced(self, clients: list[RespClient], rate: float) -> None:
+    async def produce_paced(self, rate: float) -> None:
         """Open loop at ``rate`` jobs/s over a pool of connections (see the module doc)."""
         interval = 1e9 / rate
         due = time.monotonic_ns()
         produce, size = self.dialect.produce, self.config.body_bytes
-        pool = _Pool(clients, self.on_produced)
+        send_one = self.producers.send_one
         while (now := time.monotonic_ns()) < self.window_end:
             if now >= due:
                 n = int((now - due) // interval) + 1
                 self.sent += n
                 body = produce(stamped_body(now, size))
                 for _ in range(n):
-                    pool.send(body)
+                    send_one(body)
                 due += n * interval
             # The loop's timers tick in milliseconds: a shorter sleep would spin.
             await asyncio.sleep(max(PACER_TICK_S, (due - time.monotonic_ns()) / 1e9))
-        await pool.drained()
-        self.producing -= len(clients)
+        while self.producers.in_flight():
+            await asyncio.sleep(PACER_TICK_S)
+        self.producing = 0
 
     async def consume(self, client: RespClient) -> None:
         """Fetch, and acknowledge the previous fetch in the same write, until the run drains."""
@@ -310,7 +386,6 @@ class _Cycle:
             if self.finished():
                 if ack is not None:
                     self.count_acks(await client.request(ack, 1))
-                self.room.set()  # a producer still paused after a timed-out drain can exit
                 return
             if ack is None:
                 replies = await client.request(fetch, 1)
@@ -331,23 +406,25 @@ class _Cycle:
 
 async def _run(dialect: QueueDialect, producer_ports: Sequence[int],
                consumer_ports: Sequence[int], config: CycleConfig) -> CycleResult:
-    producers = [await connect(producer_ports[i % len(producer_ports)])
-                 for i in range(config.producers)]
-    consumers = [await connect(consumer_ports[i % len(consumer_ports)])
-                 for i in range(config.consumers)]
-    cycle = _Cycle(config, dialect)
+    producers = _Producers()
+    consumers: list[RespClient] = []
     try:
+        for i in range(config.producers):
+            await producers.connect(producer_ports[i % len(producer_ports)])
+        for i in range(config.consumers):
+            consumers.append(await connect(consumer_ports[i % len(consumer_ports)]))
+        cycle = producers.cycle = _Cycle(config, dialect, producers)
         async with asyncio.timeout(config.warmup + config.duration + config.drain_timeout + 30):
             async with asyncio.TaskGroup() as tasks:
                 for consumer in consumers:
                     tasks.create_task(cycle.consume(consumer))
                 if config.rate is None:
-                    for producer in producers:
-                        tasks.create_task(cycle.produce_full(producer))
+                    tasks.create_task(cycle.produce_full())
                 else:
-                    tasks.create_task(cycle.produce_paced(producers, config.rate))
+                    tasks.create_task(cycle.produce_paced(config.rate))
     finally:
-        for client in producers + consumers:
+        producers.close()
+        for client in consumers:
             client.close()
     if not cycle.latencies:
         raise CycleError("no job was delivered inside the measurement window")
