@@ -22,13 +22,15 @@ NEVER = 1 << 62
 
 
 class _Bucket:
-    """The jobs due in one 8 ms span; ``live`` counts those still due there."""
+    """The jobs due in one 8 ms span; ``live`` counts those still due there,
+    ``first`` is a lower bound of their due times (exact after a partial pop)."""
 
-    __slots__ = ("jobs", "live")
+    __slots__ = ("jobs", "live", "first")
 
-    def __init__(self) -> None:
+    def __init__(self, first: int) -> None:
         self.jobs: list[Job] = []
         self.live = 0
+        self.first = first
 
 
 class TimerWheel:
@@ -60,10 +62,12 @@ class TimerWheel:
         buckets = self._buckets
         bucket = buckets.get(key)
         if bucket is None:
-            bucket = buckets[key] = _Bucket()
+            bucket = buckets[key] = _Bucket(when)
             heapq.heappush(self._heap, key)
-            if when < self.earliest:
-                self.earliest = key << _SHIFT
+        elif when < bucket.first:
+            bucket.first = when
+        if when < self.earliest:
+            self.earliest = when
         bucket.jobs.append(item)
         bucket.live += 1
 
@@ -90,10 +94,10 @@ class TimerWheel:
         heap = self._heap
         buckets = self._buckets
         while heap:
-            key = heap[0]
-            if buckets[key].live:
-                self.earliest = key << _SHIFT
-                return self.earliest
+            bucket = buckets[heap[0]]
+            if bucket.live:
+                self.earliest = bucket.first
+                return bucket.first
             del buckets[heapq.heappop(heap)]
         self.earliest = NEVER
         return NEVER
@@ -120,7 +124,10 @@ class TimerWheel:
                         item.awakeme = 0
                         append(item)
                 continue
+            if bucket.first > now:
+                break
             waiting: list[Job] = []
+            first = NEVER
             for item in bucket.jobs:
                 awake = item.awakeme
                 if awake >> _SHIFT == key:
@@ -129,10 +136,19 @@ class TimerWheel:
                         append(item)
                     else:
                         waiting.append(item)
+                        if awake < first:
+                            first = awake
+            if not waiting:
+                heapq.heappop(heap)
+                del buckets[key]
+                continue
+            # The rest of the bucket is due later: arm the next timer at its
+            # exact time, not at the bucket's start (which would spin).
             bucket.jobs = _live_entries(waiting, key)
             bucket.live = len(bucket.jobs)
+            bucket.first = first
             break
-        self.earliest = heap[0] << _SHIFT if heap else NEVER
+        self.earliest = buckets[heap[0]].first if heap else NEVER
         return due
 
     def clear(self) -> None:
