@@ -33,10 +33,10 @@ _join = b"".join
 # delivered, job id; then the queue, the body and the 40-byte node IDs.
 PAYLOAD_V1 = 1
 _V1_MARKER = bytes((PAYLOAD_V1,))
-_V1 = struct.Struct("<BBBHQQQQQQIIH40s")
-_V1_SIZE = _V1.size
-_v1_pack = _V1.pack
-_v1_unpack = _V1.unpack_from
+PAYLOAD_V1_LAYOUT = struct.Struct("<BBBHQQQQQQIIH40s")  # the fixed part, before queue and body
+_V1_SIZE = PAYLOAD_V1_LAYOUT.size
+_v1_pack = PAYLOAD_V1_LAYOUT.pack
+_v1_unpack = PAYLOAD_V1_LAYOUT.unpack_from
 _NODE_ID_LEN = 40
 
 

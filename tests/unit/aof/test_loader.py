@@ -13,6 +13,7 @@ from disque.aof.format import deljob_record, read_record
 from disque.jobs.journal import REASON_ACKED
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
+from disque.queues.skiplist import SkipList
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, stored_fields
 from tests.unit.helpers import PEER_ID, START_MS, Cmd, add_peer, advance, make_node
 
@@ -317,3 +318,146 @@ def test_empty_file_loads_nothing(tmp_path):
     node = make_node()
     loader = load(node, tmp_path / "a.aof", truncate_allowed=False)
     assert loader.records == 0 and not node.jobs
+
+
+# The loader frames and decodes the records this version writes (a packed
+# payload, a 13-digit record time) in one loop of its own; any other record
+# goes through the strict parser and ``format.load_job``. Both must leave
+# the node in the same state.
+
+def with_short_stamp(loadjob: bytes) -> bytes:
+    """The same record with a 1-digit record time: the strict parser's."""
+    assert loadjob[-22:-15] == b"\r\n$13\r\n" and loadjob[-2:] == b"\r\n"
+    return loadjob[:-22] + b"\r\n$1\r\n0\r\n"
+
+
+def varied_jobs(source) -> list[bytes]:
+    """Jobs that exercise every decision of a load: retry 0 and not, delays,
+    local flags, counters, holders known and unknown, several queues."""
+    cmd = Cmd(source)
+    ids = []
+    for i in range(40):
+        options = ["RETRY", i % 4, "TTL", 3600 + i]
+        if i % 5 == 0:
+            options += ["DELAY", 3]
+        ids.append(cmd.addjob("q%d" % (i % 3), b"body %d\r\n" % i * (i % 4), *options))
+    for i, job_id in enumerate(ids):
+        job = source.jobs[job_id]
+        job.nacks, job.adeliv, job.repl = i % 3, i % 2, 1 + i % 2
+        if i % 6 == 0:
+            job.adeliv += 0x10000  # stored as 64 bits, held as 16
+        if i % 8 == 5:
+            job.flags |= 0x18  # not local flags: dropped
+        if i % 7 == 1:
+            job.delivered = (source.id, PEER_ID)
+        elif i % 7 == 2:
+            job.delivered = (UNKNOWN_NODE,)
+        elif i % 7 == 3:
+            job.delivered = (PEER_ID, UNKNOWN_NODE, PEER_ID)
+        elif i % 7 == 4:
+            job.delivered = ()
+    assert cmd.ok("GETJOB", "NOHANG", "COUNT", 5, "FROM", "q1")  # some active, DELIVERED
+    return ids
+
+
+def node_state(node) -> dict:
+    """Everything a load sets, job by job, queue by queue."""
+    jobs = {job_id: (job.queue, job.body, job.state, job.repl, job.ctime, job.etime, job.delay,
+                     job.retry, job.nacks, job.adeliv, job.delivered, job.qtime, job.flags,
+                     job.awakeme)
+            for job_id, job in node.jobs.items()}
+    queues = {name: [job.id for job in queue.jobs.iter_from_head()]
+              for name, queue in node.queues.items()}
+    return {"jobs": jobs, "queues": queues, "memory": node.memory.used,
+            "timers": len(node.timers)}
+
+
+@pytest.mark.parametrize("enqueue_once", [False, True])
+def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enqueue_once):
+    ids = varied_jobs(source)
+    records = [record(source, j) for j in ids]
+    expired = Cmd(source).addjob("q0", "expired", "TTL", 1)
+    records.insert(7, record(source, expired))
+    records.insert(20, records[3])  # a duplicate: the first record wins
+    fast = write(tmp_path / "fast.aof", *records)
+    strict = write(tmp_path / "strict.aof", *(with_short_stamp(r) for r in records))
+    assert len(strict) < len(fast)
+    states = []
+    for path in (tmp_path / "fast.aof", tmp_path / "strict.aof"):
+        node = make_node(seed=11, now=START_MS + 2_000)
+        add_peer(node)
+        loader = load(node, path, enqueue_once=enqueue_once)
+        assert (loader.records, loader.jobs_loaded) == (len(records), len(ids))
+        states.append(node_state(node))
+    assert states[0] == states[1]
+    assert expired not in states[0]["jobs"]
+    if enqueue_once:
+        assert sum(map(len, states[0]["queues"].values())) > 20
+
+
+def test_loaded_jobs_have_the_timer_the_lifecycle_would_set(source, tmp_path):
+    ids = varied_jobs(source)
+    write(tmp_path / "a.aof", *(record(source, j) for j in ids))
+    node = make_node(now=START_MS + 1_000)
+    load(node, tmp_path / "a.aof")
+    armed = {job_id: job.awakeme for job_id, job in node.jobs.items()}
+    assert all(armed.values())
+    for job in node.jobs.values():
+        node.lifecycle.schedule_job(job)
+    assert {job_id: job.awakeme for job_id, job in node.jobs.items()} == armed
+
+
+def test_jobs_of_a_queue_share_its_name(source, tmp_path):
+    cmd = Cmd(source)
+    ids = [cmd.addjob("a-queue-name", "x%d" % i, "RETRY", 1) for i in range(3)]
+    write(tmp_path / "a.aof", *(record(source, j) for j in ids))
+    node = make_node()
+    load(node, tmp_path / "a.aof")
+    first, *others = (node.jobs[j].queue for j in ids)
+    assert first == b"a-queue-name" and all(name is first for name in others)
+
+
+def test_enqueue_once_queues_in_ctime_order_whatever_the_file_order(source, tmp_path,
+                                                                     monkeypatch):
+    """Each job goes after its queue's tail: no skiplist search, even for a
+    file that lists the jobs newest first."""
+    cmd = Cmd(source)
+    ids = [cmd.addjob("q%d" % (i % 2), "x%d" % i, "RETRY", 5) for i in range(30)]
+    deleted = ids[9]
+    records = [record(source, j) for j in reversed(ids)]
+    records.append(deljob_record(source.jobs[deleted], source.now, REASON_ACKED))
+    write(tmp_path / "a.aof", *records)
+    node = make_node(now=START_MS + 1_000)
+
+    def no_search(*args):
+        raise AssertionError("a restored job was inserted before its queue's tail")
+
+    monkeypatch.setattr(SkipList, "_predecessors", no_search)
+    load(node, tmp_path / "a.aof", enqueue_once=True, slice_records=4)
+    monkeypatch.undo()
+    for name, parity in ((b"q0", 0), (b"q1", 1)):
+        expected = [j for i, j in enumerate(ids) if i % 2 == parity and j != deleted]
+        assert [job.id for job in node.queues[name].jobs.iter_from_head()] == expected
+        assert [job.id for job in node.queues[name].jobs.iter_from_tail()] == expected[::-1]
+    assert deleted not in node.jobs
+
+
+@pytest.mark.parametrize("damage", ["state", "length", "id", "repl"])
+def test_a_damaged_packed_payload_is_fatal_with_its_offset(source, tmp_path, damage):
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    good = record(source, job_id)
+    payload = read_record(good, 0, len(good))[0][1]
+    if damage == "state":
+        payload = payload[:1] + b"\x03" + payload[2:]
+    elif damage == "length":
+        payload = payload + b"\x00"
+    elif damage == "id":
+        payload = payload[:63] + b"X" + payload[64:]
+    else:
+        payload = payload[:3] + b"\x00\x00" + payload[5:]
+    bad = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$13\r\n1700000000000\r\n" % (
+        len(payload), payload)
+    write(tmp_path / "a.aof", good, bad, good)
+    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset %d"
+                       % len(good)):
+        load(make_node(), tmp_path / "a.aof")
