@@ -32,8 +32,6 @@ INTERPRETED = {
     "disque/clients.py": "ClientState is extended by the connection adapter and the simulator",
     "disque/host.py": "Host is extended by the server and the simulator",
     "disque/cluster/transport.py": "BusTransport is extended by the cluster bus and test transports",
-    # mypyc compiles no subclass of a builtin type such as bytes.
-    "disque/resp.py": "Status subclasses bytes",
 }
 # The shared library holding every compiled module, beside the package (mypyc
 # derives the modules' __file__ and __path__ from its place: it must be top level).
