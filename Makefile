@@ -10,19 +10,37 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPARK_STAMP := $(VENV)/.installed-spark
 CONF ?= conf/disque.conf
+# The core is compiled in place by mypyc where a C compiler is present
+# (setup.py, docs/operations.md); DISQUE_PURE_PYTHON=1 make install keeps it
+# pure. The stamp names the mode, so switching modes rebuilds.
+CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,compiled)
 
-.PHONY: install run typecheck test test-fast bench clean
+.PHONY: install run typecheck test test-fast test-pure bench clean
 
-install: $(STAMP)
+install: $(CORE_STAMP)
 
-$(STAMP): pyproject.toml
+# pip installs the package pure (removing any compiled core in place); the
+# compiled core is built by the $(CORE_STAMP) rule below, with the venv's mypyc.
+PIP_INSTALL := DISQUE_PURE_PYTHON=1 $(BIN)/pip install --quiet -e
+
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP_INSTALL) '.[dev]'
+	rm -f $(VENV)/.core-*
 	touch $(STAMP)
 
+# After any source change: rebuild the compiled core if its manifest no
+# longer matches the core's sources (an adapter edit needs no rebuild). A
+# stale build is never run: disque/build.py loads the .py files instead.
+$(CORE_STAMP): $(STAMP) $(wildcard disque/*.py disque/*/*.py)
+	$(BIN)/python disque/build.py || $(BIN)/python setup.py --quiet build_ext --inplace
+	rm -f $(VENV)/.core-*
+	touch $@
+
 $(SPARK_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	$(PIP_INSTALL) '.[dev,spark]'
+	rm -f $(VENV)/.core-*
 	touch $(SPARK_STAMP)
 
 run: install
@@ -38,8 +56,13 @@ test: $(SPARK_STAMP) typecheck
 test-fast: install
 	$(BIN)/python -m pytest -q tests/unit tests/sim
 
+# The unit and simulation tests on the pure-Python core, compiled core or not.
+test-pure: install
+	DISQUE_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/unit tests/sim
+
 bench: install
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info disque_core__mypyc.*.so disque/compiled-core.json
+	find disque -name '*.so' -delete

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from disque import __version__
+from disque.build import core_build
 from disque.commands import build_command_table, unique_commands
 from disque.config import Config, ConfigError
 from disque.serverinfo import GIT_SHA1, MEM_ALLOCATOR
@@ -25,7 +26,8 @@ Examples:
        ./disque-server --port 7777
        ./disque-server /etc/mydisque.conf --loglevel verbose
 """
-VERSION_LINE = "Disque server v={version} sha={sha}:0 malloc={malloc} bits=64\n"
+# core= is not in the original's line: the build of the core (disque/build.py).
+VERSION_LINE = "Disque server v={version} sha={sha}:0 malloc={malloc} bits=64 core={core}\n"
 NO_CONFIG_WARNING = ("Warning: no config file specified, using the default config. In order "
                      "to specify a config file use disque-server /path/to/disque.conf")
 VERSION_FLAGS = ("-v", "--version")
@@ -49,7 +51,7 @@ def load_config(args: list[str]) -> Config:
     """
     if args and args[0] in VERSION_FLAGS:
         sys.stdout.write(VERSION_LINE.format(version=__version__, sha=GIT_SHA1,
-                                             malloc=MEM_ALLOCATOR))
+                                             malloc=MEM_ALLOCATOR, core=core_build()))
         raise CommandLineExit(0)
     if args and args[0] in HELP_FLAGS:
         sys.stderr.write(USAGE)

@@ -76,8 +76,8 @@ class MemoryAccount:
         """Recompute the 75 % / 95 % thresholds for ``maxmemory`` (0: no limit)."""
         self.maxmemory = maxmemory
         if maxmemory > 0:
-            self.warn_threshold = (maxmemory // 100) * 75
-            self.evict_threshold = (maxmemory // 100) * 95
+            self.warn_threshold = float((maxmemory // 100) * 75)
+            self.evict_threshold = float((maxmemory // 100) * 95)
         else:
             self.warn_threshold = self.evict_threshold = float("inf")
 

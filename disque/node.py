@@ -365,9 +365,9 @@ class Node:
             handler(sender, msg, link)
         self.after_input()
 
-    def receive_bus(self, link: Link, msg: dict) -> None:
+    def receive_bus(self, link: Link, msg: object) -> None:
         """Handle one decoded message that carries its own header (the
-        simulator's network)."""
+        simulator's network); like a frame, it may be anything."""
         self.receive_frame(link, [msg, msg])
 
     def link_up(self, node_id: bytes, link: Link) -> None:

@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import hiredis
+from mypy_extensions import mypyc_attr
 
 from disque.argsplit import UnbalancedQuotes, split_args
 
@@ -83,6 +84,9 @@ def bulk(data: bytes | None) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
+# mypyc compiles no subclass of bytes: this class stays a Python class in the
+# compiled core (the decorator does nothing at run time).
+@mypyc_attr(native_class=False)
 class Status(bytes):
     """Marks a bytes value that ``encode`` must send as a status reply."""
 

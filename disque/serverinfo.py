@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from disque import __version__
+from disque.build import core_build
 
 if TYPE_CHECKING:
     from disque.server import Server
@@ -80,7 +81,9 @@ def _server_fields(server: Server) -> InfoFields:
             ("uptime_in_seconds", uptime),
             ("uptime_in_days", uptime // 86400),
             ("executable", os.path.abspath(server.argv[0])),
-            ("config_file", server.config.config_file or "")]
+            ("config_file", server.config.config_file or ""),
+            # Not in the original: which build of the core this process loaded.
+            ("core_build", core_build())]
 
 
 def _clients_fields(server: Server) -> InfoFields:

@@ -51,7 +51,7 @@ class Stats:
         self.slowlog_max_len = 128
         self._latency_threshold_ms = 0
         # Commands this slow may go to the slow log / latency monitor (inf: none).
-        self.notice_us: float = 10000
+        self.notice_us: float = 10000.0
         self.latency: dict[str, deque[tuple[int, int]]] = {}  # event -> (unix s, ms) samples
         self.latency_max: dict[str, int] = {}
         self.ops_samples: deque[tuple[int, int]] = deque(maxlen=16)  # (ms, commands)

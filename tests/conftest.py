@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from disque.build import core_build
 from tests.support.process import DisqueProcess, unverified
 from tests.support.seeds import replay_hint, run_seed as _run_seed
 from tests.support.teardown import expected_log, fail_on
@@ -19,6 +20,11 @@ def pytest_configure(config):
         "started by this test are expected to write")
     config.addinivalue_line(
         "markers", "seeded: the test draws from this run's seed (tests/support/seeds.py)")
+
+
+def pytest_report_header(config):
+    """Which build of the core these tests run (make test-pure forces pure Python)."""
+    return "disque core: %s" % core_build()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -76,7 +76,11 @@ class RequeueCoordination:
             if mflags & m.MFLAG_INCR_DELIV:
                 job.adeliv = (job.adeliv + 1) & 0xFFFF
 
-    on_working = on_queued
+    def on_working(self, sender: bytes, msg: dict, link: Link) -> None:
+        """A consumer works on the job elsewhere: the QUEUED rules, which
+        ``on_queued`` applies by message type (a method, not an alias:
+        mypyc compiles no class-level aliases)."""
+        self.on_queued(sender, msg, link)
 
     def on_pause(self, sender: bytes, msg: dict, link: Link) -> None:
         """Set a queue's pause flags to exactly what the sender broadcast."""

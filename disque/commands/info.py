@@ -23,7 +23,7 @@ SECTIONS = (
     ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
                 "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id",
                 "tcp_port", "uptime_in_seconds", "uptime_in_days", "hz", "executable",
-                "config_file")),
+                "config_file", "core_build")),  # core_build: the host's, not the original's
     ("Clients", ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
                  "blocked_clients")),
     ("Memory", ("used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",

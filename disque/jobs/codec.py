@@ -103,6 +103,8 @@ def from_storage(payload: Sequence[Any], known_nodes: Container[bytes] | None,
     if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
         raise BadJobPayload("not a stored job")
     _check_types(payload)
+    if type(payload[_FIELDS]) is not int:  # the compiled core would raise TypeError
+        raise BadJobPayload("bad stored state")
     # The length is checked above; mypy counts arguments after a *sequence as extra.
     return from_checked_storage(*payload, known_nodes, own)  # type: ignore[call-arg]
 

@@ -37,6 +37,9 @@ class JobRegistry(Mapping[bytes, Job]):
     def __getitem__(self, job_id: bytes) -> Job:
         return self.by_id[job_id]
 
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self.by_id
+
     def __len__(self) -> int:
         return len(self.by_id)
 

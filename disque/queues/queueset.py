@@ -37,6 +37,9 @@ class QueueSet(Mapping[bytes, Queue]):
     def __getitem__(self, name: bytes) -> Queue:
         return self.by_name[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.by_name
+
     def __len__(self) -> int:
         return len(self.by_name)
 

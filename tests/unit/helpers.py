@@ -7,7 +7,6 @@ Every test drives time explicitly: change the clock, then call
 
 from __future__ import annotations
 
-import inspect
 import random
 
 import hiredis
@@ -73,28 +72,21 @@ class MessageLog(list):
 def make_node(seed: int = 1, now: int = START_MS, config: Config | None = None,
               node_id: bytes = NODE_ID, **settings) -> Node:
     """A fresh node with a FakeClock (``node.clock``) and a MessageLog
-    (``node.sent_messages``). ``settings`` override Config attributes."""
+    (``node.outbox.transport``). ``settings`` override Config attributes."""
     config = config if config is not None else Config()
     for name, value in settings.items():
         setattr(config, name, value)
     clock = FakeClock(now)
     log = MessageLog()
-    params = inspect.signature(Node.__init__).parameters
-    wiring = {}
-    if "outbox" in params:
-        wiring["outbox"] = log
-    elif "bus" in params:
-        wiring["bus"] = log
-    node = Node(config, node_id, clock=clock, rng=random.Random(seed), **wiring)
+    node = Node(config, node_id, clock=clock, rng=random.Random(seed), bus=log)
     if "maxmemory" in settings:
         node.update_memory_limits()
-    node.sent_messages = log
     return node
 
 
 def add_peer(node: Node, peer_id: bytes = PEER_ID, link: bool = True) -> ClusterNode:
     """Make ``node`` believe in a second, reachable node whose messages land
-    in ``node.sent_messages``."""
+    in ``node.outbox.transport``."""
     peer = ClusterNode(peer_id, "127.0.0.1", 7712, 0, node.clock())
     peer.link = link
     node.membership.add(peer)

@@ -20,7 +20,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "disque.scanindex", "disque.clients", "disque.runtime", "disque.stats",
                     "disque.memory", "disque.jobs.job", "disque.jobs.ids", "disque.jobs.codec",
                     "disque.jobs.replies", "disque.jobs.timers", "disque.jobs.journal",
-                    "disque.jobs", "disque.queues.skiplist", "disque.queues.queue")),
+                    "disque.jobs", "disque.queues.skiplist", "disque.queues.queue",
+                    "disque.build")),
     ("settings", ("disque.config",)),
     ("registry and queues", ("disque.jobs.registry", "disque.queues")),
     ("cluster parts", ("disque.cluster", "disque.eviction", "disque.host")),
@@ -38,7 +39,8 @@ ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.
 # and does no I/O: none of these may be imported there.
 IO_MODULES = ("asyncio", "socket", "selectors", "os", "time", "threading", "subprocess",
               "signal", "uvloop")
-NOT_CORE = ADAPTERS + ("disque.config", "disque.log")
+# disque.build reads the compiled core's manifest when the package is imported.
+NOT_CORE = ADAPTERS + ("disque.build", "disque.config", "disque.log")
 
 
 def module_name(path: Path) -> str:

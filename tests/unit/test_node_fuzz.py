@@ -281,8 +281,8 @@ class Fuzzer:
             peer.flags &= ~(PFAIL | FAIL)
             peer.link = True
             node.membership.update_reachable()
-        outbox = list(node.sent_messages)
-        node.sent_messages.clear()
+        outbox = list(node.outbox.transport)
+        node.outbox.transport.clear()
         for dest, msg in outbox:
             assert dest == PEER_ID, (dest, msg)
             kind = msg.get(m.TYPE)

@@ -31,7 +31,7 @@ MULTI_ID_COMMANDS = ["ACKJOB", "FASTACK", "DELJOB", "NACK", "ENQUEUE", "DEQUEUE"
 
 @pytest.fixture
 def cluster():
-    """A node that knows one linked peer (messages land in node.sent_messages)."""
+    """A node that knows one linked peer (messages land in node.outbox.transport)."""
     node = make_node()
     add_peer(node)
     return node
@@ -95,17 +95,17 @@ def test_ackjob_counts_known_jobs(cmd):
 def test_ackjob_replicated_job_stays_acked_for_gc(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     assert cmd.ok("ACKJOB", job_id) == 1
     job = cmd.show(job_id)
     assert job["state"] == b"acked"
     assert job["nodes-confirmed"] == [NODE_ID]
     assert cmd.ok("QLEN", "q") == 0
-    setacks = cluster.sent_messages.of_type(m.SETACK)
+    setacks = cluster.outbox.transport.of_type(m.SETACK)
     assert [(d, msg[m.ID], msg[m.MAY_HAVE]) for d, msg in setacks] == [(PEER_ID, job_id, 2)]
     # Already acked: not counted, but a GC attempt is forced at once.
     assert cmd.ok("ACKJOB", job_id) == 0
-    assert len(cluster.sent_messages.of_type(m.SETACK)) == 2
+    assert len(cluster.outbox.transport.of_type(m.SETACK)) == 2
 
 
 def test_gotack_from_the_last_holder_completes_gc(cluster):
@@ -114,7 +114,7 @@ def test_gotack_from_the_last_holder_completes_gc(cluster):
     cmd.ok("ACKJOB", job_id)
     deliver(cluster, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
     assert cmd.show(job_id) is None
-    assert [d for d, _ in cluster.sent_messages.of_type(m.DELJOB)] == [PEER_ID]
+    assert [d for d, _ in cluster.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_dummy_ack_for_unknown_at_least_once_id(cluster):
@@ -128,7 +128,7 @@ def test_dummy_ack_for_unknown_at_least_once_id(cluster):
         "next-awake-within": dummy["next-awake-within"], "body": None,
     }
     assert dummy["next-awake-within"] is not None
-    setacks = cluster.sent_messages.of_type(m.SETACK)
+    setacks = cluster.outbox.transport.of_type(m.SETACK)
     assert [(d, msg[m.ID], msg[m.MAY_HAVE]) for d, msg in setacks] == [(PEER_ID, UNKNOWN_ODD, 0)]
     assert info_field(cluster, "registered_jobs") == "1"
     assert cmd.ok("JSCAN", "BUSYLOOP")[1] == []  # dummies are never listed
@@ -145,7 +145,7 @@ def test_no_dummy_ack_for_at_most_once_ids(cluster):
     cmd = Cmd(cluster)
     assert cmd.ok("ACKJOB", UNKNOWN_EVEN) == 0
     assert cmd.show(UNKNOWN_EVEN) is None
-    assert cluster.sent_messages.of_type(m.SETACK) == []
+    assert cluster.outbox.transport.of_type(m.SETACK) == []
 
 
 def test_no_dummy_ack_while_leaving(cluster):
@@ -153,7 +153,7 @@ def test_no_dummy_ack_while_leaving(cluster):
     cmd = Cmd(cluster)
     assert cmd.ok("ACKJOB", UNKNOWN_ODD) == 0
     assert cmd.show(UNKNOWN_ODD) is None
-    assert cluster.sent_messages.of_type(m.SETACK) == []
+    assert cluster.outbox.transport.of_type(m.SETACK) == []
 
 
 def test_dummy_ack_dropped_when_a_holder_knows_the_job(cluster):
@@ -185,10 +185,10 @@ def test_fastack(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     local = cmd.addjob("q", "x", "RETRY", "0", "REPLICATE", "1")
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     assert cmd.raw("FASTACK", job_id, local, UNKNOWN_ODD) == b":2\r\n"
     assert cmd.show(job_id) is None and cmd.show(local) is None
-    deljobs = [(d, msg[m.ID]) for d, msg in cluster.sent_messages.of_type(m.DELJOB)]
+    deljobs = [(d, msg[m.ID]) for d, msg in cluster.outbox.transport.of_type(m.DELJOB)]
     # Known: to its holders; unknown: to every node with a link.
     assert deljobs == [(PEER_ID, job_id), (PEER_ID, UNKNOWN_ODD)]
     assert cmd.ok("QLEN", "q") == 0
@@ -214,10 +214,10 @@ def test_fastack_single_node(cmd):
 def test_deljob_is_local_only(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     assert cmd.ok("DELJOB", job_id, job_id, UNKNOWN_ODD) == 1
     assert cmd.ok("DELJOB", job_id) == 0
-    assert cluster.sent_messages == []
+    assert cluster.outbox.transport == []
     assert cmd.ok("QLEN", "q") == 0
 
 
@@ -247,9 +247,9 @@ def test_nack_broadcasts_queued_with_incr_nacks(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     cmd.ok("GETJOB", "FROM", "q")
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     cmd.ok("NACK", job_id)
-    queued = cluster.sent_messages.of_type(m.QUEUED)
+    queued = cluster.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.ID], msg[m.MFLAGS]) for d, msg in queued] == [
         (PEER_ID, job_id, m.MFLAG_INCR_NACKS)]
 
@@ -266,11 +266,11 @@ def test_enqueue_counts_additional_deliveries(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     cmd.ok("GETJOB", "FROM", "q")
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     assert cmd.ok("ENQUEUE", job_id) == 1
     job = cmd.show(job_id)
     assert (job["nacks"], job["additional-deliveries"]) == (0, 1)
-    queued = cluster.sent_messages.of_type(m.QUEUED)
+    queued = cluster.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.MFLAGS]) for d, msg in queued] == [(PEER_ID, m.MFLAG_INCR_DELIV)]
     assert cmd.ok("ENQUEUE", job_id) == 0  # already queued
 
@@ -278,11 +278,11 @@ def test_enqueue_counts_additional_deliveries(cluster):
 def test_first_queueing_of_a_delayed_job_is_silent(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster, "DELAY", "100")
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     assert cmd.ok("ENQUEUE", job_id) == 1
     job = cmd.show(job_id)
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
-    assert cluster.sent_messages.of_type(m.QUEUED) == []
+    assert cluster.outbox.transport.of_type(m.QUEUED) == []
     cmd.ok("GETJOB", "FROM", "q")
     assert cmd.ok("ENQUEUE", job_id) == 1
     assert cmd.show(job_id)["additional-deliveries"] == 1
@@ -402,9 +402,9 @@ def test_working_on_acked_job_returns_retry(cluster):
 def test_working_tells_the_holders(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     cmd.ok("WORKING", job_id)
-    assert [(d, msg[m.ID]) for d, msg in cluster.sent_messages.of_type(m.WORKING)] == [
+    assert [(d, msg[m.ID]) for d, msg in cluster.outbox.transport.of_type(m.WORKING)] == [
         (PEER_ID, job_id)]
 
 
@@ -469,18 +469,18 @@ def test_replica_first_queueing_counts_as_additional_delivery(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
     deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
-    assert [msg[m.ID] for _, msg in cluster.sent_messages.of_type(m.GOTJOB)] == [job_id]
+    assert [msg[m.ID] for _, msg in cluster.outbox.transport.of_type(m.GOTJOB)] == [job_id]
     job = cmd.show(job_id)
     assert job["state"] == b"active"
     # Received copies wait delay + retry (± jitter), announcing WILLQUEUE first.
     assert 5000 - 250 <= job["next-requeue-within"] <= 5000 + 249
     assert job["next-awake-within"] == job["next-requeue-within"] - 500
-    cluster.sent_messages.clear()
+    cluster.outbox.transport.clear()
     advance(cluster, job["next-requeue-within"])
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 1)
-    assert [(d, msg[m.MFLAGS]) for d, msg in cluster.sent_messages.of_type(m.QUEUED)] == [
+    assert [(d, msg[m.MFLAGS]) for d, msg in cluster.outbox.transport.of_type(m.QUEUED)] == [
         (PEER_ID, m.MFLAG_INCR_DELIV)]
 
 
@@ -488,12 +488,12 @@ def test_first_queueing_after_enqueue_message_does_not_count(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
     deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: m.MFLAG_NOREPLY})
-    assert cluster.sent_messages.of_type(m.GOTJOB) == []
+    assert cluster.outbox.transport.of_type(m.GOTJOB) == []
     deliver(cluster, PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
-    assert cluster.sent_messages.of_type(m.QUEUED) == []
+    assert cluster.outbox.transport.of_type(m.QUEUED) == []
 
 
 def test_jobs_imported_by_yourjobs_do_not_count(cluster):

@@ -361,7 +361,7 @@ def test_asynchronous_replication_to_a_peer():
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert sorted(job["nodes-delivered"]) == sorted([NODE_ID, PEER_ID])
-    repl = node.sent_messages.of_type(m.REPLJOB)
+    repl = node.outbox.transport.of_type(m.REPLJOB)
     assert len(repl) == 1 and repl[0][0] == PEER_ID
     assert repl[0][1][m.MFLAGS] & m.MFLAG_NOREPLY
 
@@ -375,7 +375,7 @@ def test_synchronous_replication_blocks_until_gotjob():
     assert cmd.show(job_id)["state"] == b"wait-repl"
     assert cmd.show(job_id)["nodes-confirmed"] == [NODE_ID]
     assert cmd.ok("QLEN", "q") == 0
-    repl = node.sent_messages.of_type(m.REPLJOB)
+    repl = node.outbox.transport.of_type(m.REPLJOB)
     assert [dest for dest, _ in repl] == [PEER_ID]
     assert not repl[0][1].get(m.MFLAGS, 0) & m.MFLAG_NOREPLY
     assert node.blocked.clients
@@ -396,7 +396,7 @@ def test_synchronous_replication_timeout():
     advance(node, 1)
     assert cmd.client.sent == [NOREPL_TIMEOUT]
     assert job_id not in node.jobs
-    assert [d for d, msg in node.sent_messages.of_type(m.DELJOB)] == [PEER_ID]
+    assert [d for d, msg in node.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_synchronous_replication_without_timeout_ends_with_the_job():
@@ -423,7 +423,7 @@ def test_external_replication_under_memory_pressure():
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
     assert cmd.show(job_id) is None  # the local copy is gone
-    enqueue = node.sent_messages.of_type(m.ENQUEUE)
+    enqueue = node.outbox.transport.of_type(m.ENQUEUE)
     assert [(d, msg[m.ID]) for d, msg in enqueue] == [(PEER_ID, job_id)]
 
 
@@ -434,8 +434,8 @@ def test_external_asynchronous_replication_keeps_nothing():
     job_id = cmd.addjob("q", "b", "REPLICATE", "1", "ASYNC")
     assert cmd.show(job_id) is None
     assert not node.jobs
-    assert [d for d, _ in node.sent_messages.of_type(m.REPLJOB)] == [PEER_ID]
-    assert [d for d, _ in node.sent_messages.of_type(m.ENQUEUE)] == [PEER_ID]
+    assert [d for d, _ in node.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
+    assert [d for d, _ in node.outbox.transport.of_type(m.ENQUEUE)] == [PEER_ID]
 
 
 def test_client_disconnect_while_waiting_deletes_the_job():
@@ -445,7 +445,7 @@ def test_client_disconnect_while_waiting_deletes_the_job():
     assert cmd.raw("ADDJOB", "q", "b", "0") is None
     node.client_gone(cmd.client)
     assert not node.jobs and not node.blocked.clients
-    assert [d for d, _ in node.sent_messages.of_type(m.DELJOB)] == [PEER_ID]
+    assert [d for d, _ in node.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_federation_does_not_queue_a_job_whose_producer_waits():

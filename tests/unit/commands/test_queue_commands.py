@@ -293,8 +293,8 @@ def test_paused_queues_are_never_collected(node, cmd):
 def test_pause_bcast(node, cmd):
     add_peer(node)
     assert cmd.raw("PAUSE", "q", "in", "bcast") == b"+in\r\n"
-    pauses = node.sent_messages.of_type(m.PAUSE)
+    pauses = node.outbox.transport.of_type(m.PAUSE)
     assert [(d, msg[m.QUEUE], msg[m.PAUSE_STATE]) for d, msg in pauses] == [(PEER_ID, b"q", b"in")]
-    node.sent_messages.clear()
+    node.outbox.transport.clear()
     assert cmd.raw("PAUSE", "q", "bcast") == b"+in\r\n"  # broadcasts the current state
-    assert [msg[m.PAUSE_STATE] for _, msg in node.sent_messages.of_type(m.PAUSE)] == [b"in"]
+    assert [msg[m.PAUSE_STATE] for _, msg in node.outbox.transport.of_type(m.PAUSE)] == [b"in"]

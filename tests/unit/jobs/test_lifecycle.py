@@ -113,17 +113,17 @@ def test_getjob_does_not_restart_the_retry_clock(node, cmd):
 def test_queued_job_at_qtime_only_gets_its_qtime_pushed(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "RETRY", "4", "REPLICATE", "2", "ASYNC")
-    node.sent_messages.clear()
+    node.outbox.transport.clear()
     qtime = node.jobs[job_id].qtime
     run_until(node, qtime - 500)
-    assert node.sent_messages == []  # queued: no WILLQUEUE announcement
+    assert node.outbox.transport == []  # queued: no WILLQUEUE announcement
     run_until(node, qtime)
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
     assert 4000 - 250 <= job["next-requeue-within"] <= 4000 + 249
     assert job["next-awake-within"] == job["next-requeue-within"] - 500
-    assert node.sent_messages == []
+    assert node.outbox.transport == []
     assert cmd.ok("QLEN", "q") == 1
 
 
@@ -131,15 +131,15 @@ def test_active_job_announces_willqueue_then_queued(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "RETRY", "4", "REPLICATE", "2", "ASYNC")
     cmd.ok("GETJOB", "FROM", "q")
-    node.sent_messages.clear()
+    node.outbox.transport.clear()
     qtime = node.jobs[job_id].qtime
     run_until(node, qtime - 501)
-    assert node.sent_messages == []
+    assert node.outbox.transport == []
     run_until(node, qtime - 500)
-    assert [(d, msg[m.TYPE], msg[m.ID]) for d, msg in node.sent_messages] == [
+    assert [(d, msg[m.TYPE], msg[m.ID]) for d, msg in node.outbox.transport] == [
         (PEER_ID, m.WILLQUEUE, job_id)]
     run_until(node, qtime)
-    queued = node.sent_messages.of_type(m.QUEUED)
+    queued = node.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.MFLAGS]) for d, msg in queued] == [(PEER_ID, m.MFLAG_INCR_DELIV)]
     assert cmd.show(job_id)["additional-deliveries"] == 1
 
@@ -215,22 +215,22 @@ def test_acked_job_expires_too(node, cmd):
 def test_gc_backoff_for_acked_jobs(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "REPLICATE", "2", "ASYNC")
-    node.sent_messages.clear()
+    node.outbox.transport.clear()
     cmd.ok("ACKJOB", job_id)
     attempts = [START_MS]
-    assert len(node.sent_messages.of_type(m.SETACK)) == 1
+    assert len(node.outbox.transport.of_type(m.SETACK)) == 1
     end = START_MS + 1_000_000
     while node.clock.now < end:
-        before = len(node.sent_messages.of_type(m.SETACK))
+        before = len(node.outbox.transport.of_type(m.SETACK))
         run_until(node, node.jobs[job_id].awakeme)
-        if len(node.sent_messages.of_type(m.SETACK)) > before:
+        if len(node.outbox.transport.of_type(m.SETACK)) > before:
             attempts.append(node.clock.now)
     gaps = [b - a for a, b in zip(attempts, attempts[1:])]
     expected = [2000, 4000, 8000, 16000, 32000, 64000, 128000, 180000, 180000, 180000]
     assert len(gaps) >= len(expected)
     for gap, want in zip(gaps, expected):
         assert want - 250 <= gap <= want + 249, (gaps, expected)
-    assert all(msg[m.MAY_HAVE] == 2 for _, msg in node.sent_messages.of_type(m.SETACK))
+    assert all(msg[m.MAY_HAVE] == 2 for _, msg in node.outbox.transport.of_type(m.SETACK))
     assert node.jobs[job_id].gc_retry == 10
 
 
@@ -240,9 +240,9 @@ def test_gc_stops_when_every_holder_confirmed(node, cmd):
     cmd.ok("ACKJOB", job_id)
     deliver(node, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
     assert job_id not in node.jobs
-    node.sent_messages.clear()
+    node.outbox.transport.clear()
     run_until(node, START_MS + 60_000)
-    assert node.sent_messages.of_type(m.SETACK) == []
+    assert node.outbox.transport.of_type(m.SETACK) == []
 
 
 # ------------------------------------------------------------------ memory
