@@ -15,8 +15,9 @@ Needs the ``client`` extra (redis-py), which the server itself does without.
 
 The modules: ``addresses`` (NodeAddress, seed lists), ``errors`` (the client's
 errors, which failures move to another node), ``replies`` (Job, job_info),
-``arguments`` (argument encoding, ADDJOB's argv), ``disqueclient`` (the
-DisqueClient class: node choice, failover, pipelining, commands).
+``arguments`` (argument encoding, ADDJOB's argv, ``AddJobEncoder`` for
+ADDJOBs encoded in bulk), ``disqueclient`` (the DisqueClient class: node
+choice, failover, pipelining, commands).
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ except ImportError as exc:  # the server does not need redis-py; only this clien
 
 from disque.client.addresses import (DEFAULT_PORT, DEFAULT_SEED, PRIORITY_FAILING, NodeAddress,
                                      parse_nodes)
-from disque.client.arguments import addjob_args, addjob_options
-from disque.client.disqueclient import DEFAULT_CHUNK, FAILED_NODE_QUARANTINE, DisqueClient
+from disque.client.arguments import AddJobEncoder, addjob_args, addjob_options
+from disque.client.disqueclient import (DEFAULT_CHUNK, DEFAULT_GETJOB_COUNT,
+                                       FAILED_NODE_QUARANTINE, DisqueClient)
 from disque.client.errors import (LEAVING_PREFIX, NOREPL_LEAVING_TEXT, AuthenticationError,
                                   DisqueError, NoNodeAvailable, ResponseError)
 from disque.client.replies import Job, job_info
 
 __all__ = [
-    "DEFAULT_CHUNK", "DEFAULT_PORT", "DEFAULT_SEED", "FAILED_NODE_QUARANTINE", "LEAVING_PREFIX",
-    "NOREPL_LEAVING_TEXT", "PRIORITY_FAILING", "AuthenticationError", "DisqueClient",
+    "DEFAULT_CHUNK", "DEFAULT_GETJOB_COUNT", "DEFAULT_PORT", "DEFAULT_SEED",
+    "FAILED_NODE_QUARANTINE", "LEAVING_PREFIX", "NOREPL_LEAVING_TEXT", "PRIORITY_FAILING",
+    "AddJobEncoder", "AuthenticationError", "DisqueClient",
     "DisqueError", "Job", "NoNodeAvailable", "NodeAddress", "ResponseError", "addjob_args",
     "addjob_options", "job_info", "parse_nodes",
 ]

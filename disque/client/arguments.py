@@ -20,14 +20,20 @@ def encode_arg(value: Any) -> Any:
     return value
 
 
-def pack_commands(conn: redis.Connection, commands: Sequence[tuple]) -> list[bytes]:
-    """The RESP encoding of ``commands``, ready for send_packed_command."""
+def pack_commands(conn: redis.Connection, commands: Sequence[tuple | bytes]) -> list[bytes]:
+    """The RESP encoding of ``commands``, ready for send_packed_command; a command given as
+    ``bytes`` is RESP already (``AddJobEncoder``) and goes as it is."""
+    if all(isinstance(cmd, bytes) for cmd in commands):
+        return [b"".join(commands)]
     if _hiredis_pack is not None:
         try:
-            return [b"".join([_hiredis_pack(cmd) for cmd in commands])]
+            return [b"".join([cmd if isinstance(cmd, bytes) else _hiredis_pack(cmd)
+                              for cmd in commands])]
         except UnicodeEncodeError:
             pass  # a surrogate-escaped queue name: encode it ourselves below
-    return conn.pack_commands([tuple(encode_arg(a) for a in cmd) for cmd in commands])
+    return [b"".join([cmd if isinstance(cmd, bytes) else
+                      b"".join(conn.pack_command(*[encode_arg(a) for a in cmd]))
+                      for cmd in commands])]
 
 
 def addjob_args(queue: str | bytes, body: bytes | str, timeout_ms: int = 0, *,
@@ -51,3 +57,52 @@ def addjob_options(*, replicate: int | None = None, delay: int | None = None,
     if async_:
         opts.append("ASYNC")
     return tuple(opts)
+
+
+def ids_command(command: str, ids: Sequence[str | bytes]) -> bytes:
+    """``command id id ...`` RESP-encoded (ACKJOB, FASTACK, NACK, DELJOB). Job IDs all have
+    one length, so the IDs are joined in one call instead of packed one by one."""
+    words = [i if isinstance(i, bytes) else encode_arg(i) for i in ids]
+    head = b"*%d\r\n%s" % (len(words) + 1, _bulk(command))
+    lengths = set(map(len, words))
+    if len(lengths) == 1:
+        separator = b"\r\n$%d\r\n" % lengths.pop()
+        return b"".join((head, separator[2:], separator.join(words), b"\r\n"))
+    return head + b"".join([b"$%d\r\n%s\r\n" % (len(w), w) for w in words])
+
+
+def _bulk(word: Any) -> bytes:
+    """One RESP bulk string."""
+    data = encode_arg(word) if isinstance(word, str) else (
+        word if isinstance(word, bytes) else str(word).encode())
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+class AddJobEncoder:
+    """RESP-encoded ADDJOBs of many bodies sharing the timeout and options.
+
+    Everything around the body is encoded once (per queue), so a job costs one
+    bytes formatting: a fifth of packing the argv word by word."""
+
+    def __init__(self, words: tuple) -> None:
+        """``words``: what follows ``ADDJOB queue body`` (the timeout, then the options)."""
+        self._head = b"*%d\r\n%s" % (3 + len(words), _bulk("ADDJOB"))
+        self._tail = b"\r\n" + b"".join(_bulk(w) for w in words)
+        self._queues: dict[str | bytes, bytes] = {}
+
+    def _prefix(self, queue: str | bytes) -> bytes:
+        prefix = self._queues.get(queue)
+        if prefix is None:
+            prefix = self._queues[queue] = self._head + _bulk(queue)
+        return prefix
+
+    def encode(self, queue: str | bytes, bodies: Sequence[bytes]) -> list[bytes]:
+        """ADDJOB ``queue`` body ... for every body."""
+        prefix, tail = self._prefix(queue), self._tail
+        return [b"%s$%d\r\n%s%s" % (prefix, len(body), body, tail) for body in bodies]
+
+    def encode_each(self, queues: Sequence[str | bytes], bodies: Sequence[bytes]) -> list[bytes]:
+        """ADDJOB queue body ... for every (queue, body) pair."""
+        prefix, tail = self._prefix, self._tail
+        return [b"%s$%d\r\n%s%s" % (prefix(queue), len(body), body, tail)
+                for queue, body in zip(queues, bodies)]

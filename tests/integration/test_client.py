@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from redis.exceptions import AuthenticationError, ResponseError
 
-from disque.client import DisqueClient, DisqueError, NodeAddress, NoNodeAvailable, parse_nodes
+from disque.client import (AddJobEncoder, DisqueClient, DisqueError, NodeAddress, NoNodeAvailable,
+                           parse_nodes)
 from tests.support.process import free_port, wait_until
 
 
@@ -130,7 +131,9 @@ def test_pipelines_addjob_and_ackjob_in_chunks(server, monkeypatch):
     real = client._pipeline_once
 
     def recording(commands):
-        chunks.append([c[0].decode() if isinstance(c[0], bytes) else c[0] for c in commands])
+        # A command is an argv tuple, or bytes already RESP-encoded (*n, $len, name, ...).
+        chunks.append([c.split(b"\r\n")[2].decode() if isinstance(c, bytes) else c[0]
+                       for c in commands])
         return real(commands)
 
     monkeypatch.setattr(client, "_pipeline_once", recording)
@@ -160,6 +163,45 @@ def test_per_job_errors_come_back_in_place(server):
         assert replies[1].startswith("D-")
         with pytest.raises(ResponseError, match="BADID"):
             client.ack_jobs(["nope"])
+
+
+def test_job_entries_come_raw_from_pipelined_getjobs(server, monkeypatch):
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        ids = client.add_jobs([("raw", b"job %d\r\n" % i) for i in range(2500)], retry=30)
+        client.nack([client.get_jobs("raw", nohang=True)[0].id])  # the first job, NACKed once
+        rounds = []
+        recording = client._pipeline_once
+        monkeypatch.setattr(client, "_pipeline_once",
+                            lambda commands: rounds.append(commands) or recording(commands))
+        entries = client.get_job_entries("raw", want=2300, count=1000)
+        # COUNT 1000, 1000 and 300 in one round trip.
+        assert [[c[3] for c in r] for r in rounds] == [[1000, 1000, 300]]
+        assert len(entries) == 2300
+        assert [e[1] for e in entries] == [i.encode() for i in ids[:2300]]
+        assert entries[0][0] == b"raw" and entries[1][2] == b"job 1\r\n"
+        assert (entries[0][3:], entries[1][3:]) == (
+            [b"nacks", 1, b"additional-deliveries", 0], [b"nacks", 0, b"additional-deliveries", 0])
+        # Fewer queued than wanted: what is there, then empty replies.
+        assert len(client.get_job_entries("raw", want=1000, count=150)) == 200
+        assert client.get_job_entries("raw", want=10) == []
+        assert client.get_job_entries("raw", want=0) == []
+
+
+def test_encoded_addjobs_go_as_they_are(server):
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        encoder = AddJobEncoder((0, "RETRY", 7, "MAXLEN", 2))
+        commands = (encoder.encode("enc", [b"a", b"b\r\nc"])
+                    + encoder.encode_each(["enc", "other"], [b"d", b"e"]))
+        assert commands[0] == b"*8\r\n$6\r\nADDJOB\r\n$3\r\nenc\r\n$1\r\na\r\n$1\r\n0\r\n" \
+            b"$5\r\nRETRY\r\n$1\r\n7\r\n$6\r\nMAXLEN\r\n$1\r\n2\r\n"
+        replies = client.pipeline(commands)
+        assert isinstance(replies[2], ResponseError) and str(replies[2]).startswith("MAXLEN")
+        assert all(replies[i].startswith(b"D-") for i in (0, 1, 3))
+        assert [j.body for j in client.qpeek("enc", 10)] == [b"a", b"b\r\nc"]
+        assert client.show(replies[3].decode())["retry"] == 7
+        # Encoded and argv commands mix in one pipeline.
+        mixed = client.pipeline([encoder.encode("mix", [b"x"])[0], ("QLEN", "mix")])
+        assert mixed[1] == 1
 
 
 def test_counters_working_and_scans(server):
