@@ -125,7 +125,7 @@ def test_a_partly_due_bucket_arms_the_next_timer_at_its_rest():
     """Arming at the bucket's start would make the server spin through run_timers
     until the rest of the bucket falls due."""
     wheel = TimerWheel()
-    a, b = Item(1), Item(2)
+    a, b = timed_job(1), timed_job(2)
     wheel.schedule(a, 8001)
     wheel.schedule(b, 8006)
     assert wheel.next_due() == 8001
