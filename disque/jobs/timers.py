@@ -55,21 +55,23 @@ class TimerWheel:
         key = when >> _SHIFT
         old = item.awakeme
         item.awakeme = when
-        if old:
-            if old >> _SHIFT == key:
-                return  # same bucket: its entry stands
-            self._leave(old >> _SHIFT)
         buckets = self._buckets
-        bucket = buckets.get(key)
-        if bucket is None:
-            bucket = buckets[key] = _Bucket(when)
-            heapq.heappush(self._heap, key)
-        elif when < bucket.first:
+        if old and old >> _SHIFT == key:
+            bucket = buckets[key]  # same bucket: its entry stands
+        else:
+            if old:
+                self._leave(old >> _SHIFT)
+            found = buckets.get(key)
+            if found is None:
+                found = buckets[key] = _Bucket(when)
+                heapq.heappush(self._heap, key)
+            bucket = found
+            bucket.jobs.append(item)
+            bucket.live += 1
+        if when < bucket.first:
             bucket.first = when
         if when < self.earliest:
             self.earliest = when
-        bucket.jobs.append(item)
-        bucket.live += 1
 
     def cancel(self, item: Job) -> None:
         """Forget ``item``'s pending time."""
