@@ -81,9 +81,12 @@ def _server_fields(server: Server) -> InfoFields:
             ("uptime_in_seconds", uptime),
             ("uptime_in_days", uptime // 86400),
             ("executable", os.path.abspath(server.argv[0])),
-            ("config_file", server.config.config_file or ""),
-            # Not in the original: which build of the core this process loaded.
-            ("core_build", core_build())]
+            ("config_file", server.config.config_file or "")]
+
+
+def _build_fields(server: Server) -> InfoFields:
+    # Not in the original (INFO build): which build of the core this process loaded.
+    return [("core_build", core_build())]
 
 
 def _clients_fields(server: Server) -> InfoFields:
@@ -134,6 +137,7 @@ _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "persistence": _persistence_fields,
     "stats": _stats_fields,
     "cpu": _cpu_fields,
+    "build": _build_fields,
 }
 
 

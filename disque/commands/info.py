@@ -23,7 +23,7 @@ SECTIONS = (
     ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
                 "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id",
                 "tcp_port", "uptime_in_seconds", "uptime_in_days", "hz", "executable",
-                "config_file", "core_build")),  # core_build: the host's, not the original's
+                "config_file")),
     ("Clients", ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
                  "blocked_clients")),
     ("Memory", ("used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",
@@ -37,7 +37,13 @@ SECTIONS = (
                "latest_fork_usec")),
     ("CPU", ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")),
 )
+# Not in the original, so only given when asked for by name: INFO and INFO all
+# stay byte for byte what a Disque 1.0 client expects.
+EXTRA_SECTIONS = (
+    ("Build", ("core_build",)),  # which build of the core the process loaded
+)
 _SECTION_NAMES = {name.lower() for name, _ in SECTIONS}
+_EXTRA_SECTION_NAMES = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
 _COMMANDSTATS = "commandstats"
 
 
@@ -95,6 +101,9 @@ def info(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
                 parts.append(_section_text(node, title, keys))
     if wanted in ("all", _COMMANDSTATS):
         parts.append(_commandstats_text(node))
+    extra = _EXTRA_SECTION_NAMES.get(wanted)
+    if extra is not None:
+        parts.append(_section_text(node, *extra))
     return bulk("\r\n".join(parts).encode())
 
 

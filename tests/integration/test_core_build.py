@@ -51,13 +51,15 @@ def test_a_current_compiled_core_is_loaded():
 
 
 @pytest.mark.parametrize("pure", [False, True])
-def test_info_server_section_names_the_build(tmp_path, pure):
+def test_info_build_section_names_the_build(tmp_path, pure):
     env = {PURE_ENV: "1" if pure else "0"}
     expected = core_of(version(**env))
     node = DisqueProcess(tmp_path / "node", env=env).start()
     try:
-        info = node.raw(b"INFO server\r\n").decode()
-        assert info.endswith("\r\ncore_build:%s\r\n\r\n" % expected), info
+        info = node.raw(b"INFO build\r\n").decode()
+        assert info.endswith("# Build\r\ncore_build:%s\r\n\r\n" % expected), info
+        # Not in the original's sections: INFO and INFO all keep their bytes.
+        assert b"core_build" not in node.raw(b"INFO all\r\n")
         assert (expected == COMPILED) == (not pure and MANIFEST is not None)
     finally:
         assert node.stop() == 0
