@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
                                     WriterCommitMessage)
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from disque.client import ResponseError
+from disque.client.arguments import AddJobEncoder
 from disque.spark.options import AddJobOptions, ConnectionOptions, Options
 
 
@@ -60,12 +62,21 @@ def _partition_id() -> int:
     return context.partitionId() if context is not None else -1
 
 
-def _columns(batch: pa.RecordBatch) -> tuple[list, list | None]:
-    """(bodies, queues or None) of one Arrow batch."""
-    names = batch.schema.names
-    bodies = batch.column(names.index("body")).to_pylist()
-    queues = batch.column(names.index("queue")).to_pylist() if "queue" in names else None
-    return bodies, queues
+def _bodies(batch: pa.RecordBatch) -> pa.Array:
+    """The ``body`` column as binary (Arrow strings are UTF-8 already: no per-row encode)."""
+    bodies = batch.column(batch.schema.get_field_index("body"))
+    if pa.types.is_string(bodies.type):
+        return bodies.cast(pa.binary())
+    if pa.types.is_large_string(bodies.type):
+        return bodies.cast(pa.large_binary())
+    return bodies
+
+
+def _first_null(column: pa.Array) -> int | None:
+    """The position of the column's first null, if any."""
+    if column.null_count == 0:
+        return None
+    return pc.index(column.is_null(), True).as_py()
 
 
 class JobWriter:
@@ -77,48 +88,67 @@ class JobWriter:
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DisqueCommitMessage:
         partition = _partition_id()
-        tail = self.addjob.tail()
+        encoder = AddJobEncoder(self.addjob.tail())
         default_queue = self.addjob.queue
         size = self.addjob.batch_size
         written = 0
         client = self.connection.client()
-        pending: list[tuple] = []
+        # Encoded ADDJOBs not sent yet, with each one's queue and body for error messages.
+        commands: list[bytes] = []
+        queues: list[str] = []
+        bodies: list[bytes] = []
         try:
             for batch in iterator:
-                bodies, queues = _columns(batch)
-                for i, body in enumerate(bodies):
-                    queue = queues[i] if queues is not None else None
-                    if queue is None:
-                        queue = default_queue
-                    row = written + len(pending)
-                    if queue is None:
+                batch_bodies = _bodies(batch)
+                queue_index = batch.schema.get_field_index("queue")
+                batch_queues = batch.column(queue_index) if queue_index >= 0 else None
+                if batch_queues is not None and default_queue is not None:
+                    batch_queues = batch_queues.fill_null(default_queue)
+                # The rows before the first one the node cannot take are written, then
+                # that row fails the task, as writing row by row would.
+                null_body = _first_null(batch_bodies)
+                null_queue = (_first_null(batch_queues) if batch_queues is not None
+                              else None if default_queue is not None else 0)
+                rows = min([batch.num_rows] + [i for i in (null_body, null_queue)
+                                                if i is not None])
+                new_bodies = batch_bodies.slice(0, rows).to_pylist()
+                if batch_queues is None:
+                    commands += encoder.encode(default_queue, new_bodies)
+                    queues += [default_queue] * rows
+                else:
+                    new_queues = batch_queues.slice(0, rows).to_pylist()
+                    commands += encoder.encode_each(new_queues, new_bodies)
+                    queues += new_queues
+                bodies += new_bodies
+                while len(commands) >= size:
+                    written += self._flush(client, commands[:size], queues, bodies, written,
+                                           partition)
+                    del commands[:size], queues[:size], bodies[:size]
+                if rows < batch.num_rows:
+                    row = written + len(commands)
+                    if rows == null_queue:
                         raise DisqueWriteError("row %d of partition %d has a null queue and no "
                                                "'queue' option is set" % (row, partition))
-                    if body is None:
-                        raise DisqueWriteError("row %d of partition %d (queue %r) has a null body"
-                                               % (row, partition, queue))
-                    if isinstance(body, str):
-                        body = body.encode("utf-8")
-                    pending.append(("ADDJOB", queue, body) + tail)
-                    if len(pending) >= size:
-                        written += self._flush(client, pending, written, partition)
-                        pending = []
-            if pending:
-                written += self._flush(client, pending, written, partition)
+                    queue = (default_queue if batch_queues is None
+                             else batch_queues[rows].as_py())
+                    raise DisqueWriteError("row %d of partition %d (queue %r) has a null body"
+                                           % (row, partition, queue))
+            if commands:
+                written += self._flush(client, commands, queues, bodies, written, partition)
         finally:
             client.close()
         return DisqueCommitMessage(partition, written)
 
     @staticmethod
-    def _flush(client, commands: list[tuple], first_row: int, partition: int) -> int:
+    def _flush(client, commands: list[bytes], queues: list[str], bodies: list[bytes],
+               first_row: int, partition: int) -> int:
         replies = client.pipeline(commands)
         failed = [i for i, r in enumerate(replies) if isinstance(r, ResponseError)]
         if failed:
             i = failed[0]
-            queue, body = commands[i][1], commands[i][2]
             raise DisqueWriteError(
                 "ADDJOB refused for row %d of partition %d (queue %r, body %s): %s%s"
-                % (first_row + i, partition, queue, _preview(body), replies[i],
+                % (first_row + i, partition, queues[i], _preview(bodies[i]), replies[i],
                    "" if len(failed) == 1 else " (and %d more jobs of the same chunk)"
                    % (len(failed) - 1)))
         return len(commands)

@@ -60,6 +60,21 @@ def test_a_refused_job_fails_the_task_with_the_server_error(spark, node):
     assert client.qlen("full") == 2
 
 
+def test_null_bodies_and_queues(spark, node):
+    proc, address, client = node
+    df = spark.createDataFrame([("a", "named"), ("b", None), (None, "named")],
+                               "body string, queue string").coalesce(1)
+    with pytest.raises(Exception, match=r"row 2 of partition 0 \(queue 'named'\) has a null "
+                                        r"body"):
+        df.write.format("disque").option("nodes", address).option("queue", "fallback") \
+            .option("batchSize", 1).mode("append").save()
+    # A null queue takes the option's; the rows before the bad one were written.
+    assert (client.qlen("named"), client.qlen("fallback")) == (1, 1)
+    with pytest.raises(Exception, match="row 1 of partition 0 has a null queue and no 'queue' "
+                                        "option is set"):
+        df.limit(2).write.format("disque").option("nodes", address).mode("append").save()
+
+
 def test_missing_body_or_queue_is_refused_before_running(spark, node):
     proc, address, client = node
     with pytest.raises(Exception, match="needs a 'body' column"):
