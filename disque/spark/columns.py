@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -99,3 +99,25 @@ def queue_text(queue: str) -> str:
         return queue
     except UnicodeEncodeError:
         return queue.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def queue_column(queues: list[bytes]) -> list[bytes] | list[str]:
+    """Raw queue names as Arrow string values: as they are when UTF-8 (the usual case, checked
+    once per distinct name), else decoded with replacement characters like ``queue_text``."""
+    names = {q: q.decode("utf-8", "replace") for q in set(queues)}
+    if all(text.encode("utf-8") == raw for raw, text in names.items()):
+        return queues
+    return [names[q] for q in queues]
+
+
+def ipc_bytes(table: pa.Table) -> bytes:
+    """``table`` as one Arrow IPC stream (what a partition carries to an executor)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_batches(data: bytes) -> Iterator[pa.RecordBatch]:
+    """The record batches of an Arrow IPC stream made by ``ipc_bytes``."""
+    yield from pa.ipc.open_stream(data)

@@ -2,10 +2,12 @@
 
 Streaming (``spark.readStream.format("disque")``): the driver-side reader
 fetches jobs with GETJOB NOHANG COUNT, ships them to executors inside the
-InputPartitions, and sends ACKJOB only from ``commit()``, i.e. after the sink
-committed the batch. The offset is just a batch counter: Disque keeps no
-replayable log, but it redelivers unacknowledged jobs after RETRY, so a batch
-lost to a crash comes back by itself (at-least-once, no loss).
+InputPartitions as Arrow data, and sends ACKJOB only once the sink committed
+the batch (Spark asks for the next batch after writing the commit log entry).
+Fetching the next batch and the ACKJOBs run on a background thread while the
+executors work (``courier``). The offset is just a batch counter: Disque keeps
+no replayable log, but it redelivers unacknowledged jobs after RETRY, so a
+batch lost to a crash comes back by itself (at-least-once, no loss).
 
 Batch (``spark.read.format("disque")``): every job the nodes hold, through
 JSCAN ... REPLY all (or QPEEK), one partition per node. Nothing is consumed.
@@ -14,59 +16,58 @@ JSCAN ... REPLY all (or QPEEK), one partition per node. Nothing is consumed.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import pyarrow as pa
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from disque.client import PRIORITY_FAILING, DisqueClient, Job
+from disque.client import DEFAULT_GETJOB_COUNT, PRIORITY_FAILING, DisqueClient
 from disque.spark.columns import (SNAPSHOT_FIELDS, STREAM_FIELDS, BatchBuilder, check_schema,
-                                  queue_text, struct)
-from disque.spark.keepalive import KeepAlive
+                                  ipc_batches, ipc_bytes, queue_text, struct)
+from disque.spark.courier import Courier, FetchedJobs
+from disque.spark.keepalive import DEFAULT_KEEPALIVE_DELAY_MS, KeepAlive
 from disque.spark.options import ConnectionOptions, OptionError, Options
 from disque.spark.sink import DisqueBatchWriter, DisqueStreamWriter
 
 log = logging.getLogger("disque.spark")
 
 DEFAULT_MAX_JOBS_PER_TRIGGER = 10_000
-DEFAULT_FETCH = 1_000
+DEFAULT_FETCH = DEFAULT_GETJOB_COUNT
 SNAPSHOT_ROWS_PER_BATCH = 10_000
 
 
-def _job_columns(jobs: list[Job]) -> dict[str, list]:
-    return {
-        "queue": [queue_text(j.queue) for j in jobs],
-        "id": [j.id for j in jobs],
-        "body": [j.body for j in jobs],
-        "nacks": [j.nacks for j in jobs],
-        "additional_deliveries": [j.additional_deliveries for j in jobs],
-    }
-
-
 class JobsPartition(InputPartition):
-    """Jobs fetched on the driver, travelling to an executor."""
+    """Jobs fetched on the driver, travelling to an executor as an Arrow IPC stream: pickling
+    one bytes object is a copy, and the executor hands Spark the batches without a per-row
+    step."""
 
-    def __init__(self, jobs: list[Job]) -> None:
-        super().__init__(len(jobs))
-        self.jobs = [tuple(j) for j in jobs]
+    def __init__(self, rows: pa.Table) -> None:
+        super().__init__(rows.num_rows)
+        self.arrow = ipc_bytes(rows)
 
 
 @dataclass
 class _DriverState:
     """What the long-lived driver-side reader process remembers between calls."""
 
-    client: DisqueClient
+    courier: Courier
     keepalive: KeepAlive
-    batches: dict[int, list[Job]] = field(default_factory=dict)  # fetched, not yet acked
+    batches: dict[int, FetchedJobs] = field(default_factory=dict)  # not committed yet
+    acks: list[tuple[Future, FetchedJobs]] = field(default_factory=list)  # committed, ACK sent
+    prefetched: Future | None = None   # the next batch's fetch, under way
+    leftover: FetchedJobs | None = None  # fetched beyond a batch's read limit
+    prefetch_wanted: bool = False
     budget: int | None = None   # trigger(availableNow=True): jobs left to take
     last_offset: int = 0
 
 
 class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """At-least-once micro-batches of jobs; ACKJOB in commit()."""
+    """At-least-once micro-batches of jobs; ACKJOB once Spark committed them."""
 
     def __init__(self, schema: StructType, options: Any) -> None:
         # Runs in several processes (spark-notes pitfall 5): no connection here.
@@ -82,6 +83,9 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.num_partitions = opts.int("numPartitions", 1, minimum=1)
         self.fetch_size = opts.int("batchSize", DEFAULT_FETCH, minimum=1)
         self.keep_alive = opts.bool("keepAlive", True)
+        self.keep_alive_delay = opts.int("keepAliveDelay", DEFAULT_KEEPALIVE_DELAY_MS,
+                                         minimum=0) / 1000
+        self.prefetch = opts.bool("prefetch", True)
         self._state: _DriverState | None = None
 
     def __getstate__(self) -> dict:
@@ -91,7 +95,11 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _driver(self) -> _DriverState:
         if self._state is None:
-            self._state = _DriverState(self.connection.client(), KeepAlive(self.connection))
+            keepalive = KeepAlive(self.connection)
+            courier = Courier(self.connection, self.queues, self.fetch_size,
+                              BatchBuilder(self.schema), keepalive if self.keep_alive else None,
+                              self.keep_alive_delay)
+            self._state = _DriverState(courier, keepalive)
         return self._state
 
     # -- offsets -----------------------------------------------------------------
@@ -105,11 +113,18 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Take what is queued now and no more, so the query ends even with busy producers."""
         state = self._driver()
-        state.budget = sum(state.client.qlen(q) for q in self.queues)
+        state.budget = state.courier.queued()
         log.info("availableNow: %d jobs queued in %s", state.budget, self.queues)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         state = self._driver()
+        if start is not None:
+            # Spark plans the next batch only once the sink committed the one ending at
+            # ``start`` (its entry is in the checkpoint's commit log): acknowledge it now.
+            # commit() comes only when a batch after it is planned, which on an idle
+            # queue never happens (spark-notes pitfall 2).
+            self._acknowledge(state, int(start["batch"]))
+        self._settle(state, wait=False)
         current = int(start["batch"]) if start else state.last_offset
         following = current + 1
         if following in state.batches:  # asked again before that batch ran
@@ -118,20 +133,18 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         want = self._wanted(limit)
         if state.budget is not None:
             want = min(want, state.budget)
-        jobs = self._fetch(state, want) if want > 0 else []
-        if jobs:
-            state.batches[following] = jobs
-            if state.budget is not None:
-                state.budget -= len(jobs)
-            if self.keep_alive:
-                state.keepalive.track(following, [j.id for j in jobs])
-        elif any(state.batches.get(b) for b in state.batches if b <= current):
-            # Spark commits a batch only when it plans the next one: on an idle queue
-            # the last batch would never be acked (spark-notes pitfall 2). An empty
-            # batch makes Spark call commit() for it.
-            state.batches[following] = []
-        else:
+        fetched = self._take(state, want) if want > 0 else None
+        if fetched is None:
+            # Nothing new: the query may end here (availableNow), so the ACKs sent for
+            # the batches committed so far must have been answered.
+            self._settle(state, wait=True)
             return {"batch": current}
+        state.batches[following] = fetched
+        if state.budget is not None:
+            # Counted once handed out: a requeued job fetched again takes none of it.
+            state.budget -= len(fetched.ids)
+        # A full batch means more is probably queued: fetch it while this one runs.
+        state.prefetch_wanted = self.prefetch and len(fetched.ids) == want
         state.last_offset = following
         return {"batch": following}
 
@@ -142,52 +155,77 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # driver's memory bounded anyway.
         return self.max_jobs
 
-    def _fetch(self, state: _DriverState, want: int) -> list[Job]:
-        jobs: list[Job] = []
-        while len(jobs) < want:
-            count = min(self.fetch_size, want - len(jobs))
-            got = state.client.get_jobs(*self.queues, count=count, nohang=True,
-                                        withcounters=True)
-            jobs.extend(got)
-            if len(got) < count:
-                break
-        return jobs
+    def _take(self, state: _DriverState, want: int) -> FetchedJobs | None:
+        """The next batch's jobs: left over, prefetched, or fetched now."""
+        fetched, state.leftover = state.leftover, None
+        if fetched is None:
+            pending, state.prefetched = state.prefetched, None
+            fetched = pending.result() if pending is not None else None
+            if fetched is None:  # nothing prefetched, or the queues were empty then
+                fetched = state.courier.fetch(want).result()
+        if fetched is None:
+            return None
+        if len(fetched.ids) > want:
+            fetched, state.leftover = fetched.split(want, next(state.courier.keys))
+            if self.keep_alive:
+                state.keepalive.track(state.leftover.key, state.leftover.ids,
+                                      self.keep_alive_delay)
+        return fetched
 
     # -- planning and reading ------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         state = self._driver()
+        if state.prefetch_wanted and state.prefetched is None and state.leftover is None:
+            want = self.max_jobs if state.budget is None else min(self.max_jobs, state.budget)
+            if want > 0:
+                state.prefetched = state.courier.fetch(want)
+        state.prefetch_wanted = False
         first, last = int(start["batch"]) if start else 0, int(end["batch"])
-        jobs: list[Job] = []
-        for batch in range(first + 1, last + 1):
-            # A batch planned by a previous run (restart from the checkpoint) is not
-            # here: its jobs were never acked and the queue delivers them again.
-            jobs.extend(state.batches.get(batch, ()))
-        if not jobs:
+        # A batch planned by a previous run (restart from the checkpoint) is not here:
+        # its jobs were never acked and the queue delivers them again.
+        rows = [state.batches[b].rows for b in range(first + 1, last + 1) if b in state.batches]
+        if not rows:
             return []
-        parts = min(self.num_partitions, len(jobs))
-        size = -(-len(jobs) // parts)
-        return [JobsPartition(jobs[i:i + size]) for i in range(0, len(jobs), size)]
+        table = pa.Table.from_batches(rows, schema=rows[0].schema)
+        parts = min(self.num_partitions, table.num_rows)
+        size = -(-table.num_rows // parts)
+        return [JobsPartition(table.slice(i, size)) for i in range(0, table.num_rows, size)]
 
     def read(self, partition: JobsPartition) -> Iterator[Any]:
-        jobs = [Job(*j) for j in partition.jobs]
-        yield BatchBuilder(self.schema).batch(_job_columns(jobs), len(jobs))
+        yield from ipc_batches(partition.arrow)
 
     def commit(self, end: dict) -> None:
-        """The sink has every batch up to ``end``: acknowledge their jobs."""
-        state = self._driver()
-        last = int(end["batch"])
+        """The sink has every batch up to ``end``. ``latestOffset`` acknowledged them already
+        when Spark asked for the batch after them; this catches any it did not."""
+        self._acknowledge(self._driver(), int(end["batch"]))
+
+    def _acknowledge(self, state: _DriverState, last: int) -> None:
+        """Hand the courier the ACKJOBs of every batch up to ``last``; ``latestOffset`` makes
+        sure they were answered before the query can end."""
         for batch in sorted(b for b in state.batches if b <= last):
-            jobs = state.batches[batch]
-            if jobs:
-                state.client.ack_jobs([j.id for j in jobs])
-            state.keepalive.forget(batch)
-            del state.batches[batch]
+            fetched = state.batches.pop(batch)
+            state.acks.append((state.courier.acknowledge(fetched.ids), fetched))
+        self._settle(state, wait=False)
+
+    def _settle(self, state: _DriverState, wait: bool) -> None:
+        """Forget the batches whose ACKJOBs were answered (all of them if ``wait``); an ACK
+        that failed fails the query here."""
+        while state.acks and (wait or state.acks[0][0].done()):
+            future, fetched = state.acks.pop(0)
+            future.result()
+            state.keepalive.forget(fetched.key)
 
     def stop(self) -> None:
         if self._state is not None:
-            self._state.keepalive.stop()
-            self._state.client.close()
+            state = self._state
+            if state.prefetched is not None:
+                state.prefetched.cancel()
+            try:
+                self._settle(state, wait=True)
+            finally:
+                state.keepalive.stop()
+                state.courier.close()
 
 
 # -- batch snapshot ---------------------------------------------------------------
