@@ -10,12 +10,20 @@ dropped.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Container, Sequence
-from typing import Any
+from typing import Any, Final
 
 from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 
 MAX_ETIME = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
+# An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
+# layout unpacks its fixed part (the byte, state, flags, repl, ctime, etime,
+# delay, retry, nacks, additional deliveries, queue length, body length,
+# number of nodes delivered, job id), which the queue, the body and the
+# 40-byte node IDs follow.
+STORED_FORMAT: Final = 1
+STORED_LAYOUT: Final = struct.Struct("<BBBHQQQQQQIIH40s")
 _FIELDS = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
 
 

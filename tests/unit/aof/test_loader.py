@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import deljob_record, read_record
+from disque.aof.format import AofFormatError, deljob_record, read_record
 from disque.jobs.journal import REASON_ACKED
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
@@ -325,10 +325,13 @@ def test_empty_file_loads_nothing(tmp_path):
 # goes through the strict parser and ``format.load_job``. Both must leave
 # the node in the same state.
 
-def with_short_stamp(loadjob: bytes) -> bytes:
-    """The same record with a 1-digit record time: the strict parser's."""
-    assert loadjob[-22:-15] == b"\r\n$13\r\n" and loadjob[-2:] == b"\r\n"
-    return loadjob[:-22] + b"\r\n$1\r\n0\r\n"
+def for_strict_parser(record: bytes) -> bytes:
+    """The same record in a form only the strict parser takes: a LOADJOB
+    with a 1-digit record time, a DELJOB with its ID only."""
+    if record.startswith(b"*7\r\n$6\r\nDELJOB\r\n"):
+        return b"*2\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n" % record[21:61]
+    assert record[-22:-15] == b"\r\n$13\r\n" and record[-2:] == b"\r\n"
+    return record[:-22] + b"\r\n$1\r\n0\r\n"
 
 
 def varied_jobs(source) -> list[bytes]:
@@ -379,8 +382,11 @@ def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enq
     expired = Cmd(source).addjob("q0", "expired", "TTL", 1)
     records.insert(7, record(source, expired))
     records.insert(20, records[3])  # a duplicate: the first record wins
+    deleted = [ids[4], ids[12]]
+    for at, job_id in zip((30, 9), deleted):
+        records.insert(at, deljob_record(source.jobs[job_id], source.now, REASON_ACKED))
     fast = write(tmp_path / "fast.aof", *records)
-    strict = write(tmp_path / "strict.aof", *(with_short_stamp(r) for r in records))
+    strict = write(tmp_path / "strict.aof", *(for_strict_parser(r) for r in records))
     assert len(strict) < len(fast)
     states = []
     for path in (tmp_path / "fast.aof", tmp_path / "strict.aof"):
@@ -390,7 +396,8 @@ def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enq
         assert (loader.records, loader.jobs_loaded) == (len(records), len(ids))
         states.append(node_state(node))
     assert states[0] == states[1]
-    assert expired not in states[0]["jobs"]
+    assert expired not in states[0]["jobs"] and deleted[0] not in states[0]["jobs"]
+    assert deleted[1] in states[0]["jobs"]  # its LOADJOB came after the DELJOB
     if enqueue_once:
         assert sum(map(len, states[0]["queues"].values())) > 20
 
@@ -461,3 +468,48 @@ def test_a_damaged_packed_payload_is_fatal_with_its_offset(source, tmp_path, dam
     with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset %d"
                        % len(good)):
         load(make_node(), tmp_path / "a.aof")
+
+
+def test_a_deljob_is_framed_by_its_lengths(source, tmp_path):
+    """A queue name holding what looks like the next fields is skipped by length."""
+    cmd = Cmd(source)
+    tricky, plain = cmd.addjob("q\r\n$5\r\nacked\r\n", "x"), cmd.addjob("q", "y")
+    write(tmp_path / "a.aof", record(source, tricky), record(source, plain),
+          deljob_record(source.jobs[tricky], source.now, REASON_ACKED),
+          deljob_record(source.jobs[plain], source.now, REASON_ACKED))
+    node = make_node()
+    assert load(node, tmp_path / "a.aof").records == 4
+    assert not node.jobs
+
+
+@pytest.mark.parametrize("field", [b"$5\r\nacked", b"$40\r\nD-"])
+def test_a_damaged_deljob_is_fatal_with_the_strict_parsers_offset(source, tmp_path, field):
+    job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
+    good = record(source, job_id)
+    deljob = deljob_record(source.jobs[job_id], source.now, REASON_ACKED)
+    data = write(tmp_path / "a.aof", good,
+                 deljob.replace(field, field.replace(b"$", b"$1", 1)), good)
+    with pytest.raises(AofFormatError) as expected:
+        read_record(data, len(good), len(data))
+    with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
+                                           "offset %d:" % expected.value.offset):
+        load(make_node(), tmp_path / "a.aof")
+
+
+def test_records_the_node_writes_never_need_the_strict_parser(source, tmp_path, monkeypatch):
+    """The strict parser is for other forms and damage: it only meets the end of the file."""
+    ids = varied_jobs(source)
+    write(tmp_path / "a.aof", *(record(source, j) for j in ids),
+          *(deljob_record(source.jobs[j], source.now, REASON_ACKED) for j in ids[::3]))
+    parsed = []
+
+    def strict(buf, pos, end):
+        argv, used = read_record(buf, pos, end)
+        parsed.append(argv[0])
+        return argv, used
+
+    monkeypatch.setattr(loader_module, "read_record", strict)
+    node = make_node()
+    loader = load(node, tmp_path / "a.aof", slice_records=7)
+    assert parsed == [] and loader.records == len(ids) + len(ids[::3])
+    assert set(node.jobs) == set(ids) - set(ids[::3])
