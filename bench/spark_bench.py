@@ -161,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
         # The same query on a source that costs nothing: Spark's own share of the time.
         spark.dataSource.register(NullSource)
         stream(NULL_SOURCE, "checkpoint-null-warmup", rows=5_000)
-        query, rows_read, elapsed, _ = stream(NULL_SOURCE, "checkpoint-null", rows=args.rows)
+        query, rows_read, elapsed, cpu = stream(NULL_SOURCE, "checkpoint-null", rows=args.rows)
         result["stream_read_spark_only"] = {
             "seconds": round(elapsed, 3), "rows_per_s": round(rows_read / elapsed),
-            "batches": len(query.recentProgress)}
+            "batches": len(query.recentProgress),
+            "spark_cpu_us_per_row": cpu.per_job(rows_read)["spark_cpu_us_per_job"]}
         result["stream_read_vs_spark_only"] = round(
             result["stream_read"]["jobs_per_s"] / result["stream_read_spark_only"]["rows_per_s"],
             3)
