@@ -12,6 +12,7 @@ with a fixed clock.
 Workloads:
 * ``addjob``: ``ADDJOB q <64 bytes> 0`` one by one through ``Node.call`` (the -P 1 path);
 * ``addjob-run``: the same in pipelined runs of 16 through ``Node.call_run`` (-P 16);
+* ``addjob-options-run``: runs of 16 of ``ADDJOB q <64 bytes> 0 REPLICATE 1 RETRY 60 TTL 3600``;
 * ``cycle``: runs of 16 ADDJOBs, one GETJOB COUNT 16, one ACKJOB of the 16 IDs.
 
 ``DISQUE_PURE_PYTHON=1`` measures the pure-Python core of a compiled tree.
@@ -30,6 +31,7 @@ from disque.node import Node
 BODY = b"x" * 64
 RUN = 16
 ADDJOB = [b"ADDJOB", b"q", BODY, b"0"]
+ADDJOB_OPTIONS = [*ADDJOB, b"REPLICATE", b"1", b"RETRY", b"60", b"TTL", b"3600"]
 GETJOB = [b"GETJOB", b"COUNT", b"%d" % RUN, b"FROM", b"q"]
 ENTRY_ID_OFFSET = len(b"*3\r\n$1\r\nq\r\n$40\r\n")  # where the ID starts in a job entry
 ENTRY_LENGTH = ENTRY_ID_OFFSET + ID_LENGTH + len(b"\r\n$64\r\n") + len(BODY) + 2
@@ -45,7 +47,7 @@ def main(argv: list[str]) -> int:
             node.call(client, ADDJOB)
         return 0
     run = node.run_commands[b"ADDJOB"]
-    commands = [ADDJOB] * RUN
+    commands = [ADDJOB_OPTIONS if workload == "addjob-options-run" else ADDJOB] * RUN
     for _ in range(jobs // RUN):
         node.call_run(client, run, commands, 0, [])
         if workload == "cycle":

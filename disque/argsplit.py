@@ -4,9 +4,11 @@ Used for inline requests (telnet, redis-benchmark's inline PING) and for
 config file lines, so both accept the same quoting and escapes.
 """
 
-_SPACE = frozenset(b" \t\n\r\v\f")
-_ESCAPES = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+from typing import Final
+
+_SPACE: Final = frozenset(b" \t\n\r\v\f")
+_ESCAPES: Final = {ord("n"): 10, ord("r"): 13, ord("t"): 9, ord("b"): 8, ord("a"): 7}
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
 
 
 class UnbalancedQuotes(ValueError):

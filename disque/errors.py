@@ -3,51 +3,53 @@
 Values are complete RESP error replies, ready to send.
 """
 
+from typing import Final
+
 from disque.resp import error
 
-SYNTAX = error("ERR syntax error")
-NOT_INTEGER = error("ERR value is not an integer or out of range")
-NOAUTH = error("NOAUTH Authentication required.")
-AUTH_NOT_SET = error("ERR Client sent AUTH, but no password is set")
-INVALID_PASSWORD = error("ERR invalid password")
-OOM = error("OOM command not allowed when used memory > 'maxmemory'.")
-LOADING = error("LOADING Disque is loading the dataset in memory")
-MAX_CLIENTS = error("ERR max number of clients reached")
+SYNTAX: Final = error("ERR syntax error")
+NOT_INTEGER: Final = error("ERR value is not an integer or out of range")
+NOAUTH: Final = error("NOAUTH Authentication required.")
+AUTH_NOT_SET: Final = error("ERR Client sent AUTH, but no password is set")
+INVALID_PASSWORD: Final = error("ERR invalid password")
+OOM: Final = error("OOM command not allowed when used memory > 'maxmemory'.")
+LOADING: Final = error("LOADING Disque is loading the dataset in memory")
+MAX_CLIENTS: Final = error("ERR max number of clients reached")
 
-BADID = error("BADID Invalid Job ID format.")
-NOJOB = error("NOJOB Job not known in the context of this node.")
-TOOLATE = error("TOOLATE Half of job TTL already elapsed, you are no longer allowed "
-                "to postpone the next delivery.")
-LEAVING = error("LEAVING This node is leaving the cluster, please connect to a different one")
-PAUSED = error("PAUSED Queue paused in input, try later")
-MAXLEN_EXCEEDED = error("MAXLEN Queue is already longer than the specified MAXLEN count")
-LOADJOB_FROM_CLIENT = error("ERR LOADJOB is a special command only processed from AOF")
+BADID: Final = error("BADID Invalid Job ID format.")
+NOJOB: Final = error("NOJOB Job not known in the context of this node.")
+TOOLATE: Final = error("TOOLATE Half of job TTL already elapsed, you are no longer allowed "
+                       "to postpone the next delivery.")
+LEAVING: Final = error("LEAVING This node is leaving the cluster, please connect to a different one")
+PAUSED: Final = error("PAUSED Queue paused in input, try later")
+MAXLEN_EXCEEDED: Final = error("MAXLEN Queue is already longer than the specified MAXLEN count")
+LOADJOB_FROM_CLIENT: Final = error("ERR LOADJOB is a special command only processed from AOF")
 
-REPLICATE_RANGE = error("ERR REPLICATE must be between 1 and 65535")
-TTL_RANGE = error("ERR TTL must be a number > 0")
-RETRY_RANGE = error("ERR RETRY time must be a non negative number")
-DELAY_RANGE = error("ERR DELAY time must be a non negative number")
-MAXLEN_RANGE = error("ERR MAXLEN must be a positive number")
-TIMEOUT_NOT_INTEGER = error("ERR timeout is not an integer or out of range")
-TIMEOUT_NEGATIVE = error("ERR timeout is negative")
-RETRY0_REPLICATE = error("ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 "
-                         "(at-most-once delivery)")
-DELAY_TTL = error("ERR The specified DELAY is greater than TTL. Job refused since would "
-                  "never be delivered")
-COUNT_RANGE = error("ERR COUNT must be a number greater than zero")
+REPLICATE_RANGE: Final = error("ERR REPLICATE must be between 1 and 65535")
+TTL_RANGE: Final = error("ERR TTL must be a number > 0")
+RETRY_RANGE: Final = error("ERR RETRY time must be a non negative number")
+DELAY_RANGE: Final = error("ERR DELAY time must be a non negative number")
+MAXLEN_RANGE: Final = error("ERR MAXLEN must be a positive number")
+TIMEOUT_NOT_INTEGER: Final = error("ERR timeout is not an integer or out of range")
+TIMEOUT_NEGATIVE: Final = error("ERR timeout is negative")
+RETRY0_REPLICATE: Final = error("ERR With RETRY set to 0 please explicitly set  REPLICATE to 1 "
+                                "(at-most-once delivery)")
+DELAY_TTL: Final = error("ERR The specified DELAY is greater than TTL. Job refused since would "
+                         "never be delivered")
+COUNT_RANGE: Final = error("ERR COUNT must be a number greater than zero")
 
-NOREPL_UNREACHABLE = error("NOREPL Not enough reachable nodes for the requested replication level")
-_NOREPL_NO_COPY = ("NOREPL Not enough reachable nodes for the requested replication level, "
-                   "since I'm unable to hold a copy of the message for the following reason: ")
-NOREPL_LEAVING = error(_NOREPL_NO_COPY + "I'm leaving the cluster")
-NOREPL_OOM = error(_NOREPL_NO_COPY + "I'm out of memory")
-NOREPL_TIMEOUT = error("NOREPL Timeout reached before replicating to the requested number of nodes")
-NOREPL_REMOVED = error("NOREPL job removed (expired?) before the requested replication level "
-                       "was achieved")
+NOREPL_UNREACHABLE: Final = error("NOREPL Not enough reachable nodes for the requested replication level")
+_NOREPL_NO_COPY: Final = ("NOREPL Not enough reachable nodes for the requested replication level, "
+                          "since I'm unable to hold a copy of the message for the following reason: ")
+NOREPL_LEAVING: Final = error(_NOREPL_NO_COPY + "I'm leaving the cluster")
+NOREPL_OOM: Final = error(_NOREPL_NO_COPY + "I'm out of memory")
+NOREPL_TIMEOUT: Final = error("NOREPL Timeout reached before replicating to the requested number of nodes")
+NOREPL_REMOVED: Final = error("NOREPL job removed (expired?) before the requested replication level "
+                              "was achieved")
 
-INVALID_CURSOR = error("ERR invalid cursor or option name")
-INVALID_STATE = error("ERR Invalid job state name")
-INVALID_REPLY_TYPE = error("ERR Invalid REPLY type, try ID or ALL")
+INVALID_CURSOR: Final = error("ERR invalid cursor or option name")
+INVALID_STATE: Final = error("ERR Invalid job state name")
+INVALID_REPLY_TYPE: Final = error("ERR Invalid REPLY type, try ID or ALL")
 
 
 def unknown_command(name: bytes) -> bytes:

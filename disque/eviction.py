@@ -9,7 +9,7 @@ dataset on every command.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from disque.cluster.lifecycle import JobLifecycle
 from disque.jobs.journal import REASON_EVICTED
@@ -17,9 +17,9 @@ from disque.jobs.registry import JobRegistry, is_evictable
 from disque.memory import MemoryAccount
 from disque.queues.queueset import QueueSet
 
-MAX_EVICTIONS_PER_CALL = 10000
-IDLE_QUEUE_LIMIT_S = 2
-NOEVICTION = "noeviction"
+MAX_EVICTIONS_PER_CALL: Final = 10000
+IDLE_QUEUE_LIMIT_S: Final = 2
+NOEVICTION: Final = "noeviction"
 
 
 class EvictionSettings(Protocol):

@@ -6,12 +6,13 @@ import logging
 import os
 import sys
 import time
+from typing import Final
 
-VERBOSE = 15  # the original's level between debug and notice; logging has none
-LEVELS = {"debug": logging.DEBUG, "verbose": VERBOSE, "notice": logging.INFO,
-          "warning": logging.WARNING}
-_LEVEL_CHARS = {logging.DEBUG: ".", VERBOSE: "-", logging.INFO: "*", logging.WARNING: "#",
-                logging.ERROR: "#", logging.CRITICAL: "#"}
+VERBOSE: Final = 15  # the original's level between debug and notice; logging has none
+LEVELS: Final = {"debug": logging.DEBUG, "verbose": VERBOSE, "notice": logging.INFO,
+                 "warning": logging.WARNING}
+_LEVEL_CHARS: Final = {logging.DEBUG: ".", VERBOSE: "-", logging.INFO: "*", logging.WARNING: "#",
+                       logging.ERROR: "#", logging.CRITICAL: "#"}
 
 logger = logging.getLogger("disque")
 

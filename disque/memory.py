@@ -9,12 +9,12 @@ timer and registry entries) measured on 64-bit builds.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
-BASE_MEMORY = 786432  # interpreter, tables and buffers of an empty node
-JOB_COST = 420  # Job object + ID + registry, skiplist, timer and scan entries
-DUMMY_ACK_COST = 300
-QUEUE_COST = 700  # Queue object + skiplist heads + registry entry
+BASE_MEMORY: Final = 786432  # interpreter, tables and buffers of an empty node
+JOB_COST: Final = 420  # Job object + ID + registry, skiplist, timer and scan entries
+DUMMY_ACK_COST: Final = 300
+QUEUE_COST: Final = 700  # Queue object + skiplist heads + registry entry
 
 
 def job_cost(job: _Sized) -> int:

@@ -13,7 +13,7 @@ owns what is in docs/architecture.md.
 from __future__ import annotations
 
 import random
-from typing import Callable, NamedTuple
+from typing import Callable, Final, NamedTuple
 
 from disque import errors
 from disque.clients import Block, ClientState
@@ -45,10 +45,10 @@ from disque.resp import NIL_ARRAY, OK
 from disque.runtime import Runtime
 from disque.stats import Stats
 
-_QUIT = b"QUIT"
+_QUIT: Final = b"QUIT"
 # A run of commands is timed as a whole, which the slow log can only use
 # when its threshold is well above what a command of the run takes.
-RUN_NOTICE_FLOOR_US = 1000
+RUN_NOTICE_FLOOR_US: Final = 1000
 
 
 class BusRoute(NamedTuple):

@@ -12,46 +12,46 @@ rejects, which it diagnoses with the exact Redis error texts.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 import hiredis
 from mypy_extensions import mypyc_attr
 
 from disque.argsplit import UnbalancedQuotes, split_args
 
-CRLF = b"\r\n"
-OK = b"+OK\r\n"
-PONG = b"+PONG\r\n"
-NIL = b"$-1\r\n"
-NIL_ARRAY = b"*-1\r\n"
-EMPTY_ARRAY = b"*0\r\n"
+CRLF: Final = b"\r\n"
+OK: Final = b"+OK\r\n"
+PONG: Final = b"+PONG\r\n"
+NIL: Final = b"$-1\r\n"
+NIL_ARRAY: Final = b"*-1\r\n"
+EMPTY_ARRAY: Final = b"*0\r\n"
 
-MAX_MULTIBULK_COUNT = 1024 * 1024
-MAX_INLINE_SIZE = 64 * 1024
-DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024
+MAX_MULTIBULK_COUNT: Final = 1024 * 1024
+MAX_INLINE_SIZE: Final = 64 * 1024
+DEFAULT_MAX_BULK_LEN: Final = 512 * 1024 * 1024
 
-ERR_MULTIBULK_LENGTH = "Protocol error: invalid multibulk length"
-ERR_BULK_LENGTH = "Protocol error: invalid bulk length"
-ERR_EXPECTED_DOLLAR = "Protocol error: expected '$', got '%s'"
-ERR_BIG_MBULK_COUNT = "Protocol error: too big mbulk count string"
-ERR_BIG_BULK_COUNT = "Protocol error: too big bulk count string"
-ERR_BIG_INLINE = "Protocol error: too big inline request"
-ERR_UNBALANCED = "Protocol error: unbalanced quotes in request"
+ERR_MULTIBULK_LENGTH: Final = "Protocol error: invalid multibulk length"
+ERR_BULK_LENGTH: Final = "Protocol error: invalid bulk length"
+ERR_EXPECTED_DOLLAR: Final = "Protocol error: expected '$', got '%s'"
+ERR_BIG_MBULK_COUNT: Final = "Protocol error: too big mbulk count string"
+ERR_BIG_BULK_COUNT: Final = "Protocol error: too big bulk count string"
+ERR_BIG_INLINE: Final = "Protocol error: too big inline request"
+ERR_UNBALANCED: Final = "Protocol error: unbalanced quotes in request"
 
-_STAR = 42
-_DOLLAR = 36
-_CR = 13
+_STAR: Final = 42
+_DOLLAR: Final = 36
+_CR: Final = 13
 # Bytes taken by a bulk argument of a given size: '$' size CRLF data CRLF.
-_FRAMED_SIZES = 4096
-_FRAMED = [size + len(str(size)) + 5 for size in range(_FRAMED_SIZES)]
+_FRAMED_SIZES: Final = 4096
+_FRAMED: Final = [size + len(str(size)) + 5 for size in range(_FRAMED_SIZES)]
 # hiredis moves its unread bytes to the front of its buffer each time it has
 # consumed 1 KB: a large read is fed in slices so that stays cheap.
-FEED_SLICE = 4096
+FEED_SLICE: Final = 4096
 # hiredis sizes a list from an array header before its elements arrive, and
 # freeing a list of 2^31 slots takes seconds: data that holds a count this
 # big (or a bulk that merely looks like one) goes to the Python parser.
-_HUGE_COUNT = re.compile(rb"\*[0-9]{7}")
-_SMALL_INTS = [b":%d\r\n" % i for i in range(1024)]
+_HUGE_COUNT: Final = re.compile(rb"\*[0-9]{7}")
+_SMALL_INTS: Final = [b":%d\r\n" % i for i in range(1024)]
 
 
 # ---------------------------------------------------------------- encoding

@@ -9,8 +9,9 @@ injected one, which is how the simulator replays a run from a seed.
 from __future__ import annotations
 
 import random
+from typing import Final
 
-JITTER_RANGE_MS = 500  # uniform in [-250, +249]
+JITTER_RANGE_MS: Final = 500  # uniform in [-250, +249]
 
 
 class Runtime:

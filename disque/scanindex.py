@@ -9,11 +9,11 @@ decision 8). Emptied pages are dropped.
 
 from __future__ import annotations
 
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
-_PAGE_BITS = 10
-_PAGE_SIZE = 1 << _PAGE_BITS
-_PAGE_MASK = _PAGE_SIZE - 1
+_PAGE_BITS: Final = 10
+_PAGE_SIZE: Final = 1 << _PAGE_BITS
+_PAGE_MASK: Final = _PAGE_SIZE - 1
 
 
 class Sequenced(Protocol):

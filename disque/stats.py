@@ -6,14 +6,14 @@ spec: commands.md INFO (Stats, Commandstats), SLOWLOG, LATENCY.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disque.commands import Command
 
-SLOWLOG_MAX_ARGS = 32
-SLOWLOG_MAX_ARG_LEN = 128
-LATENCY_HISTORY = 160
+SLOWLOG_MAX_ARGS: Final = 32
+SLOWLOG_MAX_ARG_LEN: Final = 128
+LATENCY_HISTORY: Final = 160
 
 
 class SlowlogEntry:

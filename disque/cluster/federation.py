@@ -8,6 +8,8 @@ to nodes that recently supplied jobs from 25 ms to 2 s.
 
 from __future__ import annotations
 
+from typing import Final
+
 from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.membership import Membership
@@ -22,14 +24,14 @@ from disque.queues.queue import PAUSE_OUT, Queue
 from disque.queues.queueset import QueueSet
 from disque.runtime import Runtime
 
-MIN_REQUEST = 5
-MAX_REQUEST = 100
-BCAST_DELAY_MS = 2000
-BCAST_MAX_DELAY_MS = 30000
-ADHOC_DELAY_MS = 25
-ADHOC_MAX_DELAY_MS = 2000
-RESPONDER_VALIDITY_S = 5
-INTEREST_TTL_MS = 2500  # a requester renews its NEEDJOBS at least this often while waiting
+MIN_REQUEST: Final = 5
+MAX_REQUEST: Final = 100
+BCAST_DELAY_MS: Final = 2000
+BCAST_MAX_DELAY_MS: Final = 30000
+ADHOC_DELAY_MS: Final = 25
+ADHOC_MAX_DELAY_MS: Final = 2000
+RESPONDER_VALIDITY_S: Final = 5
+INTEREST_TTL_MS: Final = 2500  # a requester renews its NEEDJOBS at least this often while waiting
 
 
 def _share(qlen: int, count: int) -> int:

@@ -9,7 +9,7 @@ MEET and FAIL together with the link it arrived on.
 from __future__ import annotations
 
 import random
-from typing import Protocol
+from typing import Final, Protocol
 
 from disque.cluster import messages as m
 from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MEET, MYSELF, NOADDR, PFAIL,
@@ -19,10 +19,10 @@ from disque.cluster.transport import Link
 from disque.log import logger
 from disque.runtime import Runtime
 
-FORGET_BLACKLIST_MS = 60_000
-RANDOM_PING_INTERVAL_MS = 1000
-RANDOM_PING_SAMPLE = 5
-MIN_HANDSHAKE_TIMEOUT_MS = 1000
+FORGET_BLACKLIST_MS: Final = 60_000
+RANDOM_PING_INTERVAL_MS: Final = 1000
+RANDOM_PING_SAMPLE: Final = 5
+MIN_HANDSHAKE_TIMEOUT_MS: Final = 1000
 
 
 def random_node_id(rng: random.Random) -> bytes:

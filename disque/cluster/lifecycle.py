@@ -9,7 +9,7 @@ I/O or a clock: ``runtime.now`` is set by the node's entry points.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from disque import errors
 from disque.cluster import messages as m
@@ -26,9 +26,9 @@ from disque.queues.queueset import QueueSet
 from disque.resp import status
 from disque.runtime import JITTER_RANGE_MS, Runtime
 
-WILLQUEUE_ADVANCE_MS = 500
-GC_MAX_RETRY = 10
-GC_MAX_DELAY_MS = 180_000
+WILLQUEUE_ADVANCE_MS: Final = 500
+GC_MAX_RETRY: Final = 10
+GC_MAX_DELAY_MS: Final = 180_000
 
 
 class QueueArrivals(Protocol):

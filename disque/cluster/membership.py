@@ -5,25 +5,26 @@ the bus protocol that changes it lives in the other cluster modules.
 """
 
 from __future__ import annotations
+from typing import Final
 
-MYSELF = 1
-PFAIL = 2
-FAIL = 4
-HANDSHAKE = 8
-NOADDR = 16
-LEAVING = 32
-MEET = 64  # internal: send MEET instead of PING on first connect
+MYSELF: Final = 1
+PFAIL: Final = 2
+FAIL: Final = 4
+HANDSHAKE: Final = 8
+NOADDR: Final = 16
+LEAVING: Final = 32
+MEET: Final = 64  # internal: send MEET instead of PING on first connect
 
-_FLAG_NAMES = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE, "handshake"),
-               (NOADDR, "noaddr"), (LEAVING, "leaving"))
-FLAGS_BY_NAME = {name: flag for flag, name in _FLAG_NAMES}
-UNREACHABLE = HANDSHAKE | LEAVING | PFAIL | FAIL
-BUS_PORT_OFFSET = 10000  # the bus listens on the client port + 10000 unless told otherwise
+_FLAG_NAMES: Final = ((MYSELF, "myself"), (PFAIL, "fail?"), (FAIL, "fail"), (HANDSHAKE, "handshake"),
+                      (NOADDR, "noaddr"), (LEAVING, "leaving"))
+FLAGS_BY_NAME: Final = {name: flag for flag, name in _FLAG_NAMES}
+UNREACHABLE: Final = HANDSHAKE | LEAVING | PFAIL | FAIL
+BUS_PORT_OFFSET: Final = 10000  # the bus listens on the client port + 10000 unless told otherwise
 
-PRIORITY_OK = b"1"
-PRIORITY_NO_LINK = b"5"
-PRIORITY_PFAIL = b"10"
-PRIORITY_FAIL_OR_LEAVING = b"100"
+PRIORITY_OK: Final = b"1"
+PRIORITY_NO_LINK: Final = b"5"
+PRIORITY_PFAIL: Final = b"10"
+PRIORITY_FAIL_OR_LEAVING: Final = b"100"
 
 
 def render_flags(flags: int) -> str:

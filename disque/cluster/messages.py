@@ -11,56 +11,57 @@ from __future__ import annotations
 import functools
 import ipaddress
 from collections.abc import Callable
+from typing import Final
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1
 
-PING = "PING"
-PONG = "PONG"
-MEET = "MEET"
-FAIL = "FAIL"
-REPLJOB = "REPLJOB"
-GOTJOB = "GOTJOB"
-ENQUEUE = "ENQUEUE"
-QUEUED = "QUEUED"
-WORKING = "WORKING"
-WILLQUEUE = "WILLQUEUE"
-SETACK = "SETACK"
-GOTACK = "GOTACK"
-DELJOB = "DELJOB"
-NEEDJOBS = "NEEDJOBS"
-YOURJOBS = "YOURJOBS"
-PAUSE = "PAUSE"
+PING: Final = "PING"
+PONG: Final = "PONG"
+MEET: Final = "MEET"
+FAIL: Final = "FAIL"
+REPLJOB: Final = "REPLJOB"
+GOTJOB: Final = "GOTJOB"
+ENQUEUE: Final = "ENQUEUE"
+QUEUED: Final = "QUEUED"
+WORKING: Final = "WORKING"
+WILLQUEUE: Final = "WILLQUEUE"
+SETACK: Final = "SETACK"
+GOTACK: Final = "GOTACK"
+DELJOB: Final = "DELJOB"
+NEEDJOBS: Final = "NEEDJOBS"
+YOURJOBS: Final = "YOURJOBS"
+PAUSE: Final = "PAUSE"
 
-ALL_TYPES = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
-                       WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE))
+ALL_TYPES: Final = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
+                              WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE))
 
 # Header keys.
-VERSION = "v"
-TYPE = "type"
-SENDER = "sender"
-PORT = "port"
-FLAGS = "flags"
-MFLAGS = "mflags"
-BPORT = "bport"  # sender's bus port when it is not port + 10000 (optional)
+VERSION: Final = "v"
+TYPE: Final = "type"
+SENDER: Final = "sender"
+PORT: Final = "port"
+FLAGS: Final = "flags"
+MFLAGS: Final = "mflags"
+BPORT: Final = "bport"  # sender's bus port when it is not port + 10000 (optional)
 
 # Per-message flags.
-MFLAG_NOREPLY = 1
-MFLAG_INCR_NACKS = 2
-MFLAG_INCR_DELIV = 4
+MFLAG_NOREPLY: Final = 1
+MFLAG_INCR_NACKS: Final = 2
+MFLAG_INCR_DELIV: Final = 4
 
 # Body keys.
-ID = "id"
-JOB = "job"
-JOBS = "jobs"
-DELAY = "delay"
-MAY_HAVE = "may_have"
-HOLDERS = "holders"  # SETACK, optional: the sender's nodes-delivered (extension, see acks.py)
-KNOWN = "known"
-NODE = "node"
-QUEUE = "queue"
-COUNT = "count"
-PAUSE_STATE = "pause"
-GOSSIP = "gossip"
+ID: Final = "id"
+JOB: Final = "job"
+JOBS: Final = "jobs"
+DELAY: Final = "delay"
+MAY_HAVE: Final = "may_have"
+HOLDERS: Final = "holders"  # SETACK, optional: the sender's nodes-delivered (extension, see acks.py)
+KNOWN: Final = "known"
+NODE: Final = "node"
+QUEUE: Final = "queue"
+COUNT: Final = "count"
+PAUSE_STATE: Final = "pause"
+GOSSIP: Final = "gossip"
 
 
 def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
@@ -70,38 +71,38 @@ def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
     return {TYPE: kind, ID: job_id}
 
 # Gossip entry keys.
-G_ID = "id"
-G_PING = "ping"
-G_PONG = "pong"
-G_IP = "ip"
-G_PORT = "port"
-G_FLAGS = "flags"
-G_BPORT = "bport"
+G_ID: Final = "id"
+G_PING: Final = "ping"
+G_PONG: Final = "pong"
+G_IP: Final = "ip"
+G_PORT: Final = "port"
+G_FLAGS: Final = "flags"
+G_BPORT: Final = "bport"
 
-_JOB_ID = "job id"  # a 40-byte job ID (validated with is_valid_job_id)
-_NODE_ID = "node id"  # 40 bytes
+_JOB_ID: Final = "job id"  # a 40-byte job ID (validated with is_valid_job_id)
+_NODE_ID: Final = "node id"  # 40 bytes
 
-BODY_SCHEMAS: dict[str, dict[str, object]] = {
-    PING: {GOSSIP: list},
-    PONG: {GOSSIP: list},
-    MEET: {GOSSIP: list},
-    FAIL: {NODE: _NODE_ID},
-    REPLJOB: {JOB: list},
-    GOTJOB: {ID: _JOB_ID},
-    ENQUEUE: {ID: _JOB_ID, DELAY: int},
-    QUEUED: {ID: _JOB_ID},
-    WORKING: {ID: _JOB_ID},
-    WILLQUEUE: {ID: _JOB_ID},
-    SETACK: {ID: _JOB_ID, MAY_HAVE: int},
-    GOTACK: {ID: _JOB_ID, KNOWN: int},
-    DELJOB: {ID: _JOB_ID},
-    NEEDJOBS: {QUEUE: bytes, COUNT: int},
-    YOURJOBS: {JOBS: list},
-    PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
-}
+BODY_SCHEMAS: Final[dict[str, dict[str, object]]] = {
+           PING: {GOSSIP: list},
+           PONG: {GOSSIP: list},
+           MEET: {GOSSIP: list},
+           FAIL: {NODE: _NODE_ID},
+           REPLJOB: {JOB: list},
+           GOTJOB: {ID: _JOB_ID},
+           ENQUEUE: {ID: _JOB_ID, DELAY: int},
+           QUEUED: {ID: _JOB_ID},
+           WORKING: {ID: _JOB_ID},
+           WILLQUEUE: {ID: _JOB_ID},
+           SETACK: {ID: _JOB_ID, MAY_HAVE: int},
+           GOTACK: {ID: _JOB_ID, KNOWN: int},
+           DELJOB: {ID: _JOB_ID},
+           NEEDJOBS: {QUEUE: bytes, COUNT: int},
+           YOURJOBS: {JOBS: list},
+           PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
+       }
 
 
-_HEX = b"0123456789abcdefABCDEF"
+_HEX: Final = b"0123456789abcdefABCDEF"
 
 
 @functools.lru_cache(maxsize=1024)  # a cluster gossips about few addresses
@@ -128,7 +129,7 @@ def _is_node_id(value: object) -> bool:
     return False
 
 
-_VALID_IDS: set[bytes] = set()
+_VALID_IDS: Final[set[bytes]] = set()
 
 
 def _is_job_id(value: object) -> bool:
@@ -148,8 +149,8 @@ def _is_bytes(value: object) -> bool:
     return type(value) is bytes
 
 
-_CHECKS: dict[object, Callable[[object], bool]] = {
-    _JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
+_CHECKS: Final[dict[object, Callable[[object], bool]]] = {
+           _JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
 
 
 def _fields_validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
@@ -198,7 +199,7 @@ def _validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
 
 
 # Per type, one function checking its body fields, made once from BODY_SCHEMAS.
-_BODY_VALIDATORS = {kind: _validator(schema) for kind, schema in BODY_SCHEMAS.items()}
+_BODY_VALIDATORS: Final = {kind: _validator(schema) for kind, schema in BODY_SCHEMAS.items()}
 
 
 def header_problem(header: object) -> str | None:

@@ -6,10 +6,12 @@ nodes are not saved; ``myself`` marks this node's own line.
 
 from __future__ import annotations
 
+from typing import Final
+
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL, ClusterNode, Membership)
 
-_PERSISTED_FLAGS = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
+_PERSISTED_FLAGS: Final = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
 
 
 class NodesConfError(ValueError):

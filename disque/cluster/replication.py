@@ -5,6 +5,8 @@ spec: cluster-bus.md §6.1-§6.4, commands.md ADDJOB.
 
 from __future__ import annotations
 
+from typing import Final
+
 from disque.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
@@ -22,7 +24,7 @@ from disque.queues.queueset import QueueSet
 from disque.resp import status
 from disque.runtime import Runtime
 
-REPLICATION_RETRY_MS = 50
+REPLICATION_RETRY_MS: Final = 50
 
 
 class Replication:

@@ -9,12 +9,12 @@ name the commands that also have a handler for a pipelined run of them
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Final
 
 from disque import errors
 
-FLAG_WORDS = (("w", b"write"), ("r", b"readonly"), ("m", b"denyoom"), ("a", b"admin"),
-              ("l", b"loading"), ("F", b"fast"))
+FLAG_WORDS: Final = (("w", b"write"), ("r", b"readonly"), ("m", b"denyoom"), ("a", b"admin"),
+                     ("l", b"loading"), ("F", b"fast"))
 
 
 class Command:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from disque import errors
 from disque.commands import Command, unique_commands
@@ -18,19 +18,19 @@ if TYPE_CHECKING:
     from disque.node import Node
     from disque.stats import Stats
 
-MAX_PASSWORD_LEN = 512
-DEFAULT_SLOWLOG_GET = 10
+MAX_PASSWORD_LEN: Final = 512
+DEFAULT_SLOWLOG_GET: Final = 10
 
-CLIENT_SYNTAX = error("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
-                      "SETNAME connection-name)")
-CLIENT_BAD_NAME = error("ERR Client names cannot contain spaces, newlines or special characters.")
-NO_SUCH_CLIENT = error("ERR No such client")
-COMMAND_SYNTAX = error("ERR Unknown subcommand or wrong number of arguments.")
-CONFIG_SUBCOMMANDS = error("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
-SHUTDOWN_FAILED = error("ERR Errors trying to SHUTDOWN. Check logs.")
-SLOWLOG_SYNTAX = error("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
-RESTART_FAILED = error("ERR failed to restart the server. Check server logs.")
-LOADAOF_FAILED = error("ERR Error loading the AOF file. Check server logs.")
+CLIENT_SYNTAX: Final = error("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
+                             "SETNAME connection-name)")
+CLIENT_BAD_NAME: Final = error("ERR Client names cannot contain spaces, newlines or special characters.")
+NO_SUCH_CLIENT: Final = error("ERR No such client")
+COMMAND_SYNTAX: Final = error("ERR Unknown subcommand or wrong number of arguments.")
+CONFIG_SUBCOMMANDS: Final = error("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
+SHUTDOWN_FAILED: Final = error("ERR Errors trying to SHUTDOWN. Check logs.")
+SLOWLOG_SYNTAX: Final = error("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
+RESTART_FAILED: Final = error("ERR failed to restart the server. Check server logs.")
+LOADAOF_FAILED: Final = error("ERR Error loading the AOF file. Check server logs.")
 
 
 def ping(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -316,16 +316,16 @@ def _latency_doctor(stats: Stats) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLE = (
-    ("auth", 2, "rlF", auth),
-    ("ping", -1, "rF", ping),
-    ("shutdown", -1, "arl", shutdown),
-    ("debug", -2, "a", debug),
-    ("config", -2, "ar", config_cmd),
-    ("client", -2, "ar", client_cmd),
-    ("slowlog", -2, "r", slowlog),
-    ("time", 1, "rF", time_),
-    ("command", 0, "rl", command),
-    ("latency", -2, "arl", latency),
-    ("bgrewriteaof", 1, "ar", bgrewriteaof),
-)
+TABLE: Final = (
+           ("auth", 2, "rlF", auth),
+           ("ping", -1, "rF", ping),
+           ("shutdown", -1, "arl", shutdown),
+           ("debug", -2, "a", debug),
+           ("config", -2, "ar", config_cmd),
+           ("client", -2, "ar", client_cmd),
+           ("slowlog", -2, "r", slowlog),
+           ("time", 1, "rF", time_),
+           ("command", 0, "rl", command),
+           ("latency", -2, "arl", latency),
+           ("bgrewriteaof", 1, "ar", bgrewriteaof),
+       )

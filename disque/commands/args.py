@@ -1,10 +1,11 @@
 """Argument parsing shared by the command handlers (spec: commands.md §0)."""
 
 from __future__ import annotations
+from typing import Final
 
-_INT64_MAX = (1 << 63) - 1
-_INT64_MIN = -(1 << 63)
-_UINT64 = 1 << 64
+_INT64_MAX: Final = (1 << 63) - 1
+_INT64_MIN: Final = -(1 << 63)
+_UINT64: Final = 1 << 64
 
 
 def parse_int(arg: bytes) -> int | None:

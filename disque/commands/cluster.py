@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from disque import __version__, errors
 from disque.cluster.membership import MYSELF
@@ -15,11 +15,11 @@ if TYPE_CHECKING:
     from disque.clients import ClientState
     from disque.node import Node
 
-CLUSTER_SYNTAX = error("ERR Wrong CLUSTER subcommand or number of arguments")
-INVALID_NODE_ID = error("ERR Invalid node identifier")
-FORGET_MYSELF = error("ERR I tried hard but I can't forget myself...")
-LEAVING_SYNTAX = error("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
-MAX_MEET_PORT = 55535
+CLUSTER_SYNTAX: Final = error("ERR Wrong CLUSTER subcommand or number of arguments")
+INVALID_NODE_ID: Final = error("ERR Invalid node identifier")
+FORGET_MYSELF: Final = error("ERR I tried hard but I can't forget myself...")
+LEAVING_SYNTAX: Final = error("ERR Wrong argument for CLUSTER LEAVING. Use 'yes' or 'no'")
+MAX_MEET_PORT: Final = 55535
 
 
 def hello(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -144,7 +144,7 @@ def cluster(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return CLUSTER_SYNTAX
 
 
-TABLE = (
-    ("hello", -1, "rlF", hello),
-    ("cluster", -2, "ar", cluster),
-)
+TABLE: Final = (
+           ("hello", -1, "rlF", hello),
+           ("cluster", -2, "ar", cluster),
+       )

@@ -8,7 +8,7 @@ reported as 0 so the keys clients look for always exist.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from disque import errors
 from disque.commands import unique_commands
@@ -19,32 +19,32 @@ if TYPE_CHECKING:
     from disque.clients import ClientState
     from disque.node import Node
 
-SECTIONS = (
-    ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
-                "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id",
-                "tcp_port", "uptime_in_seconds", "uptime_in_days", "hz", "executable",
-                "config_file")),
-    ("Clients", ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
-                 "blocked_clients")),
-    ("Memory", ("used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",
-                "used_memory_peak_human", "mem_fragmentation_ratio", "mem_allocator")),
-    ("Jobs", ("registered_jobs",)),
-    ("Queues", ("registered_queues",)),
-    ("Persistence", None),  # the host lists its own fields: they depend on the AOF state
-    ("Stats", ("total_connections_received", "total_commands_processed",
-               "instantaneous_ops_per_sec", "total_net_input_bytes", "total_net_output_bytes",
-               "instantaneous_input_kbps", "instantaneous_output_kbps", "rejected_connections",
-               "latest_fork_usec")),
-    ("CPU", ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")),
-)
+SECTIONS: Final = (
+           ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
+                       "arch_bits", "multiplexing_api", "gcc_version", "process_id", "run_id",
+                       "tcp_port", "uptime_in_seconds", "uptime_in_days", "hz", "executable",
+                       "config_file")),
+           ("Clients", ("connected_clients", "client_longest_output_list", "client_biggest_input_buf",
+                        "blocked_clients")),
+           ("Memory", ("used_memory", "used_memory_human", "used_memory_rss", "used_memory_peak",
+                       "used_memory_peak_human", "mem_fragmentation_ratio", "mem_allocator")),
+           ("Jobs", ("registered_jobs",)),
+           ("Queues", ("registered_queues",)),
+           ("Persistence", None),  # the host lists its own fields: they depend on the AOF state
+           ("Stats", ("total_connections_received", "total_commands_processed",
+                      "instantaneous_ops_per_sec", "total_net_input_bytes", "total_net_output_bytes",
+                      "instantaneous_input_kbps", "instantaneous_output_kbps", "rejected_connections",
+                      "latest_fork_usec")),
+           ("CPU", ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")),
+       )
 # Not in the original, so only given when asked for by name: INFO and INFO all
 # stay byte for byte what a Disque 1.0 client expects.
-EXTRA_SECTIONS = (
-    ("Build", ("core_build",)),  # which build of the core the process loaded
-)
-_SECTION_NAMES = {name.lower() for name, _ in SECTIONS}
-_EXTRA_SECTION_NAMES = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
-_COMMANDSTATS = "commandstats"
+EXTRA_SECTIONS: Final = (
+           ("Build", ("core_build",)),  # which build of the core the process loaded
+       )
+_SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
+_EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
+_COMMANDSTATS: Final = "commandstats"
 
 
 def _node_fields(node: Node, section: str) -> dict:
@@ -107,6 +107,6 @@ def info(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return bulk("\r\n".join(parts).encode())
 
 
-TABLE = (
-    ("info", -1, "rl", info),
-)
+TABLE: Final = (
+           ("info", -1, "rl", info),
+       )

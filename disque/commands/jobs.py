@@ -3,7 +3,7 @@ DEQUEUE, DELJOB, SHOW, LOADJOB (spec: commands.md §1)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Final, TYPE_CHECKING
 
 from disque import errors
 from disque.cluster import messages as m
@@ -19,21 +19,21 @@ if TYPE_CHECKING:
     from disque.clients import ClientState
     from disque.node import Node
 
-DEFAULT_TTL = 86400
-MAX_DEFAULT_RETRY = 300
-MAX_REPLICATE = 65535
+DEFAULT_TTL: Final = 86400
+MAX_DEFAULT_RETRY: Final = 300
+MAX_REPLICATE: Final = 65535
 
-_REPLICATE = b"REPLICATE"
-_DELAY = b"DELAY"
-_RETRY = b"RETRY"
-_TTL = b"TTL"
-_MAXLEN = b"MAXLEN"
-_ASYNC = b"ASYNC"
-_NOHANG = b"NOHANG"
-_TIMEOUT = b"TIMEOUT"
-_COUNT = b"COUNT"
-_WITHCOUNTERS = b"WITHCOUNTERS"
-_FROM = b"FROM"
+_REPLICATE: Final = b"REPLICATE"
+_DELAY: Final = b"DELAY"
+_RETRY: Final = b"RETRY"
+_TTL: Final = b"TTL"
+_MAXLEN: Final = b"MAXLEN"
+_ASYNC: Final = b"ASYNC"
+_NOHANG: Final = b"NOHANG"
+_TIMEOUT: Final = b"TIMEOUT"
+_COUNT: Final = b"COUNT"
+_WITHCOUNTERS: Final = b"WITHCOUNTERS"
+_FROM: Final = b"FROM"
 
 
 # repl, ttl, retry, delay, maxlen, async (None: not given)
@@ -400,18 +400,18 @@ def loadjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return errors.LOADJOB_FROM_CLIENT
 
 
-RUN_HANDLERS = {"addjob": addjob_run}
+RUN_HANDLERS: Final = {"addjob": addjob_run}
 
-TABLE = (
-    ("addjob", -4, "wmF", addjob),
-    ("getjob", -2, "wF", getjob),
-    ("ackjob", -1, "wF", ackjob),
-    ("fastack", -1, "wF", fastack),
-    ("deljob", -1, "wF", deljob),
-    ("show", 2, "rF", show),
-    ("loadjob", 2, "w", loadjob),
-    ("enqueue", -1, "mwF", enqueue),
-    ("nack", -1, "mwF", nack),
-    ("dequeue", -1, "wF", dequeue),
-    ("working", 2, "wF", working),
-)
+TABLE: Final = (
+           ("addjob", -4, "wmF", addjob),
+           ("getjob", -2, "wF", getjob),
+           ("ackjob", -1, "wF", ackjob),
+           ("fastack", -1, "wF", fastack),
+           ("deljob", -1, "wF", deljob),
+           ("show", 2, "rF", show),
+           ("loadjob", 2, "w", loadjob),
+           ("enqueue", -1, "mwF", enqueue),
+           ("nack", -1, "mwF", nack),
+           ("dequeue", -1, "wF", dequeue),
+           ("working", 2, "wF", working),
+       )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from disque.argsplit import quote_arg
 from disque.resp import OK
@@ -27,6 +27,6 @@ def monitor(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return OK
 
 
-TABLE = (
-    ("monitor", 1, "ar", monitor),
-)
+TABLE: Final = (
+           ("monitor", 1, "ar", monitor),
+       )

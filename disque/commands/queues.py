@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Final, TYPE_CHECKING, TypeVar
 
 from disque import errors
 from disque.cluster import messages as m
@@ -20,22 +20,22 @@ if TYPE_CHECKING:
     from disque.queues.queue import Queue
     from disque.scanindex import ScanIndex, Sequenced
 
-DEFAULT_SCAN_COUNT = 100
-SCAN_EFFORT = 10  # slots visited per requested element before returning
+DEFAULT_SCAN_COUNT: Final = 100
+SCAN_EFFORT: Final = 10  # slots visited per requested element before returning
 
-_BUSYLOOP = b"BUSYLOOP"
-_COUNT = b"COUNT"
-_MINLEN = b"MINLEN"
-_MAXLEN = b"MAXLEN"
-_IMPORTRATE = b"IMPORTRATE"
-_QUEUE = b"QUEUE"
-_STATE = b"STATE"
-_REPLY = b"REPLY"
-_REPLY_ALL = b"ALL"
-_REPLY_ID = b"ID"
-_PAUSE_OPTIONS = {b"IN": PAUSE_IN, b"OUT": PAUSE_OUT, b"ALL": PAUSE_ALL, b"NONE": PAUSE_NONE}
-_PAUSE_STATE = b"STATE"
-_PAUSE_BCAST = b"BCAST"
+_BUSYLOOP: Final = b"BUSYLOOP"
+_COUNT: Final = b"COUNT"
+_MINLEN: Final = b"MINLEN"
+_MAXLEN: Final = b"MAXLEN"
+_IMPORTRATE: Final = b"IMPORTRATE"
+_QUEUE: Final = b"QUEUE"
+_STATE: Final = b"STATE"
+_REPLY: Final = b"REPLY"
+_REPLY_ALL: Final = b"ALL"
+_REPLY_ID: Final = b"ID"
+_PAUSE_OPTIONS: Final = {b"IN": PAUSE_IN, b"OUT": PAUSE_OUT, b"ALL": PAUSE_ALL, b"NONE": PAUSE_NONE}
+_PAUSE_STATE: Final = b"STATE"
+_PAUSE_BCAST: Final = b"BCAST"
 
 
 def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -163,8 +163,8 @@ def _int_option(arg: bytes) -> int:
     return value
 
 
-_QSCAN_OPTIONS: _ScanOptions = {_MINLEN: _int_option, _MAXLEN: _int_option,
-                                 _IMPORTRATE: _int_option}
+_QSCAN_OPTIONS: Final[_ScanOptions] = {_MINLEN: _int_option, _MAXLEN: _int_option,
+                                        _IMPORTRATE: _int_option}
 
 
 def qscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -201,7 +201,7 @@ def _reply_option(arg: bytes) -> bytes:
     return kind
 
 
-_JSCAN_OPTIONS: _ScanOptions = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
+_JSCAN_OPTIONS: Final[_ScanOptions] = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
 
 
 def jscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -252,11 +252,11 @@ def pause(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return status(PAUSE_NAMES[current])
 
 
-TABLE = (
-    ("qlen", 2, "rF", qlen),
-    ("qpeek", 3, "r", qpeek),
-    ("qstat", 2, "rF", qstat),
-    ("qscan", -1, "r", qscan),
-    ("jscan", -1, "r", jscan),
-    ("pause", -3, "rF", pause),
-)
+TABLE: Final = (
+           ("qlen", 2, "rF", qlen),
+           ("qpeek", 3, "r", qpeek),
+           ("qstat", 2, "rF", qstat),
+           ("qscan", -1, "r", qscan),
+           ("jscan", -1, "r", jscan),
+           ("pause", -3, "rF", pause),
+       )

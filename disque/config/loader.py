@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 from disque.argsplit import UnbalancedQuotes, quote_arg, split_args
 from disque.config.errors import ConfigError, InvalidValue
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from disque.config.directive import Directive
     from disque.config.settings import Config
 
-MAX_INCLUDE_DEPTH = 32
+MAX_INCLUDE_DEPTH: Final = 32
 
 
 class Loader:

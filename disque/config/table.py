@@ -6,6 +6,8 @@ import re
 import sys
 from collections.abc import Callable
 
+from typing import Final
+
 from disque.config.directive import (
     Directive,
     boolean,
@@ -62,12 +64,12 @@ from disque.config.values import (
     strict_int,
 )
 
-MIN_HZ = 1
-MAX_HZ = 500
-MAX_BIND_ADDRESSES = 16
-AUTHPASS_MAX_LEN = 512
-KEEPALIVE_YES_SECONDS = 300  # what CONFIG SET tcp-keepalive yes means (compatibility)
-_OCTAL = re.compile(r"[0-7]+")
+MIN_HZ: Final = 1
+MAX_HZ: Final = 500
+MAX_BIND_ADDRESSES: Final = 16
+AUTHPASS_MAX_LEN: Final = 512
+KEEPALIVE_YES_SECONDS: Final = 300  # what CONFIG SET tcp-keepalive yes means (compatibility)
+_OCTAL: Final = re.compile(r"[0-7]+")
 
 
 def _check_basename(text: str) -> None:
@@ -149,63 +151,63 @@ def _write_client_limit(value: tuple[int, int, int]) -> str:
 
 
 # Order is CONFIG GET's order.
-DIRECTIVE_TABLE: tuple[Directive, ...] = (
-    integer("port", 7711, "FGR", INVALID_PORT, high=65535),
-    Directive("bind", [], "FGR", _parse_bind, nargs=(1, sys.maxsize), show=" ".join,
-              write=_write_bind, write_always=True),
-    integer("tcp-backlog", 511, "FGR", INVALID_BACKLOG),
-    string("unixsocket", "", "FGR", optional=True),
-    Directive("unixsocketperm", 0, "FGR", _parse_socket_perm, show=octal_text, write=octal_text),
-    integer("timeout", 0, "FSGR", INVALID_TIMEOUT),
-    # CONFIG SET also takes yes/no, as the C server treated it as a boolean (decision 10).
-    integer("tcp-keepalive", 0, "FSGR", INVALID_KEEPALIVE, high=INT_MAX,
-             set_words={"yes": KEEPALIVE_YES_SECONDS, "no": 0}),
-    boolean("daemonize", False, "FGR"),
-    string("pidfile", "/var/run/disque.pid", "FGR"),
-    choice("supervised", "no", "FSGR", ("no", "systemd", "auto"), INVALID_SUPERVISED),
-    choice("loglevel", "notice", "FSGR", ("debug", "verbose", "notice", "warning"),
-            INVALID_LOGLEVEL),
-    string("logfile", "", "FGR"),
-    boolean("syslog-enabled", False, "FR"),
-    string("syslog-ident", "disque", "FR"),
-    choice("syslog-facility", "local0", "FGR", ("user",) + tuple(f"local{i}" for i in range(8)),
-            INVALID_FACILITY),
-    Directive("dir", None, "FSGR", single_argument, parse_set=str, write=quoted_if_set,
-              write_always=True, apply=Loader.chdir),
-    integer("databases", 16, "FG", INVALID_DATABASES, low=1),
-    Directive("include", None, "F", single_argument, apply=Loader.include),
-    integer("maxclients", 10000, "FSGR", INVALID_MAXCLIENTS, low=1),
-    memory("maxmemory", GB, "FSGR", MAXMEMORY_NOT_POSITIVE, low=1, set_low=0),
-    choice("maxmemory-policy", "acks", "FSGR", ("acks", "noeviction"), INVALID_POLICY),
-    integer("maxmemory-samples", 5, "FSGR", INVALID_SAMPLES, low=1),
-    boolean("activerehashing", True, "FSGR"),
-    Directive("hz", 10, "FSGR", _parse_hz, parse_set=_set_hz),
-    boolean("appendonly", False, "FSGR"),
-    string("appendfilename", "disque.aof", "FR", check=_check_basename),
-    choice("appendfsync", "everysec", "FSGR", ("always", "everysec", "no"), INVALID_FSYNC),
-    boolean("no-appendfsync-on-rewrite", False, "FGR"),
-    integer("auto-aof-rewrite-percentage", 100, "FSGR", NEGATIVE_PERCENTAGE),
-    memory("auto-aof-rewrite-min-size", 64 * MB, "FSGR", NEGATIVE_MIN_SIZE, low=0,
-            set_units=False),
-    boolean("aof-rewrite-incremental-fsync", True, "FSGR"),
-    boolean("aof-load-truncated", True, "FSGR"),
-    boolean("aof-enqueue-jobs-once", False, "FSGR"),
-    string("requirepass", "", "FSGR", check=_check_password, optional=True),
-    Directive("rename-command", None, "F", tuple, nargs=(2, 2), apply=Loader.rename),
-    string("cluster-config-file", "nodes.conf", "FR"),
-    integer("cluster-node-timeout", 15000, "FSGR", NODE_TIMEOUT_TOO_SMALL, low=1, set_low=0),
-    integer("cluster-bus-port", 0, "FGR", INVALID_BUS_PORT, high=65535),
-    # A negative threshold (slow log off) is accepted from the file only.
-    integer("slowlog-log-slower-than", 10000, "FSGR", NOT_INTEGER, low=LLONG_MIN, set_low=0),
-    integer("slowlog-max-len", 128, "FSGR", NEGATIVE_SLOWLOG_LEN),
-    integer("latency-monitor-threshold", 0, "FSGR", NEGATIVE_LATENCY),
-    Directive("client-output-buffer-limit", (0, 0, 0), "FSGR", _parse_client_limit,
-              nargs=(4, 4), parse_set=_set_client_limit, show=_show_client_limit,
-              write=_write_client_limit),
-    integer("watchdog-period", 0, "SG", NOT_INTEGER),
-    memory("proto-max-bulk-len", 512 * MB, "FSGR", PROTO_MAX_BULK_LEN_TOO_SMALL, low=MB),
-)
+DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
+           integer("port", 7711, "FGR", INVALID_PORT, high=65535),
+           Directive("bind", [], "FGR", _parse_bind, nargs=(1, sys.maxsize), show=" ".join,
+                     write=_write_bind, write_always=True),
+           integer("tcp-backlog", 511, "FGR", INVALID_BACKLOG),
+           string("unixsocket", "", "FGR", optional=True),
+           Directive("unixsocketperm", 0, "FGR", _parse_socket_perm, show=octal_text, write=octal_text),
+           integer("timeout", 0, "FSGR", INVALID_TIMEOUT),
+           # CONFIG SET also takes yes/no, as the C server treated it as a boolean (decision 10).
+           integer("tcp-keepalive", 0, "FSGR", INVALID_KEEPALIVE, high=INT_MAX,
+                    set_words={"yes": KEEPALIVE_YES_SECONDS, "no": 0}),
+           boolean("daemonize", False, "FGR"),
+           string("pidfile", "/var/run/disque.pid", "FGR"),
+           choice("supervised", "no", "FSGR", ("no", "systemd", "auto"), INVALID_SUPERVISED),
+           choice("loglevel", "notice", "FSGR", ("debug", "verbose", "notice", "warning"),
+                   INVALID_LOGLEVEL),
+           string("logfile", "", "FGR"),
+           boolean("syslog-enabled", False, "FR"),
+           string("syslog-ident", "disque", "FR"),
+           choice("syslog-facility", "local0", "FGR", ("user",) + tuple(f"local{i}" for i in range(8)),
+                   INVALID_FACILITY),
+           Directive("dir", None, "FSGR", single_argument, parse_set=str, write=quoted_if_set,
+                     write_always=True, apply=Loader.chdir),
+           integer("databases", 16, "FG", INVALID_DATABASES, low=1),
+           Directive("include", None, "F", single_argument, apply=Loader.include),
+           integer("maxclients", 10000, "FSGR", INVALID_MAXCLIENTS, low=1),
+           memory("maxmemory", GB, "FSGR", MAXMEMORY_NOT_POSITIVE, low=1, set_low=0),
+           choice("maxmemory-policy", "acks", "FSGR", ("acks", "noeviction"), INVALID_POLICY),
+           integer("maxmemory-samples", 5, "FSGR", INVALID_SAMPLES, low=1),
+           boolean("activerehashing", True, "FSGR"),
+           Directive("hz", 10, "FSGR", _parse_hz, parse_set=_set_hz),
+           boolean("appendonly", False, "FSGR"),
+           string("appendfilename", "disque.aof", "FR", check=_check_basename),
+           choice("appendfsync", "everysec", "FSGR", ("always", "everysec", "no"), INVALID_FSYNC),
+           boolean("no-appendfsync-on-rewrite", False, "FGR"),
+           integer("auto-aof-rewrite-percentage", 100, "FSGR", NEGATIVE_PERCENTAGE),
+           memory("auto-aof-rewrite-min-size", 64 * MB, "FSGR", NEGATIVE_MIN_SIZE, low=0,
+                   set_units=False),
+           boolean("aof-rewrite-incremental-fsync", True, "FSGR"),
+           boolean("aof-load-truncated", True, "FSGR"),
+           boolean("aof-enqueue-jobs-once", False, "FSGR"),
+           string("requirepass", "", "FSGR", check=_check_password, optional=True),
+           Directive("rename-command", None, "F", tuple, nargs=(2, 2), apply=Loader.rename),
+           string("cluster-config-file", "nodes.conf", "FR"),
+           integer("cluster-node-timeout", 15000, "FSGR", NODE_TIMEOUT_TOO_SMALL, low=1, set_low=0),
+           integer("cluster-bus-port", 0, "FGR", INVALID_BUS_PORT, high=65535),
+           # A negative threshold (slow log off) is accepted from the file only.
+           integer("slowlog-log-slower-than", 10000, "FSGR", NOT_INTEGER, low=LLONG_MIN, set_low=0),
+           integer("slowlog-max-len", 128, "FSGR", NEGATIVE_SLOWLOG_LEN),
+           integer("latency-monitor-threshold", 0, "FSGR", NEGATIVE_LATENCY),
+           Directive("client-output-buffer-limit", (0, 0, 0), "FSGR", _parse_client_limit,
+                     nargs=(4, 4), parse_set=_set_client_limit, show=_show_client_limit,
+                     write=_write_client_limit),
+           integer("watchdog-period", 0, "SG", NOT_INTEGER),
+           memory("proto-max-bulk-len", 512 * MB, "FSGR", PROTO_MAX_BULK_LEN_TOO_SMALL, low=MB),
+       )
 
-DIRECTIVES: dict[str, Directive] = {d.name: d for d in DIRECTIVE_TABLE}
-GETTABLE = tuple(d for d in DIRECTIVE_TABLE if "G" in d.flags)      # CONFIG GET shows these
-REWRITTEN = tuple(d for d in DIRECTIVE_TABLE if "R" in d.flags)     # CONFIG REWRITE writes these
+DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}
+GETTABLE: Final = tuple(d for d in DIRECTIVE_TABLE if "G" in d.flags)      # CONFIG GET shows these
+REWRITTEN: Final = tuple(d for d in DIRECTIVE_TABLE if "R" in d.flags)     # CONFIG REWRITE writes these

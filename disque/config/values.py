@@ -8,20 +8,21 @@ load/GET/REWRITE round trip unchanged.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from disque.argsplit import quote_arg
 from disque.config.errors import InvalidValue
 from disque.config.messages import NOT_INTEGER, NOT_MEMORY, NOT_YES_NO
 
-LLONG_MIN = -(2 ** 63)
-LLONG_MAX = 2 ** 63 - 1
-INT_MAX = 2 ** 31 - 1
+LLONG_MIN: Final = -(2 ** 63)
+LLONG_MAX: Final = 2 ** 63 - 1
+INT_MAX: Final = 2 ** 31 - 1
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
-_UNITS = {"": 1, "b": 1, "k": 1000, "kb": KB, "m": 1000 ** 2, "mb": MB,
-          "g": 1000 ** 3, "gb": GB}
-_FILE_INT = re.compile(r"[+-]?[0-9]+")            # strtoll: the file is lenient
-_STRICT_INT = re.compile(r"-?[1-9][0-9]*|0")      # string2ll: what CONFIG SET accepts
-_MEMORY = re.compile(r"(-?[0-9]+)(b|k|kb|m|mb|g|gb)?", re.IGNORECASE)
+_UNITS: Final = {"": 1, "b": 1, "k": 1000, "kb": KB, "m": 1000 ** 2, "mb": MB,
+                 "g": 1000 ** 3, "gb": GB}
+_FILE_INT: Final = re.compile(r"[+-]?[0-9]+")            # strtoll: the file is lenient
+_STRICT_INT: Final = re.compile(r"-?[1-9][0-9]*|0")      # string2ll: what CONFIG SET accepts
+_MEMORY: Final = re.compile(r"(-?[0-9]+)(b|k|kb|m|mb|g|gb)?", re.IGNORECASE)
 
 
 def decode(raw: bytes) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
 
-MAX_ETIME = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
+MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
 # layout unpacks its fixed part (the byte, state, flags, repl, ctime, etime,
 # delay, retry, nacks, additional deliveries, queue length, body length,
@@ -24,7 +24,7 @@ MAX_ETIME = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # 40-byte node IDs follow.
 STORED_FORMAT: Final = 1
 STORED_LAYOUT: Final = struct.Struct("<BBBHQQQQQQIIH40s")
-_FIELDS = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
+_FIELDS: Final = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
 
 
 class BadJobPayload(ValueError):

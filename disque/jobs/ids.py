@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import random
+from typing import Final
 
-ID_LENGTH = 40
-_RANDOM_CHARS = 24
-_POOL_IDS = 512
+ID_LENGTH: Final = 40
+_RANDOM_CHARS: Final = 24
+_POOL_IDS: Final = 512
 
 
 def is_valid_job_id(job_id: bytes) -> bool:

@@ -1,21 +1,22 @@
 """The job record (spec: jobs-and-ids.md §3-§4)."""
 
 from __future__ import annotations
+from typing import Final
 
 from collections.abc import Iterable
 
-WAIT_REPL = 0
-ACTIVE = 1
-QUEUED = 2
-ACKED = 3
+WAIT_REPL: Final = 0
+ACTIVE: Final = 1
+QUEUED: Final = 2
+ACKED: Final = 3
 
-STATE_NAMES = {WAIT_REPL: b"wait-repl", ACTIVE: b"active", QUEUED: b"queued", ACKED: b"acked"}
-STATES_BY_NAME = {name: state for state, name in STATE_NAMES.items()}
+STATE_NAMES: Final = {WAIT_REPL: b"wait-repl", ACTIVE: b"active", QUEUED: b"queued", ACKED: b"acked"}
+STATES_BY_NAME: Final = {name: state for state, name in STATE_NAMES.items()}
 
 # Local flags.
-BCAST_QUEUED = 1  # the next local queueing must announce itself with QUEUED
-BCAST_WILLQUEUE = 2  # send WILLQUEUE 500 ms before qtime
-DELIVERED = 4  # this node handed the job to a consumer at least once
+BCAST_QUEUED: Final = 1  # the next local queueing must announce itself with QUEUED
+BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before qtime
+DELIVERED: Final = 4  # this node handed the job to a consumer at least once
 
 
 class Job:

@@ -8,16 +8,16 @@ persistence without a file.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from disque.jobs.job import Job
 
 # Why a job left the node (written in DELJOB records, shown by disque-check-aof).
-REASON_ACKED = b"acked"
-REASON_EXPIRED = b"expired"
-REASON_DELETED = b"deleted"
-REASON_EVICTED = b"evicted"
-REASON_MOVED = b"moved"
+REASON_ACKED: Final = b"acked"
+REASON_EXPIRED: Final = b"expired"
+REASON_DELETED: Final = b"deleted"
+REASON_EVICTED: Final = b"evicted"
+REASON_MOVED: Final = b"moved"
 
 
 class Journal(Protocol):
@@ -41,4 +41,4 @@ class NullJournal:
         """Nothing is kept."""
 
 
-NULL_JOURNAL = NullJournal()
+NULL_JOURNAL: Final = NullJournal()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from disque.jobs.job import STATE_NAMES, Job
 from disque.resp import encode
 
-_NACKS = b"$5\r\nnacks\r\n"
-_ADELIV = b"$21\r\nadditional-deliveries\r\n"
+_NACKS: Final = b"$5\r\nnacks\r\n"
+_ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"
 
 
 def job_entry(job: Job, withcounters: bool = False) -> bytes:

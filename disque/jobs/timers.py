@@ -12,13 +12,13 @@ deleted job is not kept alive by a far-off bucket.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disque.jobs.job import Job
 
-_SHIFT = 3  # 8 ms per bucket
-NEVER = 1 << 62
+_SHIFT: Final = 3  # 8 ms per bucket
+NEVER: Final = 1 << 62
 
 
 class _Bucket:

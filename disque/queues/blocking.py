@@ -12,14 +12,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 
+from typing import Final
+
 from disque.clients import Block, ClientState
 from disque.queues.queue import Queue
 from disque.queues.queueset import QueueSet
 from disque.runtime import Runtime
 
 # Why a node asks other nodes for jobs of a queue (spec: cluster-bus.md §6.7).
-REACHED_ZERO = 1
-CLIENTS_WAITING = 2
+REACHED_ZERO: Final = 1
+CLIENTS_WAITING: Final = 2
 
 
 class BlockedClients:

@@ -7,19 +7,20 @@ times are ms.
 from __future__ import annotations
 
 from math import ceil
+from typing import Final
 
 from disque.queues.skiplist import SkipList
 
-PAUSE_NONE = 0
-PAUSE_IN = 1
-PAUSE_OUT = 2
-PAUSE_ALL = PAUSE_IN | PAUSE_OUT
-PAUSE_NAMES = {PAUSE_NONE: b"none", PAUSE_IN: b"in", PAUSE_OUT: b"out", PAUSE_ALL: b"all"}
+PAUSE_NONE: Final = 0
+PAUSE_IN: Final = 1
+PAUSE_OUT: Final = 2
+PAUSE_ALL: Final = PAUSE_IN | PAUSE_OUT
+PAUSE_NAMES: Final = {PAUSE_NONE: b"none", PAUSE_IN: b"in", PAUSE_OUT: b"out", PAUSE_ALL: b"all"}
 # Looked up with unchecked bus values, hence any key.
-PAUSE_BY_NAME: dict[object, int] = {name: flags for flags, name in PAUSE_NAMES.items()}
+PAUSE_BY_NAME: Final[dict[object, int]] = {name: flags for flags, name in PAUSE_NAMES.items()}
 
-IMPORT_WINDOW_MS = 1000
-IMPORT_RATE_VALIDITY_MS = 5000
+IMPORT_WINDOW_MS: Final = 1000
+IMPORT_RATE_VALIDITY_MS: Final = 5000
 
 
 class Queue:

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from typing import Final
+
 from disque.memory import MemoryAccount, queue_cost
 from disque.queues.queue import PAUSE_OUT, Queue
 from disque.runtime import Runtime
 from disque.scanindex import ScanIndex
 
-IDLE_LIMITS_S = (300, 10, 2)  # by memory warning level
-GC_SAMPLE = 64  # queues looked at per pass, more while >10 % of them are collectable
-GC_MAX_VISITS = 4096
-BLOCKED_QUEUE_IDLE_S = 300  # a queue whose last waiter left goes when this idle
+IDLE_LIMITS_S: Final = (300, 10, 2)  # by memory warning level
+GC_SAMPLE: Final = 64  # queues looked at per pass, more while >10 % of them are collectable
+GC_MAX_VISITS: Final = 4096
+BLOCKED_QUEUE_IDLE_S: Final = 300  # a queue whose last waiter left goes when this idle
 
 
 class QueueSet(Mapping[bytes, Queue]):

@@ -12,13 +12,13 @@ after the current tail (new jobs) and popping the head need no search.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Final, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disque.jobs.job import Job
 
-MAX_LEVEL = 32
-_NO_PREDECESSORS: tuple[None, ...] = (None,) * MAX_LEVEL  # the head has none on any level
+MAX_LEVEL: Final = 32
+_NO_PREDECESSORS: Final[tuple[None, ...]] = (None,) * MAX_LEVEL  # the head has none on any level
 
 
 def _level_of(job_id: bytes) -> int:
