@@ -14,6 +14,14 @@ from typing import Final
 JITTER_RANGE_MS: Final = 500  # uniform in [-250, +249]
 
 
+def ms_from_seconds(seconds: int) -> int:
+    """``seconds * 1000``, written as shifts. The compiled core multiplies
+    in machine words only when both factors are below 2^30, which a Unix
+    time in seconds is not, and goes through Python ints otherwise;
+    shifts and subtractions are checked exactly and stay in machine words."""
+    return (seconds << 10) - (seconds << 4) - (seconds << 3)
+
+
 class Runtime:
     """The current time, the random source and this node's own ID."""
 

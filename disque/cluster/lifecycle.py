@@ -24,7 +24,7 @@ from disque.queues.blocking import BlockedClients
 from disque.queues.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disque.queues.queueset import QueueSet
 from disque.resp import status
-from disque.runtime import JITTER_RANGE_MS, Runtime
+from disque.runtime import JITTER_RANGE_MS, Runtime, ms_from_seconds
 
 WILLQUEUE_ADVANCE_MS: Final = 500
 GC_MAX_RETRY: Final = 10
@@ -87,7 +87,7 @@ class JobLifecycle:
 
     def schedule_job(self, job: Job) -> None:
         """Recompute the job's next timer action (spec: jobs-and-ids.md §6)."""
-        when = job.etime * 1000 + 1000
+        when = ms_from_seconds(job.etime + 1)
         state = job.state
         if state == ACKED:
             delay = min(1000 << job.gc_retry, GC_MAX_DELAY_MS)
@@ -140,12 +140,12 @@ class JobLifecycle:
             qtime = job.qtime = now + (retry * 1000 - JITTER_RANGE_MS // 2
                                        + int(self.runtime.random() * JITTER_RANGE_MS))
             awake = qtime - WILLQUEUE_ADVANCE_MS
-            expire = job.etime * 1000 + 1000
+            expire = ms_from_seconds(job.etime + 1)
             self.timers.schedule(job, awake if awake < expire else expire)
         else:
             job.flags = flags
             job.qtime = 0
-            self.timers.schedule(job, job.etime * 1000 + 1000)
+            self.timers.schedule(job, ms_from_seconds(job.etime + 1))
         name = job.queue
         assert name is not None  # only dummy ACKs have none, and they are never queued
         queue = self.queues.by_name.get(name)

@@ -7,7 +7,7 @@ from typing import Callable, Final, TYPE_CHECKING
 
 from disque import errors
 from disque.cluster import messages as m
-from disque.commands.args import parse_int
+from disque.commands.args import option_name, parse_int
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
 from disque.jobs.journal import REASON_ACKED
@@ -48,7 +48,7 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
     i = 4
     n = len(argv)
     while i < n:
-        opt = argv[i].upper()
+        opt = option_name(argv[i])
         if opt == _ASYNC:
             async_ = True
             i += 1
@@ -235,7 +235,7 @@ def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     i = 1
     n = len(argv)
     while i < n:
-        opt = argv[i].upper()
+        opt = option_name(argv[i])
         if opt == _FROM:
             names = argv[i + 1:]
             break

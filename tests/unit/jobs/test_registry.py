@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from disque.jobs.job import ACKED, DELIVERED, Job
 from disque.jobs.registry import JobRegistry, is_evictable
 from disque.memory import BASE_MEMORY, DUMMY_ACK_COST, JOB_COST, MemoryAccount
@@ -44,6 +47,18 @@ def test_ctime_strictly_increases_within_a_millisecond():
     second = registry.new_ctime(1000)
     earlier_clock = registry.new_ctime(999)  # a clock step back never reorders jobs
     assert first == 1000 * 1_000_000 and second == first + 1 and earlier_clock == second + 1
+
+
+@given(st.lists(st.integers(min_value=0, max_value=4_000_000_000_000), max_size=40))
+def test_ctime_follows_the_rule_for_any_clock(clock):
+    """Whatever the clock does (repeats, steps back): ms × 10^6, or one more
+    than the previous creation time when that is not greater."""
+    registry = JobRegistry(MemoryAccount(0))
+    last = 0
+    for now in clock:
+        expected = max(now * 1_000_000, last + 1)
+        last = registry.new_ctime(now)
+        assert last == expected
 
 
 def test_clear_forgets_every_job_and_index():
