@@ -6,7 +6,7 @@ spec: commands.md INFO (Stats, Commandstats), SLOWLOG, LATENCY.
 from __future__ import annotations
 
 from collections import deque
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from disque.commands import Command

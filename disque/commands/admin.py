@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque import errors
 from disque.commands import Command, unique_commands

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque import __version__, errors
 from disque.cluster.membership import MYSELF

@@ -8,7 +8,7 @@ reported as 0 so the keys clients look for always exist.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque import errors
 from disque.commands import unique_commands

@@ -3,7 +3,7 @@ DEQUEUE, DELJOB, SHOW, LOADJOB (spec: commands.md §1)."""
 
 from __future__ import annotations
 
-from typing import Callable, Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Final
 
 from disque import errors
 from disque.cluster import messages as m
@@ -38,6 +38,7 @@ _FROM: Final = b"FROM"
 
 # repl, ttl, retry, delay, maxlen, async (None: not given)
 _AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool]
+_NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False)
 
 
 def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
@@ -80,6 +81,19 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
             return errors.SYNTAX
         i += 2
     return repl, ttl, retry, delay, maxlen, async_
+
+
+def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
+    """The two ADDJOBs have the same words after the timeout."""
+    n = len(argv)
+    if len(other) != n:
+        return False
+    i = 4
+    while i < n:
+        if argv[i] != other[i]:
+            return False
+        i += 1
+    return True
 
 
 def _new_job(node: Node, queue_name: bytes, body: bytes, repl: int, ttl: int, delay: int,
@@ -135,6 +149,8 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
     memory = node.memory
     ready = node.ready_queues
     wanted = node.wanted_queues
+    parsed_argv: list[bytes] | None = None  # the command whose options ``parsed`` holds
+    parsed: _AddjobOptions | bytes = _NO_OPTIONS
     i = start
     n = len(commands)
     while i < n:
@@ -144,9 +160,16 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
         if len(argv) == 4:
             append(_addjob_defaults(node, argv))
         else:
-            reply = addjob(node, client, argv)
-            assert reply is not None  # see above: never blocked here
-            append(reply)
+            # A producer repeats its options: parsed once per run of equal ones.
+            if parsed_argv is None or not _same_options(argv, parsed_argv):
+                parsed = _parse_addjob_options(argv)
+                parsed_argv = argv
+            if type(parsed) is bytes:
+                append(parsed)
+            else:
+                reply = _addjob_with(node, client, argv, parsed)  # type: ignore[arg-type]
+                assert reply is not None  # see above: never blocked here
+                append(reply)
         if ready or wanted:  # what Node.call does after each command: blocked consumers first
             node.after_input()
         i += 1
@@ -158,16 +181,19 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     if len(argv) == 4:
         if node.membership.size == 1:
             return _addjob_defaults(node, argv)
-        repl = ttl = retry = maxlen = None
-        delay = 0
-        async_ = False
-    else:
-        parsed = _parse_addjob_options(argv)
-        if type(parsed) is bytes:
-            return parsed
-        # mypy keeps bytes in the union after `type(...) is bytes` (bytes can be
-        # subclassed); isinstance would narrow it but costs ADDJOB more.
-        repl, ttl, retry, delay, maxlen, async_ = parsed  # type: ignore[assignment]
+        return _addjob_with(node, client, argv, _NO_OPTIONS)
+    parsed = _parse_addjob_options(argv)
+    if type(parsed) is bytes:
+        return parsed
+    # mypy keeps bytes in the union after `type(...) is bytes` (bytes can be
+    # subclassed); isinstance would narrow it but costs ADDJOB more.
+    return _addjob_with(node, client, argv, parsed)  # type: ignore[arg-type]
+
+
+def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
+                 options: _AddjobOptions) -> bytes | None:
+    """ADDJOB once its options are parsed (``_parse_addjob_options``)."""
+    repl, ttl, retry, delay, maxlen, async_ = options
     timeout = parse_int(argv[3])
     if timeout is None:
         return errors.TIMEOUT_NOT_INTEGER

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque.argsplit import quote_arg
 from disque.resp import OK

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final, TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from disque import errors
 from disque.cluster import messages as m

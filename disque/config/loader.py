@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque.argsplit import UnbalancedQuotes, quote_arg, split_args
 from disque.config.errors import ConfigError, InvalidValue

@@ -6,7 +6,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from disque.argsplit import UnbalancedQuotes, split_args
 from disque.config.errors import ConfigSetError

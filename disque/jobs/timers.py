@@ -12,7 +12,7 @@ deleted job is not kept alive by a far-off bucket.
 from __future__ import annotations
 
 import heapq
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from disque.jobs.job import Job

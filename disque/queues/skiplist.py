@@ -12,7 +12,7 @@ after the current tail (new jobs) and popping the head need no search.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Final, TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from disque.jobs.job import Job
