@@ -6,6 +6,8 @@ Measures, in one run and against the same kind of fresh node:
 * ``redis_benchmark_addjob_p16``: redis-benchmark -c 50 -n ROWS -P 16 ADDJOB q <64 bytes> 0,
   the node's own pipelined ADDJOB rate (the reference);
 * ``writer``: df.write.format("disque") of ROWS rows with 64-byte bodies, jobs/s;
+* ``writer_spark_only``: the same write into a sink that drops the rows
+  (``bench.spark_null_source``): the most the writer could reach in this run;
 * ``stream_read``: readStream.format("disque") with trigger(availableNow=True) into the
   noop sink, every job acknowledged (ACKJOB in commit), jobs/s over the whole query
   (start to stop, WORKING keep-alive on);
@@ -111,12 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         spark = local_session("disque-spark-bench")
         body = "cast(lpad(cast(id as string), %d, 'x') as binary) as body" % BODY_BYTES
 
-        def write(rows: int, queue: str) -> float:
+        def write(rows: int, queue: str, sink: str = "disque") -> float:
             df = spark.range(rows).selectExpr(body).repartition(args.partitions).cache()
             df.count()  # materialise first: time the sink, not the source
             cpu = CpuMeter(node)
             start = time.perf_counter()
-            (df.write.format("disque").option("nodes", address).option("queue", queue)
+            (df.write.format(sink).option("nodes", address).option("queue", queue)
              .option("batchSize", args.batch_size).mode("append").save())
             elapsed = time.perf_counter() - start
             df.unpersist()
@@ -129,6 +131,13 @@ def main(argv: list[str] | None = None) -> int:
         result["writer"] = {"seconds": round(elapsed, 3), "jobs_per_s": round(args.rows / elapsed),
                             "jobs_queued": queued, "partitions": args.partitions,
                             "batch_size": args.batch_size, **cpu}
+        # The same write into a sink that drops the rows: Spark's own share.
+        spark.dataSource.register(NullSource)
+        write(5_000, "warmup", NULL_SOURCE)
+        elapsed, cpu = write(args.rows, "bench", NULL_SOURCE)
+        result["writer_spark_only"] = {
+            "seconds": round(elapsed, 3), "rows_per_s": round(args.rows / elapsed),
+            "spark_cpu_us_per_row": cpu["spark_cpu_us_per_job"]}
 
         def stream(source: str, checkpoint: str, **options):
             cpu = CpuMeter(node)
@@ -159,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
             "left_registered": sum(1 for _ in client.jscan("bench")),
             "max_jobs_per_trigger": args.max_jobs_per_trigger, **cpu.per_job(rows_read)}
         # The same query on a source that costs nothing: Spark's own share of the time.
-        spark.dataSource.register(NullSource)
         stream(NULL_SOURCE, "checkpoint-null-warmup", rows=5_000)
         query, rows_read, elapsed, cpu = stream(NULL_SOURCE, "checkpoint-null", rows=args.rows)
         result["stream_read_spark_only"] = {
@@ -171,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             3)
         result["writer_vs_redis_benchmark"] = round(
             result["writer"]["jobs_per_s"] / result["redis_benchmark_addjob_p16"], 3)
+        result["writer_spark_only_vs_redis_benchmark"] = round(
+            result["writer_spark_only"]["rows_per_s"] / result["redis_benchmark_addjob_p16"], 3)
         client.close()
         result["load_average_after"] = machine.load_average()
         result["steal_percent"] = machine.steal_percent(ticks, machine.cpu_ticks())

@@ -1,10 +1,13 @@
-"""A streaming source that costs nothing: what Spark alone does with the stream reader's shape.
+"""A streaming source and a batch sink that cost nothing: what Spark alone
+does with the stream reader's and the writer's shapes.
 
-``bench.spark_bench`` runs it next to ``readStream.format("disque")``, with the
-same schema, read limit, partitions, trigger and sink, so the same run shows
-how much of the reader's time is Spark's own (planning, offset and commit
-logs, tasks, Arrow into rows). Its rows are slices of one Arrow batch built
-once per Python worker; nothing is fetched or acknowledged.
+``bench.spark_bench`` runs the source next to ``readStream.format("disque")``,
+with the same schema, read limit, partitions, trigger and sink, so the same
+run shows how much of the reader's time is Spark's own (planning, offset and
+commit logs, tasks, Arrow into rows). Its rows are slices of one Arrow batch
+built once per Python worker; nothing is fetched or acknowledged. The sink
+takes the writer's place in ``df.write``: the same Arrow batches reach its
+Python worker, which only counts their rows.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamReader,
+                                    InputPartition, WriterCommitMessage)
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
@@ -75,8 +79,19 @@ class _NullStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass
 
 
+class _Rows(WriterCommitMessage):
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+
+class _NullWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Rows:
+        return _Rows(sum(batch.num_rows for batch in iterator))
+
+
 class NullSource(DataSource):
-    """``format("disque-bench-null")``: options rows, maxJobsPerTrigger, numPartitions."""
+    """``format("disque-bench-null")``: options rows, maxJobsPerTrigger,
+    numPartitions when read; a sink that drops every row when written to."""
 
     @classmethod
     def name(cls) -> str:
@@ -87,3 +102,6 @@ class NullSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _NullStreamReader(schema, self.options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> _NullWriter:
+        return _NullWriter()

@@ -82,27 +82,30 @@ class AddJobEncoder:
     """RESP-encoded ADDJOBs of many bodies sharing the timeout and options.
 
     Everything around the body is encoded once (per queue), so a job costs one
-    bytes formatting: a fifth of packing the argv word by word."""
+    bytes formatting: a fifth of packing the argv word by word. A command is
+    ``prefix(queue) + b"$%d\\r\\n" % len(body) + body + tail``, which
+    bulk encoders (the Spark sink) also build column-wise."""
 
     def __init__(self, words: tuple) -> None:
         """``words``: what follows ``ADDJOB queue body`` (the timeout, then the options)."""
-        self._head = b"*%d\r\n%s" % (3 + len(words), _bulk("ADDJOB"))
-        self._tail = b"\r\n" + b"".join(_bulk(w) for w in words)
+        self.head = b"*%d\r\n%s" % (3 + len(words), _bulk("ADDJOB"))
+        self.tail = b"\r\n" + b"".join(_bulk(w) for w in words)
         self._queues: dict[str | bytes, bytes] = {}
 
-    def _prefix(self, queue: str | bytes) -> bytes:
+    def prefix(self, queue: str | bytes) -> bytes:
+        """Everything before the body's bulk header."""
         prefix = self._queues.get(queue)
         if prefix is None:
-            prefix = self._queues[queue] = self._head + _bulk(queue)
+            prefix = self._queues[queue] = self.head + _bulk(queue)
         return prefix
 
     def encode(self, queue: str | bytes, bodies: Sequence[bytes]) -> list[bytes]:
         """ADDJOB ``queue`` body ... for every body."""
-        prefix, tail = self._prefix(queue), self._tail
+        prefix, tail = self.prefix(queue), self.tail
         return [b"%s$%d\r\n%s%s" % (prefix, len(body), body, tail) for body in bodies]
 
     def encode_each(self, queues: Sequence[str | bytes], bodies: Sequence[bytes]) -> list[bytes]:
         """ADDJOB queue body ... for every (queue, body) pair."""
-        prefix, tail = self._prefix, self._tail
+        prefix, tail = self.prefix, self.tail
         return [b"%s$%d\r\n%s%s" % (prefix(queue), len(body), body, tail)
                 for queue, body in zip(queues, bodies)]

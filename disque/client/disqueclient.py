@@ -19,6 +19,7 @@ from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, Disque
 from disque.client.replies import Job, job_from_entry, job_info, text
 
 DEFAULT_CHUNK = 500
+_LINES_READ = 1 << 16
 # Jobs per GETJOB when get_job_entries pipelines several.
 DEFAULT_GETJOB_COUNT = 1000
 # How long a node that failed is skipped when choosing where to go next.
@@ -232,6 +233,36 @@ class DisqueClient:
             if todo and all(isinstance(replies[i], ResponseError) for i in todo):
                 return replies
             raise
+
+    def _lines_once(self, data: bytes | memoryview, count: int) -> bytes:
+        conn = self._conn
+        conn.send_packed_command([data], check_health=False)
+        # The replies come straight off the socket: redis-py's parser holds
+        # nothing between complete replies, and the server sends only replies.
+        sock = conn._sock
+        received = bytearray()
+        lines = 0
+        while lines < count:
+            chunk = sock.recv(_LINES_READ)
+            if not chunk:
+                raise ConnectionError("connection closed by the server")
+            lines += chunk.count(b"\n")
+            received += chunk
+        if lines > count or not received.endswith(b"\r\n"):
+            conn.disconnect()
+            raise DisqueError("%d reply lines to %d commands: not one-line replies" % (lines, count))
+        return bytes(received)
+
+    def pipeline_lines(self, data: bytes | memoryview, count: int) -> bytes:
+        """Send ``count`` RESP-encoded commands whose replies are one line each
+        (ADDJOB, ACKJOB, FASTACK: status, error or integer) and return the
+        replies as received, ``count`` lines ending in CRLF.
+
+        For bulk writers: checking the replies is two searches (``b"\\n-"``
+        finds an error) instead of an object per reply. Connection errors
+        move to another node and send everything again; replies saying the
+        node is leaving are left to the caller (``pipeline`` resends them)."""
+        return self._retrying(lambda: self._lines_once(data, count))
 
     def pipeline_chunks(self, commands: Iterable[tuple], chunk_size: int = DEFAULT_CHUNK
                         ) -> Iterator[list[Any]]:

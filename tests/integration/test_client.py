@@ -231,3 +231,33 @@ def test_password(server):
         DisqueClient("127.0.0.1:%d" % proc.port, use_hello=False).qlen("q")
     with pytest.raises(AuthenticationError):
         DisqueClient("127.0.0.1:%d" % proc.port).connect()
+
+
+def test_one_line_replies_come_back_raw(server):
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        encoder = AddJobEncoder((0, "MAXLEN", 2))
+        commands = encoder.encode("lines", [b"a", b"b", b"c"]) + encoder.encode("other", [b"d"])
+        replies = client.pipeline_lines(b"".join(commands), len(commands))
+        lines = replies.split(b"\r\n")
+        assert replies.endswith(b"\r\n") and len(lines) == 5 and lines[4] == b""
+        assert [line[:3] for line in lines[:4]] == [b"+D-", b"+D-", b"-MA", b"+D-"]
+        # Many replies arrive in several reads.
+        many = AddJobEncoder((0,)).encode("many", [b"x"] * 3000)
+        assert client.pipeline_lines(b"".join(many), 3000).count(b"\r\n+D-") == 2999
+        assert client.execute("QLEN", "lines") == 2  # the connection is in step
+
+
+def test_one_line_replies_move_to_another_node_when_the_connection_drops(pair):
+    a, b = pair
+    client = DisqueClient("127.0.0.1:%d,127.0.0.1:%d" % (a.port, b.port), use_hello=False)
+    try:
+        assert client.connect().port == a.port
+        client.execute("CLIENT", "SETNAME", "writer")
+        killed = [line for line in a.call("CLIENT", "LIST").decode().splitlines()
+                  if "name=writer" in line]
+        a.call("CLIENT", "KILL", killed[0].split("addr=")[1].split()[0])
+        command = AddJobEncoder((0, "REPLICATE", 1)).encode("moved", [b"x"])[0]
+        replies = client.pipeline_lines(command, 1)
+        assert replies.startswith(b"+D-") and client.failovers == 1
+    finally:
+        client.close()

@@ -111,3 +111,40 @@ def test_snapshot_reader_consumes_nothing(spark, node):
                    .option("state", "queued").load().count())
     assert queued_only == 25
     assert client.qlen("snap") == 25 and client.qlen("other") == 1
+
+
+class _ScriptedClient:
+    """Replies as a node would: one-line replies for the chunk, then the resends."""
+
+    def __init__(self, lines: bytes, resent: list) -> None:
+        self.lines, self.resent, self.sent = lines, resent, []
+
+    def pipeline_lines(self, data, count):
+        self.sent.append((bytes(data), count))
+        return self.lines
+
+    def pipeline(self, commands):
+        self.sent.append(list(commands))
+        return self.resent
+
+
+def test_jobs_a_leaving_node_refused_go_again_and_other_refusals_fail():
+    import pyarrow as pa
+
+    from disque.client import AddJobEncoder, ResponseError
+    from disque.spark.sink import DisqueWriteError, JobWriter, encode_addjobs
+
+    encoder = AddJobEncoder((0,))
+    bodies = pa.array([b"a", b"b", b"c"], pa.large_binary())
+    commands = encode_addjobs(encoder, "q", bodies)
+    leaving = b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n"
+    client = _ScriptedClient(b"+D-1\r\n" + leaving + b"+D-3\r\n", [b"D-2"])
+    JobWriter._send(client, commands, "q", bodies, 0, 0, 7)
+    assert client.sent == [(b"".join(encoder.encode("q", [b"a", b"b", b"c"])), 3),
+                           [encoder.encode("q", [b"b"])[0]]]
+
+    client = _ScriptedClient(leaving + b"-MAXLEN Queue is already longer\r\n+D-3\r\n",
+                             [ResponseError("NOREPL Not enough reachable nodes")])
+    with pytest.raises(DisqueWriteError, match=r"row 10 of partition 7 \(queue 'q', body b'a'\)"
+                       r": NOREPL .* \(and 1 more jobs of the same chunk\)"):
+        JobWriter._send(client, commands, "q", bodies, 0, 10, 7)
