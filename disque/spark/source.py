@@ -16,6 +16,7 @@ JSCAN ... REPLY all (or QPEEK), one partition per node. Nothing is consumed.
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -29,26 +30,29 @@ from pyspark.sql.types import StructType
 from disque.client import DEFAULT_GETJOB_COUNT, PRIORITY_FAILING, DisqueClient
 from disque.spark.columns import (SNAPSHOT_FIELDS, STREAM_FIELDS, BatchBuilder, check_schema,
                                   ipc_batches, ipc_bytes, queue_text, struct)
-from disque.spark.courier import Courier, FetchedJobs
+from disque.spark.courier import BatchServer, Courier, FetchedJobs, pull_batch
 from disque.spark.keepalive import DEFAULT_KEEPALIVE_DELAY_MS, KeepAlive
 from disque.spark.options import ConnectionOptions, OptionError, Options
-from disque.spark.sink import DisqueBatchWriter, DisqueStreamWriter
 
 log = logging.getLogger("disque.spark")
 
 DEFAULT_MAX_JOBS_PER_TRIGGER = 10_000
 DEFAULT_FETCH = DEFAULT_GETJOB_COUNT
 SNAPSHOT_ROWS_PER_BATCH = 10_000
+# How the partitions' rows reach the executors (option transport).
+TRANSPORT_DRIVER = "driver"        # pulled from the driver-side reader over TCP
+TRANSPORT_PARTITION = "partition"  # inside the pickled InputPartition, through Spark
 
 
 class JobsPartition(InputPartition):
-    """Jobs fetched on the driver, travelling to an executor as an Arrow IPC stream: pickling
-    one bytes object is a copy, and the executor hands Spark the batches without a per-row
-    step."""
+    """Jobs fetched on the driver, as one Arrow IPC stream: the executor hands Spark the
+    batches without a per-row step. The stream is either inside the partition (``arrow``) or
+    held by the driver's ``BatchServer`` under ``token`` at ``address``."""
 
-    def __init__(self, rows: pa.Table) -> None:
-        super().__init__(rows.num_rows)
-        self.arrow = ipc_bytes(rows)
+    def __init__(self, rows: int, arrow: bytes | None = None,
+                 address: tuple[str, int] | None = None, token: bytes | None = None) -> None:
+        super().__init__(rows)
+        self.arrow, self.address, self.token = arrow, address, token
 
 
 @dataclass
@@ -57,6 +61,7 @@ class _DriverState:
 
     courier: Courier
     keepalive: KeepAlive
+    server: BatchServer | None  # transport=driver
     batches: dict[int, FetchedJobs] = field(default_factory=dict)  # not committed yet
     acks: list[tuple[Future, FetchedJobs]] = field(default_factory=list)  # committed, ACK sent
     prefetched: Future | None = None   # the next batch's fetch, under way
@@ -86,6 +91,13 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.keep_alive_delay = opts.int("keepAliveDelay", DEFAULT_KEEPALIVE_DELAY_MS,
                                          minimum=0) / 1000
         self.prefetch = opts.bool("prefetch", True)
+        self.transport = (opts.get("transport") or TRANSPORT_DRIVER).lower()
+        if self.transport not in (TRANSPORT_DRIVER, TRANSPORT_PARTITION):
+            raise OptionError("option 'transport' must be %s or %s, got %r"
+                              % (TRANSPORT_DRIVER, TRANSPORT_PARTITION, self.transport))
+        # Where executors reach the driver; Spark's own SPARK_LOCAL_IP, else every interface
+        # under the driver's host name.
+        self.driver_host = opts.get("driverHost") or os.environ.get("SPARK_LOCAL_IP") or None
         self._state: _DriverState | None = None
 
     def __getstate__(self) -> dict:
@@ -99,7 +111,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             courier = Courier(self.connection, self.queues, self.fetch_size,
                               BatchBuilder(self.schema), keepalive if self.keep_alive else None,
                               self.keep_alive_delay)
-            self._state = _DriverState(courier, keepalive)
+            server = None
+            if self.transport == TRANSPORT_DRIVER:
+                server = BatchServer(self.driver_host or "", self.driver_host)
+            self._state = _DriverState(courier, keepalive, server)
         return self._state
 
     # -- offsets -----------------------------------------------------------------
@@ -190,10 +205,22 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         table = pa.Table.from_batches(rows, schema=rows[0].schema)
         parts = min(self.num_partitions, table.num_rows)
         size = -(-table.num_rows // parts)
-        return [JobsPartition(table.slice(i, size)) for i in range(0, table.num_rows, size)]
+        partitions = []
+        for i in range(0, table.num_rows, size):
+            piece = table.slice(i, size)
+            data = ipc_bytes(piece)
+            if state.server is None:
+                partitions.append(JobsPartition(piece.num_rows, arrow=data))
+            else:
+                partitions.append(JobsPartition(piece.num_rows, address=state.server.address,
+                                                token=state.server.hold(last, data)))
+        return partitions
 
     def read(self, partition: JobsPartition) -> Iterator[Any]:
-        yield from ipc_batches(partition.arrow)
+        data = partition.arrow
+        if data is None:
+            data = pull_batch(partition.address, partition.token)
+        yield from ipc_batches(data)
 
     def commit(self, end: dict) -> None:
         """The sink has every batch up to ``end``. ``latestOffset`` acknowledged them already
@@ -206,6 +233,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for batch in sorted(b for b in state.batches if b <= last):
             fetched = state.batches.pop(batch)
             state.acks.append((state.courier.acknowledge(fetched.ids), fetched))
+        if state.server is not None:
+            state.server.release(last)
         self._settle(state, wait=False)
 
     def _settle(self, state: _DriverState, wait: bool) -> None:
@@ -226,6 +255,8 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             finally:
                 state.keepalive.stop()
                 state.courier.close()
+                if state.server is not None:
+                    state.server.close()
 
 
 # -- batch snapshot ---------------------------------------------------------------
@@ -320,8 +351,12 @@ class DisqueDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return DisqueStreamReader(schema, self.options)
 
+    # The writer is imported when used: the stream reader's processes (one per query on the
+    # driver) then skip its imports, a tenth of a second each.
     def writer(self, schema: StructType, overwrite: bool):
+        from disque.spark.sink import DisqueBatchWriter
         return DisqueBatchWriter(schema, self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool):
+        from disque.spark.sink import DisqueStreamWriter
         return DisqueStreamWriter(schema, self.options)

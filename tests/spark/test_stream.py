@@ -88,12 +88,15 @@ def test_sink_failure_and_restart_lose_nothing(spark, node, tmp_path):
     assert _unacked(client, "atl") == []
 
 
-def test_available_now_drains_and_stops_without_duplicates(spark, node, tmp_path):
+@pytest.mark.parametrize("transport", ["driver", "partition"])
+def test_available_now_drains_and_stops_without_duplicates(spark, node, tmp_path, transport):
     proc, address, client = node
     bodies = {b"drain-%d" % i for i in range(1000)}
     client.add_jobs([("drain", b) for b in bodies], retry=30)
-    # The streaming writer pipes the jobs into another queue.
-    query = (_stream(spark, address, "drain", maxJobsPerTrigger=300, numPartitions=2)
+    # The streaming writer pipes the jobs into another queue; the executors get the rows
+    # from the driver's reader over TCP, or inside the partitions.
+    query = (_stream(spark, address, "drain", maxJobsPerTrigger=300, numPartitions=2,
+                     transport=transport)
              .selectExpr("body", "'piped' as queue")
              .writeStream.format("disque").option("nodes", address).option("retry", 60)
              .option("checkpointLocation", str(tmp_path / "checkpoint"))

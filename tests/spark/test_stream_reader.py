@@ -139,3 +139,67 @@ def test_first_working_comes_after_a_tenth_of_the_retry():
     assert first_working_delay(30, 5.0) == pytest.approx(3.0)
     assert first_working_delay(300, 5.0) == 5.0
     assert first_working_delay(0, 5.0) == 5.0 and first_working_delay(None, 2.0) == 2.0
+
+
+def test_executors_pull_the_rows_from_the_driver_until_the_batch_is_acked(node):
+    proc, address, client = node
+    ids = client.add_jobs([("pull", b"job-%d" % i) for i in range(30)], retry=60)
+    reader = _reader(address, "pull", prefetch="false", numPartitions=2)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(30))
+        partitions = reader.partitions(start, end)
+        # The partitions carry a token, not the rows: the executors pull those over TCP.
+        assert [p.arrow for p in partitions] == [None, None]
+        assert len(pickle.dumps(partitions)) < 1000
+        rows = [row for p in partitions for b in reader.read(pickle.loads(pickle.dumps(p)))
+                for row in b.to_pylist()]
+        assert [r["id"] for r in rows] == ids
+        # A retried task pulls the same rows again, until the batch is acknowledged.
+        again = [row for b in reader.read(partitions[1]) for row in b.to_pylist()]
+        assert again == rows[15:]
+        assert reader.latestOffset(end, ReadMaxRows(30)) == end
+        assert _unacked(client, "pull") == []
+        with pytest.raises(RuntimeError, match="no longer holds this partition"):
+            list(reader.read(partitions[0]))
+        assert reader._state.server.held() == 0
+    finally:
+        reader.stop()
+
+
+def test_a_forged_token_gets_nothing(node):
+    from disque.spark.courier import pull_batch
+
+    proc, address, client = node
+    client.add_jobs([("forged", b"secret")] * 3, retry=60)
+    reader = _reader(address, "forged", prefetch="false")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(3))
+        (partition,) = reader.partitions(start, end)
+        with pytest.raises(RuntimeError, match="no longer holds"):
+            pull_batch(partition.address, bytes(len(partition.token)))
+    finally:
+        reader.stop()
+
+
+def test_transport_partition_ships_the_rows_inside_the_partitions(node):
+    proc, address, client = node
+    ids = client.add_jobs([("inside", b"job-%d" % i) for i in range(20)], retry=60)
+    reader = _reader(address, "inside", prefetch="false", transport="partition")
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(20))
+        (partition,) = reader.partitions(start, end)
+        assert partition.arrow is not None and partition.token is None
+        assert reader._state.server is None
+        assert [r["id"] for r in _rows(reader, start, end)] == ids
+    finally:
+        reader.stop()
+
+
+def test_transport_must_be_driver_or_partition():
+    from disque.spark.options import OptionError
+
+    with pytest.raises(OptionError, match="transport"):
+        _reader("127.0.0.1:7711", "q", transport="carrier-pigeon")
