@@ -130,6 +130,10 @@ class DisqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state = self._driver()
         state.budget = state.courier.queued()
         log.info("availableNow: %d jobs queued in %s", state.budget, self.queues)
+        # The first batch is coming: fetch it while Spark sets the query up.
+        want = min(self.max_jobs, state.budget)
+        if self.prefetch and want > 0 and state.prefetched is None and state.leftover is None:
+            state.prefetched = state.courier.fetch(want)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         state = self._driver()

@@ -203,3 +203,60 @@ def test_transport_must_be_driver_or_partition():
 
     with pytest.raises(OptionError, match="transport"):
         _reader("127.0.0.1:7711", "q", transport="carrier-pigeon")
+
+
+def test_available_now_fetches_the_first_batch_while_the_query_starts(node):
+    proc, address, client = node
+    ids = client.add_jobs([("early", b"job-%d" % i) for i in range(30)], retry=60)
+    reader = _reader(address, "early", maxJobsPerTrigger=20)
+    try:
+        reader.prepareForTriggerAvailableNow()
+        wait_until(lambda: client.qlen("early") == 10, message="the first batch's fetch")
+        start = reader.initialOffset()
+        first = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert [r["id"] for r in _rows(reader, start, first)] == ids[:20]
+        second = reader.latestOffset(first, reader.getDefaultReadLimit())
+        assert [r["id"] for r in _rows(reader, first, second)] == ids[20:]
+        assert reader.latestOffset(second, reader.getDefaultReadLimit()) == second
+        assert _unacked(client, "early") == []
+    finally:
+        reader.stop()
+
+
+def test_without_prefetch_available_now_fetches_nothing_before_the_first_batch(node):
+    proc, address, client = node
+    client.add_jobs([("late-start", b"x")] * 5, retry=60)
+    reader = _reader(address, "late-start", prefetch="false")
+    try:
+        reader.prepareForTriggerAvailableNow()
+        assert client.qlen("late-start") == 5
+    finally:
+        reader.stop()
+
+
+def test_a_fetch_pauses_the_garbage_collector_and_restores_it(node):
+    import gc
+
+    from disque.spark.columns import BatchBuilder
+    from disque.spark.courier import Courier
+    from disque.spark.options import ConnectionOptions, Options
+
+    proc, address, client = node
+    client.add_jobs([("gc", b"x")] * 10, retry=60)
+    courier = Courier(ConnectionOptions.parse(Options({"nodes": address})), ["gc"], 4,
+                      BatchBuilder(struct(STREAM_FIELDS)), None, 5.0)
+    seen = []
+    fetch_now = courier._fetch_now
+    courier._fetch_now = lambda want: seen.append(gc.isenabled()) or fetch_now(want)
+    try:
+        assert gc.isenabled()
+        assert len(courier.fetch(5).result().ids) == 5
+        assert seen == [False] and gc.isenabled()
+        gc.disable()
+        try:
+            assert len(courier.fetch(5).result().ids) == 5
+            assert not gc.isenabled()  # left as the caller had it
+        finally:
+            gc.enable()
+    finally:
+        courier.close()
