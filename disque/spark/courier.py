@@ -198,7 +198,12 @@ class BatchServer:
 
     def close(self) -> None:
         self._closed = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() below on Linux
+        except OSError:
+            pass
         self._listener.close()
+        self._thread.join(timeout=5)
         with self._lock:
             self._held.clear()
 
@@ -230,7 +235,15 @@ class BatchServer:
 
 def pull_batch(address: tuple[str, int], token: bytes) -> bytearray:
     """The bytes ``BatchServer`` holds under ``token`` (on an executor)."""
-    with socket.create_connection(tuple(address), timeout=PULL_TIMEOUT) as conn:
+    try:
+        conn = socket.create_connection(tuple(address), timeout=PULL_TIMEOUT)
+    except OSError as exc:
+        raise ConnectionError(
+            "cannot reach the driver's disque reader at %s:%d for this partition's rows (%s); "
+            "set option driverHost to an address executors can reach, or option "
+            "transport=partition to ship the rows inside the partitions" % (*address, exc)
+        ) from exc
+    with conn:
         conn.sendall(token)
         (length,) = _LENGTH.unpack(_recv_exactly(conn, _LENGTH.size))
         if length < 0:

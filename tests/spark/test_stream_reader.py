@@ -260,3 +260,20 @@ def test_a_fetch_pauses_the_garbage_collector_and_restores_it(node):
             gc.enable()
     finally:
         courier.close()
+
+
+def test_an_unreachable_driver_says_how_to_ship_the_rows_otherwise():
+    import socket
+
+    from disque.spark.courier import BatchServer, pull_batch
+
+    server = BatchServer("127.0.0.1")
+    token = server.hold(1, b"rows")
+    address = server.address
+    assert bytes(pull_batch(address, token)) == b"rows"
+    server.close()
+    assert not server._thread.is_alive()  # close() woke the accept loop
+    with pytest.raises(ConnectionError, match="transport=partition"):
+        pull_batch(address, token)
+    # Nothing listens there any more: a fresh socket may bind the port again.
+    socket.create_server(address).close()
