@@ -69,20 +69,27 @@ def federation(servers: Servers, settings: Settings) -> list[Measurement]:
     out = []
     with servers.cluster(CLUSTER_SIZE) as nodes:
         a, b = nodes[0], nodes[1]
+        before = _node_counters(nodes)
         local = loadgen.run(loadgen.DisqueDialect(b"bench:local", replicate=3), [a.port],
                             [a.port], full)
+        local_costs = _costs_per_job(nodes, before, local)
         log.info("  local cycle REPLICATE 3: %8.0f jobs/s p50 %.2f ms p99 %.2f ms", local.rate,
                  local.latency_ms(50), local.latency_ms(99))
-        out.extend(_single(_cycle_measurements("cluster_cycle", "REPLICATE 3, producers and "
-                                               "consumers on node A; " + _cycle_shape(full),
-                                               local, local)))
+        local_entries = _single(_cycle_measurements("cluster_cycle", "REPLICATE 3, producers and "
+                                                    "consumers on node A; " + _cycle_shape(full),
+                                                    local, local))
+        local_entries[0].details.update(local_costs)
+        out.extend(local_entries)
         for mode, config in (("full", full), ("rate", paced)):
+            before = _node_counters(nodes)
             got = loadgen.run(loadgen.DisqueDialect(b"bench:fed:" + mode.encode(), replicate=3),
                               [a.port], [b.port], config)
+            costs = _costs_per_job(nodes, before, got)
             log.info("  federation %-4s %8.0f jobs/s p50 %.2f ms p99 %.2f ms", mode, got.rate,
                      got.latency_ms(50), got.latency_ms(99))
             shape = "producers on node A (REPLICATE 3), consumers on node B; " + _cycle_shape(config)
             entries = _single(_cycle_measurements("federation_" + mode, shape, got, local))
+            entries[0].details.update(costs)
             if mode == "full":
                 entries[0].reference = Reference("local cycle on node A", local.rate)
                 entries[0].target = Target("ratio", ">=", FEDERATION_VS_LOCAL)
@@ -93,6 +100,30 @@ def federation(servers: Servers, settings: Settings) -> list[Measurement]:
                 entries[2].target = Target("value", "<=", FEDERATION_P99_MS)
             out.extend(entries)
     return out
+
+
+def _node_counters(nodes) -> list[tuple[float, int]]:
+    """Each node's CPU seconds and bus messages sent so far."""
+    counters = []
+    for node in nodes:
+        info = node.call("CLUSTER", "INFO")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        sent = next(int(line.split(":", 1)[1]) for line in text.splitlines()
+                    if line.startswith("cluster_stats_messages_sent:"))
+        counters.append((node.cpu_seconds(), sent))
+    return counters
+
+
+def _costs_per_job(nodes, before: list[tuple[float, int]], got: loadgen.CycleResult
+                   ) -> dict[str, object]:
+    """CPU microseconds per delivered job on each node and bus messages per job over a run:
+    what tells a slow run that does more work per job from one that got less CPU."""
+    after = _node_counters(nodes)
+    jobs = max(got.delivered, 1)
+    return {"node_cpu_us_per_job": [round((a[0] - b[0]) / jobs * 1e6, 1)
+                                    for a, b in zip(after, before)],
+            "bus_messages_per_job": round(sum(a[1] - b[1] for a, b in zip(after, before)) / jobs,
+                                          2)}
 
 
 def _single(measurements: list[Measurement]) -> list[Measurement]:
