@@ -82,6 +82,7 @@ def _binary(value: bytes) -> pa.Scalar:
 
 _CRLF = _binary(b"\r\n")
 _NOTHING = _binary(b"")
+_OFFSET = struct.Struct("<q")  # a large-binary array's offsets
 
 
 def _decimal_lengths(column: pa.Array) -> pa.Array:
@@ -107,10 +108,10 @@ def encode_addjobs(encoder: AddJobEncoder, queues: pa.Array | str, bodies: pa.Ar
 def _wire_bytes(commands: pa.Array) -> pa.Buffer:
     """The commands of a large-binary array laid end to end, without copying:
     its data buffer between its first and last offsets."""
-    offsets = commands.buffers()[1]
-    first, last = struct.unpack_from("<q", offsets, commands.offset * 8)[0], struct.unpack_from(
-        "<q", offsets, (commands.offset + len(commands)) * 8)[0]
-    return commands.buffers()[2][first:last]
+    offsets, data = commands.buffers()[1:]
+    (first,) = _OFFSET.unpack_from(offsets, commands.offset * _OFFSET.size)
+    (last,) = _OFFSET.unpack_from(offsets, (commands.offset + len(commands)) * _OFFSET.size)
+    return data[first:last]
 
 
 def _errors(replies: bytes) -> dict[int, ResponseError]:

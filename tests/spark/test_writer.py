@@ -148,3 +148,20 @@ def test_jobs_a_leaving_node_refused_go_again_and_other_refusals_fail():
     with pytest.raises(DisqueWriteError, match=r"row 10 of partition 7 \(queue 'q', body b'a'\)"
                        r": NOREPL .* \(and 1 more jobs of the same chunk\)"):
         JobWriter._send(client, commands, "q", bodies, 0, 10, 7)
+
+
+def test_column_wise_encoding_is_the_encoders_byte_for_byte():
+    import pyarrow as pa
+
+    from disque.client import AddJobEncoder
+    from disque.spark.sink import _wire_bytes, encode_addjobs
+
+    encoder = AddJobEncoder((0, "RETRY", 7))
+    bodies = pa.array([b"", b"a", b"b\r\nc", "é".encode() * 40], pa.large_binary())
+    queues = pa.array(["q", "queué", "", "q"])
+    assert encode_addjobs(encoder, "q", bodies).to_pylist() == encoder.encode(
+        "q", bodies.to_pylist())
+    each = encode_addjobs(encoder, queues, bodies)
+    assert each.to_pylist() == encoder.encode_each(queues.to_pylist(), bodies.to_pylist())
+    # A chunk is the commands of a slice, end to end, as sent.
+    assert bytes(_wire_bytes(each.slice(1, 2))) == b"".join(each.to_pylist()[1:3])
