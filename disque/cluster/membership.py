@@ -5,6 +5,7 @@ the bus protocol that changes it lives in the other cluster modules.
 """
 
 from __future__ import annotations
+
 from typing import Final
 
 MYSELF: Final = 1

@@ -1,6 +1,7 @@
 """Argument parsing shared by the command handlers (spec: commands.md §0)."""
 
 from __future__ import annotations
+
 from typing import Final
 
 _INT64_MAX: Final = (1 << 63) - 1

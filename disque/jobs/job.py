@@ -1,9 +1,9 @@
 """The job record (spec: jobs-and-ids.md §3-§4)."""
 
 from __future__ import annotations
-from typing import Final
 
 from collections.abc import Iterable
+from typing import Final
 
 WAIT_REPL: Final = 0
 ACTIVE: Final = 1
