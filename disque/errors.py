@@ -38,6 +38,21 @@ DELAY_TTL: Final = error("ERR The specified DELAY is greater than TTL. Job refus
                          "never be delivered")
 COUNT_RANGE: Final = error("ERR COUNT must be a number greater than zero")
 
+# Extensions (docs/commands.md).
+PRIORITY_RANGE: Final = error("ERR PRIORITY must be between 0 and 9")
+MAXDELIVER_RANGE: Final = error("ERR MAXDELIVER must be between 0 (unlimited) and 65535")
+DEADLETTER_EMPTY: Final = error("ERR DEADLETTER must name a queue")
+BACKOFF_RANGE: Final = error("ERR BACKOFF must be a number between 1 and 1000")
+MAXRETRY_RANGE: Final = error("ERR MAXRETRY must be a number > 0")
+MAXRETRY_WITHOUT_BACKOFF: Final = error("ERR MAXRETRY is the cap of BACKOFF: give BACKOFF too")
+DEDUPID_RANGE: Final = error("ERR DEDUPID must be 1 to 256 bytes")
+
+
+def dedup_pending(job_id: bytes) -> bytes:
+    """A repeated DEDUPID whose first ADDJOB still waits for its replicas."""
+    return (b"-PENDING Job " + job_id
+            + b" with this DEDUPID is waiting for its replicas, retry later\r\n")
+
 NOREPL_UNREACHABLE: Final = error("NOREPL Not enough reachable nodes for the requested replication level")
 _NOREPL_NO_COPY: Final = ("NOREPL Not enough reachable nodes for the requested replication level, "
                           "since I'm unable to hold a copy of the message for the following reason: ")

@@ -33,6 +33,7 @@ from disque.commands.monitor import format_monitor_line
 from disque.config import Config
 from disque.eviction import MemoryPolicy
 from disque.host import Host
+from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
 from disque.jobs.registry import JobRegistry
@@ -79,6 +80,7 @@ class Node:
         self.outbox = Outbox(runtime, membership, bus if bus is not None else BusTransport(),
                              config.port)
         self.jobs = JobRegistry(memory)
+        self.dedup = DedupIndex()
         self.queues = QueueSet(runtime, memory)
         self.timers = TimerWheel()
         self.blocked = BlockedClients(runtime, self.queues)
@@ -86,7 +88,8 @@ class Node:
         self.journal: Journal = NULL_JOURNAL
         self.journaling = False  # see set_journal
         self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
-                                      membership, self.outbox, self.journal, self.interest)
+                                      membership, self.outbox, self.journal, self.interest,
+                                      self.dedup)
         self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
                                        self.blocked, membership, self.outbox, self.journal,
                                        memory)
@@ -320,6 +323,8 @@ class Node:
         if self.interest.wants:
             self.federation.expire_interest()
         self.queues.collect_idle()
+        if self.dedup:
+            self.dedup.expire(self.runtime.now, self.config.dedup_window * 1000)
         if self.memory.used > self.memory.evict_threshold:
             self.eviction.free_memory()
         self.run_timers()
@@ -441,6 +446,7 @@ class Node:
         self.queues.clear()
         self.blocked.clear()
         self.interest.clear()
+        self.dedup.clear()
         self.memory.reset()
 
 

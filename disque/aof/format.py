@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import msgpack
 
-from disque.jobs.codec import (STORED_FORMAT, STORED_LAYOUT, BadJobPayload,
+from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
+                               BadJobPayload, apply_extension_fields, extension_fields,
                                from_checked_storage, from_storage)
-from disque.jobs.job import ACTIVE, QUEUED, Job
+from disque.jobs.job import ACTIVE, DEFAULT_PRIORITY, QUEUED, Job
 
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
@@ -30,6 +31,11 @@ _join = b"".join
 # Payload v1: the layout is codec's (STORED_LAYOUT), shared with the loader.
 PAYLOAD_V1 = STORED_FORMAT
 _V1_MARKER = bytes((PAYLOAD_V1,))
+# Payload v2: v1's, then the extensions' msgpack map (a job with a priority,
+# dead-letter, backoff or DEDUPID field).
+PAYLOAD_V2 = STORED_FORMAT_EXTENDED
+_V2_MARKER = bytes((PAYLOAD_V2,))
+_packb = msgpack.Packer(use_bin_type=True).pack
 _V1_SIZE = STORED_LAYOUT.size
 _v1_pack = STORED_LAYOUT.pack
 _v1_unpack = STORED_LAYOUT.unpack_from
@@ -73,6 +79,15 @@ def append_loadjobs(out: bytearray, jobs, now_ms: int) -> None:
         delivered = job.delivered
         nodes = _join(delivered)
         size = _V1_SIZE + len(queue) + len(body) + len(nodes)
+        if job.ext is not None or job.priority != DEFAULT_PRIORITY:  # codec.has_extensions
+            extra = _packb(extension_fields(job))
+            size += len(extra)
+            add((_LOADJOB_HEAD % size,
+                 _v1_pack(PAYLOAD_V2, QUEUED if job.state == QUEUED else ACTIVE, job.flags,
+                          job.repl, job.ctime, job.etime, job.delay, job.retry, job.nacks,
+                          job.adeliv, len(queue), len(body), len(delivered), job.id),
+                 queue, body, nodes, extra, stamp))
+            continue
         add((_LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size,
              _v1_pack(PAYLOAD_V1, QUEUED if job.state == QUEUED else ACTIVE, job.flags, job.repl,
                       job.ctime, job.etime, job.delay, job.retry, job.nacks, job.adeliv,
@@ -90,24 +105,30 @@ def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job
     the loader's strict path use it; the loader's main loop
     (``cluster.restore``) unpacks payloads in place the same way.
     """
-    if payload[:1] == _V1_MARKER:
+    marker = payload[:1]
+    if marker == _V1_MARKER or marker == _V2_MARKER:
         if len(payload) < _V1_SIZE:
             raise BadJobPayload("job payload too short")
         (_, state, flags, repl, ctime, etime, delay, retry, nacks, adeliv, queue_len,
          body_len, count, job_id) = _v1_unpack(payload)
         queue_end = _V1_SIZE + queue_len
         body_end = queue_end + body_len
-        if body_end + count * _NODE_ID_LEN != len(payload):
+        nodes_end = body_end + count * _NODE_ID_LEN
+        if nodes_end != len(payload) if marker == _V1_MARKER else nodes_end >= len(payload):
             raise BadJobPayload("job payload length does not match its fields")
-        if count == 1:
-            delivered = (payload[body_end:],)
-        else:
-            delivered = [payload[at:at + _NODE_ID_LEN]
-                         for at in range(body_end, len(payload), _NODE_ID_LEN)]
-        return from_checked_storage(job_id, payload[_V1_SIZE:queue_end],
-                                    payload[queue_end:body_end], repl, ctime, etime, delay,
-                                    retry, nacks, adeliv, flags, delivered, state, known_nodes,
-                                    own)
+        delivered = [payload[at:at + _NODE_ID_LEN]
+                     for at in range(body_end, nodes_end, _NODE_ID_LEN)]
+        job, queued = from_checked_storage(job_id, payload[_V1_SIZE:queue_end],
+                                           payload[queue_end:body_end], repl, ctime, etime,
+                                           delay, retry, nacks, adeliv, flags, delivered, state,
+                                           known_nodes, own)
+        if marker == _V2_MARKER:
+            try:
+                extra = _unpackb(payload[nodes_end:], raw=False)
+            except (ValueError, TypeError, msgpack.UnpackException) as exc:
+                raise BadJobPayload("bad job extensions: %s" % exc) from None
+            apply_extension_fields(job, extra)
+        return job, queued
     try:
         fields = _unpackb(payload)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:

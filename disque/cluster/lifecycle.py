@@ -17,6 +17,7 @@ from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED,
                              WAIT_REPL, Job)
+from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import REASON_ACKED, REASON_DELETED, REASON_EXPIRED, Journal
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
@@ -47,7 +48,8 @@ class JobLifecycle:
 
     def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
                  timers: TimerWheel, blocked: BlockedClients, membership: Membership,
-                 outbox: Outbox, journal: Journal, arrivals: QueueArrivals) -> None:
+                 outbox: Outbox, journal: Journal, arrivals: QueueArrivals,
+                 dedup: DedupIndex) -> None:
         self.runtime = runtime
         self.registry = registry
         self.queues = queues
@@ -57,15 +59,28 @@ class JobLifecycle:
         self.outbox = outbox
         self.journal = journal
         self.arrivals = arrivals
+        self.dedup = dedup
 
     # ------------------------------------------------------------ registry
 
     def register_job(self, job: Job, schedule: bool = True) -> None:
         """Hold ``job`` here and (unless the caller queues it right away,
-        which schedules it anyway) set its timer."""
+        which schedules it anyway) set its timer. A DEDUPID token it
+        carries is remembered (a copy, or a job loaded from the AOF)."""
         self.registry.add(job)
+        ext = job.ext
+        if ext is not None and ext.dedupid is not None:
+            self.remember_token(job)
         if schedule:
             self.schedule_job(job)
+
+    def remember_token(self, job: Job) -> None:
+        """Index the DEDUPID of ``job`` under the queue ADDJOB named."""
+        ext = job.ext
+        assert ext is not None and ext.dedupid is not None
+        queue = ext.origin if ext.origin is not None else job.queue
+        assert queue is not None
+        self.dedup.remember(queue, ext.dedupid, job.id, job.ctime // 1_000_000)
 
     def delete_job(self, job: Job, producer_error: bytes = errors.NOREPL_REMOVED,
                    reason: bytes = REASON_DELETED) -> None:
@@ -80,6 +95,9 @@ class JobLifecycle:
         elif state == WAIT_REPL:
             self.blocked.release_producer(job.id, producer_error)
             self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
+            ext = job.ext
+            if ext is not None and ext.dedupid is not None and job.queue is not None:
+                self.dedup.forget(job.queue, ext.dedupid, job.id)  # never created: retry may
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, reason)
         self.timers.cancel(job)

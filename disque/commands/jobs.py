@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Callable, Final
 
 from disque import errors
 from disque.cluster import messages as m
-from disque.commands.args import option_name, parse_int
+from disque.commands.args import option_name, parse_float, parse_int
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
-from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
+from disque.jobs.job import (ACKED, ACTIVE, BCAST_WILLQUEUE, WAIT_REPL, DEFAULT_PRIORITY, MAX_DELIVERIES,
+                             MAX_PRIORITY, Job, JobExtras)
 from disque.jobs.journal import REASON_ACKED
 from disque.jobs.replies import encode_job_info, job_entry
 from disque.queues.queue import PAUSE_IN
@@ -34,11 +35,55 @@ _TIMEOUT: Final = b"TIMEOUT"
 _COUNT: Final = b"COUNT"
 _WITHCOUNTERS: Final = b"WITHCOUNTERS"
 _FROM: Final = b"FROM"
+# Extensions (docs/commands.md).
+_PRIORITY: Final = b"PRIORITY"
+_DEDUPID: Final = b"DEDUPID"
+_MAXDELIVER: Final = b"MAXDELIVER"
+_DEADLETTER: Final = b"DEADLETTER"
+_BACKOFF: Final = b"BACKOFF"
+_MAXRETRY: Final = b"MAXRETRY"
+MAX_DEDUPID_LEN: Final = 256
+MAX_BACKOFF: Final = 1000.0
+MAXDELIVER_UNSET: Final = -1  # in parsed extras: the server's maxdeliver-default applies
 
 
-# repl, ttl, retry, delay, maxlen, async (None: not given)
-_AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool]
-_NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False)
+# repl, ttl, retry, delay, maxlen, async (None: not given), priority, and the
+# extensions' fields when any was given (a template: each job gets a copy).
+_AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool, int,
+                       JobExtras | None]
+_NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False, DEFAULT_PRIORITY, None)
+
+
+def _parse_extension(opt: bytes, arg: bytes, value: int | None,
+                     extras: JobExtras | None) -> JobExtras | bytes:
+    """One of the extensions' job options (not PRIORITY): the extras with it
+    set, or an error reply."""
+    if extras is None:
+        extras = JobExtras(MAXDELIVER_UNSET)
+    if opt == _DEDUPID:
+        if not 0 < len(arg) <= MAX_DEDUPID_LEN:
+            return errors.DEDUPID_RANGE
+        extras.dedupid = arg
+    elif opt == _MAXDELIVER:
+        if value is None or not 0 <= value <= MAX_DELIVERIES:
+            return errors.MAXDELIVER_RANGE
+        extras.maxdeliver = value
+    elif opt == _DEADLETTER:
+        if not arg:
+            return errors.DEADLETTER_EMPTY
+        extras.deadletter = arg
+    elif opt == _BACKOFF:
+        factor = parse_float(arg)
+        if factor is None or not 1.0 <= factor <= MAX_BACKOFF:
+            return errors.BACKOFF_RANGE
+        extras.backoff = factor
+    elif opt == _MAXRETRY:
+        if value is None or value <= 0:
+            return errors.MAXRETRY_RANGE
+        extras.maxretry = value
+    else:
+        return errors.SYNTAX
+    return extras
 
 
 def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
@@ -46,6 +91,8 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
     repl = ttl = retry = maxlen = None
     delay = 0
     async_ = False
+    priority = DEFAULT_PRIORITY
+    extras: JobExtras | None = None
     i = 4
     n = len(argv)
     while i < n:
@@ -77,10 +124,19 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
             if value is None or value <= 0:
                 return errors.MAXLEN_RANGE
             maxlen = value
+        elif opt == _PRIORITY:
+            if value is None or not 0 <= value <= MAX_PRIORITY:
+                return errors.PRIORITY_RANGE
+            priority = value
         else:
-            return errors.SYNTAX
+            parsed = _parse_extension(opt, argv[i + 1], value, extras)
+            if type(parsed) is bytes:
+                return parsed
+            extras = parsed  # type: ignore[assignment]  # see addjob: not bytes here
         i += 2
-    return repl, ttl, retry, delay, maxlen, async_
+    if extras is not None and extras.maxretry and not extras.backoff:
+        return errors.MAXRETRY_WITHOUT_BACKOFF
+    return repl, ttl, retry, delay, maxlen, async_, priority, extras
 
 
 def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
@@ -157,7 +213,7 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
         argv = commands[i]
         if len(argv) < 4 or argv[0] != name or memory.used > memory.evict_threshold:
             break  # an arity error, another spelling, or memory: Node.call answers
-        if len(argv) == 4:
+        if len(argv) == 4 and not node.config.maxdeliver_default:
             append(_addjob_defaults(node, argv))
         else:
             # A producer repeats its options: parsed once per run of equal ones.
@@ -179,7 +235,7 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
 def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """ADDJOB queue body ms-timeout [options]."""
     if len(argv) == 4:
-        if node.membership.size == 1:
+        if node.membership.size == 1 and not node.config.maxdeliver_default:
             return _addjob_defaults(node, argv)
         return _addjob_with(node, client, argv, _NO_OPTIONS)
     parsed = _parse_addjob_options(argv)
@@ -193,12 +249,16 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
 def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
                  options: _AddjobOptions) -> bytes | None:
     """ADDJOB once its options are parsed (``_parse_addjob_options``)."""
-    repl, ttl, retry, delay, maxlen, async_ = options
+    repl, ttl, retry, delay, maxlen, async_, priority, extras = options
     timeout = parse_int(argv[3])
     if timeout is None:
         return errors.TIMEOUT_NOT_INTEGER
     if timeout < 0:
         return errors.TIMEOUT_NEGATIVE
+    if extras is not None and extras.dedupid is not None:
+        known = _deduplicated(node, argv[1], extras.dedupid)
+        if known is not None:
+            return known
     membership = node.membership
     if repl is None:
         repl = membership.size if membership.size < 3 else 3
@@ -230,6 +290,9 @@ def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
             return errors.PAUSED
         queue_name = queue.name  # one name object shared by every job of the queue
     job = _new_job(node, queue_name, argv[2], repl, ttl, delay, retry)
+    job.priority = priority
+    if extras is not None or node.config.maxdeliver_default:
+        _extend(node, job, extras)
     reply = b"+" + job.id + b"\r\n"
     if not extrepl:
         job.delivered = node.runtime.self_delivered
@@ -250,6 +313,33 @@ def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
     node.replication.wait_for_replicas(client, job, extrepl, additional,
                                        node.runtime.now + timeout if timeout else 0)
     return None
+
+
+def _deduplicated(node: Node, queue: bytes, token: bytes) -> bytes | None:
+    """The reply to an ADDJOB whose DEDUPID named a job in the window, or None."""
+    job_id = node.dedup.find(queue, token, node.runtime.now, node.config.dedup_window * 1000)
+    if job_id is None:
+        return None
+    job = node.jobs.by_id.get(job_id)
+    if job is not None and job.state == WAIT_REPL:
+        # The first ADDJOB may still fail: this one cannot say the job exists.
+        return errors.dedup_pending(job_id)
+    return b"+" + job_id + b"\r\n"
+
+
+def _extend(node: Node, job: Job, extras: JobExtras | None) -> None:
+    """Give a new job its extensions' fields: those ADDJOB parsed, with the
+    server's maxdeliver-default where MAXDELIVER was not given. The job's
+    DEDUPID is remembered now (the job is found by it from this ADDJOB on)."""
+    ext = extras.copy() if extras is not None else JobExtras(MAXDELIVER_UNSET)
+    if ext.maxdeliver == MAXDELIVER_UNSET:
+        ext.maxdeliver = node.config.maxdeliver_default
+    ext.base_retry = job.retry
+    job.ext = ext
+    if ext.dedupid is not None:
+        queue = job.queue
+        assert queue is not None
+        node.dedup.remember(queue, ext.dedupid, job.id, node.runtime.now)
 
 
 def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:

@@ -53,3 +53,5 @@ ERR_INVALID_ARGUMENT: Final = "ERR Invalid argument '{value}' for CONFIG SET '{n
 ERR_CHANGING_DIR: Final = "ERR Changing directory: {reason}"
 ERR_NO_CONFIG_FILE: Final = "ERR The server is running without a config file"
 ERR_REWRITING: Final = "ERR Rewriting config file: {reason}"
+INVALID_MAXDELIVER: Final = "maxdeliver-default must be between 0 (unlimited) and 65535"
+INVALID_DEDUP_WINDOW: Final = "dedup-window must be between 0 (off) and 2592000 seconds"

@@ -64,6 +64,8 @@ class Config:
     client_output_buffer_limit: tuple[int, int, int]
     watchdog_period: int
     proto_max_bulk_len: int
+    maxdeliver_default: int
+    dedup_window: int
     config_file: str | None
 
     def __init__(self) -> None:

@@ -19,15 +19,18 @@ from disque.config.directive import (
 )
 from disque.config.errors import InvalidValue
 from disque.config.loader import Loader
+from disque.jobs.job import MAX_DELIVERIES
 from disque.config.messages import (
     APPENDFILENAME_PATH,
     INVALID_BACKLOG,
     INVALID_BUS_PORT,
     INVALID_DATABASES,
     INVALID_FACILITY,
+    INVALID_DEDUP_WINDOW,
     INVALID_FSYNC,
     INVALID_KEEPALIVE,
     INVALID_LOGLEVEL,
+    INVALID_MAXDELIVER,
     INVALID_MAXCLIENTS,
     INVALID_POLICY,
     INVALID_PORT,
@@ -150,6 +153,8 @@ def _write_client_limit(value: tuple[int, int, int]) -> str:
     return f"normal {format_memory(hard)} {format_memory(soft)} {seconds}"
 
 
+MAX_DEDUP_WINDOW: Final = 30 * 86400
+
 # Order is CONFIG GET's order.
 DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            integer("port", 7711, "FGR", INVALID_PORT, high=65535),
@@ -206,6 +211,10 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
                      write=_write_client_limit),
            integer("watchdog-period", 0, "SG", NOT_INTEGER),
            memory("proto-max-bulk-len", 512 * MB, "FSGR", PROTO_MAX_BULK_LEN_TOO_SMALL, low=MB),
+           # Extensions (docs/commands.md): after the original's directives, so
+           # its CONFIG GET order is kept.
+           integer("maxdeliver-default", 0, "FSGR", INVALID_MAXDELIVER, high=MAX_DELIVERIES),
+           integer("dedup-window", 300, "FSGR", INVALID_DEDUP_WINDOW, high=MAX_DEDUP_WINDOW),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

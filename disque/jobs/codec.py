@@ -14,7 +14,8 @@ import struct
 from collections.abc import Container, Sequence
 from typing import Any, Final
 
-from disque.jobs.job import ACTIVE, DELIVERED, QUEUED, Job
+from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, MAX_DELIVERIES, MAX_PRIORITY,
+                             QUEUED, Job, JobExtras)
 
 MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
@@ -25,6 +26,23 @@ MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reache
 STORED_FORMAT: Final = 1
 STORED_LAYOUT: Final = struct.Struct("<BBBHQQQQQQIIH40s")
 _FIELDS: Final = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
+# A job with extensions (a priority, or JobExtras) is stored with this byte
+# first: the v1 layout, then after the node IDs a msgpack map of
+# EXTENSION_KEYS (docs/aof-format.md). On the bus the same map is a 13th field.
+STORED_FORMAT_EXTENDED: Final = 2
+
+# The extensions' keys, in bus messages and stored payloads alike.
+EXT_PRIORITY: Final = "pri"
+EXT_MAXDELIVER: Final = "maxdeliver"
+EXT_DEADLETTER: Final = "deadletter"
+EXT_ORIGIN: Final = "origin"
+EXT_REASON: Final = "reason"
+EXT_MOVES: Final = "moves"
+EXT_BACKOFF: Final = "backoff"
+EXT_MAXRETRY: Final = "maxretry"
+EXT_BASE_RETRY: Final = "base-retry"
+EXT_DEDUPID: Final = "dedupid"
+_MAX_COUNT: Final = 2**32
 
 
 class BadJobPayload(ValueError):
@@ -32,8 +50,83 @@ class BadJobPayload(ValueError):
 
 
 def _fields(job: Job, etime: int, flags: int) -> list[object]:
-    return [job.id, job.queue, job.body, job.repl, job.ctime, etime, job.delay, job.retry,
-            job.nacks, job.adeliv, flags, list(job.delivered)]
+    fields: list[object] = [job.id, job.queue, job.body, job.repl, job.ctime, etime, job.delay,
+                            job.retry, job.nacks, job.adeliv, flags, list(job.delivered)]
+    if has_extensions(job):
+        fields.append(extension_fields(job))
+    return fields
+
+
+def has_extensions(job: Job) -> bool:
+    """The job has fields Disque 1.0 did not (a stored form needs them)."""
+    return job.ext is not None or job.priority != DEFAULT_PRIORITY
+
+
+def extension_fields(job: Job) -> dict[str, object]:
+    """The map of what a job has beyond Disque 1.0's fields (defaults left out)."""
+    fields: dict[str, object] = {}
+    if job.priority != DEFAULT_PRIORITY:
+        fields[EXT_PRIORITY] = job.priority
+    ext = job.ext
+    if ext is not None:
+        fields[EXT_MAXDELIVER] = ext.maxdeliver
+        if ext.deadletter is not None:
+            fields[EXT_DEADLETTER] = ext.deadletter
+        if ext.origin is not None:
+            fields[EXT_ORIGIN] = ext.origin
+        if ext.reason is not None:
+            fields[EXT_REASON] = ext.reason
+        if ext.moves:
+            fields[EXT_MOVES] = ext.moves
+        if ext.backoff:
+            fields[EXT_BACKOFF] = ext.backoff
+        if ext.maxretry:
+            fields[EXT_MAXRETRY] = ext.maxretry
+        if ext.base_retry:
+            fields[EXT_BASE_RETRY] = ext.base_retry
+        if ext.dedupid is not None:
+            fields[EXT_DEDUPID] = ext.dedupid
+    return fields
+
+
+def _count(fields: dict, key: str, high: int) -> int:
+    value = fields.get(key, 0)
+    if type(value) is not int or not 0 <= value <= high:
+        raise BadJobPayload("bad %s" % key)
+    return value
+
+
+def _name(fields: dict, key: str) -> bytes | None:
+    value = fields.get(key)
+    if value is not None and (type(value) is not bytes or not value):
+        raise BadJobPayload("bad %s" % key)
+    return value
+
+
+def apply_extension_fields(job: Job, fields: object) -> None:
+    """Set the job's extensions from a map ``extension_fields`` made (from
+    the bus or a file: every value is checked). Raises BadJobPayload."""
+    if type(fields) is not dict:
+        raise BadJobPayload("bad job extensions")
+    job.priority = _count(fields, EXT_PRIORITY, MAX_PRIORITY) if EXT_PRIORITY in fields \
+        else DEFAULT_PRIORITY
+    if EXT_MAXDELIVER not in fields:
+        return  # a priority alone: no JobExtras
+    ext = JobExtras(_count(fields, EXT_MAXDELIVER, MAX_DELIVERIES), _name(fields, EXT_DEADLETTER))
+    ext.origin = _name(fields, EXT_ORIGIN)
+    ext.reason = _name(fields, EXT_REASON)
+    ext.moves = _count(fields, EXT_MOVES, _MAX_COUNT)
+    backoff = fields.get(EXT_BACKOFF, 0.0)
+    if type(backoff) is int:
+        backoff = float(backoff)
+    if type(backoff) is not float or not (backoff == 0.0 or 1.0 <= backoff <= 1000.0):
+        raise BadJobPayload("bad %s" % EXT_BACKOFF)
+    ext.backoff = backoff
+    ext.maxretry = _count(fields, EXT_MAXRETRY, _MAX_COUNT)
+    ext.base_retry = _count(fields, EXT_BASE_RETRY, _MAX_COUNT)
+    dedupid = _name(fields, EXT_DEDUPID)
+    ext.dedupid = dedupid
+    job.ext = ext
 
 
 def to_bus(job: Job, now_ms: int) -> list[object]:
@@ -98,6 +191,8 @@ def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] 
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
     job.state = ACTIVE
+    if len(payload) > _FIELDS:
+        apply_extension_fields(job, payload[_FIELDS])  # later fields: a newer version's
     return job
 
 

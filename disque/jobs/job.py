@@ -18,6 +18,50 @@ BCAST_QUEUED: Final = 1  # the next local queueing must announce itself with QUE
 BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before qtime
 DELIVERED: Final = 4  # this node handed the job to a consumer at least once
 
+DEFAULT_PRIORITY: Final = 5
+MAX_PRIORITY: Final = 9
+MAX_DELIVERIES: Final = 65535  # MAXDELIVER's limit: the counters it compares are 16-bit
+
+
+class JobExtras:
+    """What a job carries beyond Disque 1.0's fields (docs/commands.md,
+    "Extensions"): a plain job has none, so it costs one empty slot.
+
+    ``maxdeliver`` (0 = unlimited) and ``deadletter`` (None = the queue's
+    name + ``:dead``) decide when a requeue becomes a dead letter;
+    ``origin`` and ``reason`` are set while the job is one. ``moves``
+    counts dead-letter moves and redrives, so that the copies of a job
+    agree on its latest queue. ``backoff`` (0.0 = none) multiplies the retry
+    period at each retry-timeout requeue, up to ``maxretry`` seconds (0 =
+    the job's TTL), from ``base_retry``, the period ADDJOB gave it.
+    ``dedupid`` is the producer's ADDJOB token.
+    """
+
+    __slots__ = ("maxdeliver", "deadletter", "origin", "reason", "moves", "backoff",
+                 "maxretry", "base_retry", "dedupid")
+
+    def __init__(self, maxdeliver: int = 0, deadletter: bytes | None = None,
+                 backoff: float = 0.0, maxretry: int = 0, dedupid: bytes | None = None) -> None:
+        self.maxdeliver = maxdeliver
+        self.deadletter = deadletter
+        self.origin: bytes | None = None
+        self.reason: bytes | None = None
+        self.moves = 0
+        self.backoff = backoff
+        self.maxretry = maxretry
+        self.base_retry = 0
+        self.dedupid = dedupid
+
+    def copy(self) -> JobExtras:
+        """A job's own extras, made from the ones ADDJOB parsed (shared by a run)."""
+        other = JobExtras(self.maxdeliver, self.deadletter, self.backoff, self.maxretry,
+                          self.dedupid)
+        other.origin = self.origin
+        other.reason = self.reason
+        other.moves = self.moves
+        other.base_retry = self.base_retry
+        return other
+
 
 class Job:
     """One job as held by one node.
@@ -26,13 +70,15 @@ class Job:
     unix seconds, ``qtime`` and ``awakeme`` in unix ms (0 = not set).
     ``delivered`` is a tuple of node IDs (tuples are small and shared by
     every single-node job); ``confirmed`` is a set only while it matters.
+    ``priority`` (0-9, higher served first) orders the job in its queue
+    before its ctime; ``ext`` holds the extensions' fields, or None.
     The last four slots belong to the scan index and the queue skiplist.
     """
 
     __slots__ = (
         "id", "queue", "body", "state", "repl", "ctime", "etime", "delay",
         "retry", "nacks", "adeliv", "delivered", "confirmed", "qtime",
-        "awakeme", "gc_retry", "flags", "seq", "_sl", "_slprev", "_slup",
+        "awakeme", "gc_retry", "flags", "seq", "priority", "ext", "_sl", "_slprev", "_slup",
     )
 
     def __init__(self, job_id: bytes, queue: bytes | None, body: bytes | None,
@@ -55,6 +101,8 @@ class Job:
         self.gc_retry = 0
         self.flags = 0
         self.seq = -1
+        self.priority = DEFAULT_PRIORITY
+        self.ext: JobExtras | None = None
         self._sl: Job | None = None
         self._slprev: Job | None = None
         self._slup: list[Job | None] | None = None

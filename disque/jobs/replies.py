@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.jobs.job import STATE_NAMES, Job
+from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job
 from disque.resp import encode
 
 _NACKS: Final = b"$5\r\nnacks\r\n"
 _ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"
+DEAD_SUFFIX: Final = b":dead"  # a dead-letter queue's default name: the queue's + this
 
 
 def job_entry(job: Job, withcounters: bool = False) -> bytes:
@@ -45,7 +46,36 @@ def job_info(job: Job, now_ms: int) -> list[object]:
         b"next-requeue-within", max(0, qtime - now_ms) if qtime else None,
         b"next-awake-within", max(0, awake - now_ms) if awake else None,
         b"body", job.body,
-    ]
+    ] + extension_info(job)
+
+
+def dead_letter_queue(job: Job) -> bytes | None:
+    """Where the job goes when it has been delivered too often (None: it
+    has no such limit)."""
+    ext = job.ext
+    if ext is None or job.queue is None:
+        return None
+    if ext.deadletter is not None:
+        return ext.deadletter
+    return (ext.origin if ext.origin is not None else job.queue) + DEAD_SUFFIX
+
+
+def extension_info(job: Job) -> list[object]:
+    """SHOW's pairs after Disque 1.0's 15, for what the job has of the
+    extensions (docs/commands.md): nothing for a plain job."""
+    info: list[object] = []
+    if job.priority != DEFAULT_PRIORITY:
+        info += [b"priority", job.priority]
+    ext = job.ext
+    if ext is not None:
+        info += [b"maxdeliver", ext.maxdeliver, b"deadletter", dead_letter_queue(job),
+                 b"origin-queue", ext.origin, b"dead-reason", ext.reason]
+        if ext.backoff:
+            info += [b"backoff", repr(ext.backoff).encode(), b"maxretry", ext.maxretry,
+                     b"base-retry", ext.base_retry]
+        if ext.dedupid is not None:
+            info += [b"dedupid", ext.dedupid]
+    return info
 
 
 def encode_job_info(job: Job, now_ms: int) -> bytes:

@@ -54,6 +54,8 @@ GETTABLE = [
     "cluster-bus-port", "slowlog-log-slower-than", "slowlog-max-len",
     "latency-monitor-threshold", "client-output-buffer-limit", "watchdog-period",
     "proto-max-bulk-len",
+    # The extensions' directives come after the original's (docs/commands.md).
+    "maxdeliver-default", "dedup-window",
 ]
 
 

@@ -14,6 +14,7 @@ from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.membership import ClusterNode, Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import BusTransport, Link
+from disque.jobs.dedup import DedupIndex
 from disque.jobs.job import Job
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
@@ -82,9 +83,10 @@ class Parts:
         self.blocked = BlockedClients(self.runtime, self.queues)
         self.interest = Interest()
         self.journal = RecordingJournal()
+        self.dedup = DedupIndex()
         self.lifecycle = JobLifecycle(self.runtime, self.registry, self.queues, self.timers,
                                       self.blocked, self.membership, self.outbox, self.journal,
-                                      self.interest)
+                                      self.interest, self.dedup)
 
     def add_peer(self, node_id: bytes, link: bool = True) -> ClusterNode:
         peer = ClusterNode(node_id, "127.0.0.1", 7712, 0, self.runtime.now)
