@@ -206,6 +206,6 @@ class JobRestore:
                 lifecycle.schedule_job(job)
 
 
-def _queue_order(job: Job) -> tuple[int, bytes]:
-    """A queue's order (spec: jobs-and-ids.md §5)."""
-    return job.ctime, job.id
+def _queue_order(job: Job) -> tuple[int, int, bytes]:
+    """A queue's order (spec: jobs-and-ids.md §5), higher priorities first."""
+    return -job.priority, job.ctime, job.id
