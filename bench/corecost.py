@@ -13,6 +13,8 @@ Workloads:
 * ``addjob``: ``ADDJOB q <64 bytes> 0`` one by one through ``Node.call`` (the -P 1 path);
 * ``addjob-run``: the same in pipelined runs of 16 through ``Node.call_run`` (-P 16);
 * ``addjob-options-run``: runs of 16 of ``ADDJOB q <64 bytes> 0 REPLICATE 1 RETRY 60 TTL 3600``;
+* ``addjob-priority-run``: runs of 16 of ``ADDJOB q <64 bytes> 0 PRIORITY 9``;
+* ``addjob-dedupid-run``: runs of 16 of ``ADDJOB q <64 bytes> 0 DEDUPID <n>``, n counting up;
 * ``cycle``: runs of 16 ADDJOBs, one GETJOB COUNT 16, one ACKJOB of the 16 IDs.
 
 ``DISQUE_PURE_PYTHON=1`` measures the pure-Python core of a compiled tree.
@@ -32,6 +34,7 @@ BODY = b"x" * 64
 RUN = 16
 ADDJOB = [b"ADDJOB", b"q", BODY, b"0"]
 ADDJOB_OPTIONS = [*ADDJOB, b"REPLICATE", b"1", b"RETRY", b"60", b"TTL", b"3600"]
+FORMS = {"addjob-options-run": ADDJOB_OPTIONS, "addjob-priority-run": [*ADDJOB, b"PRIORITY", b"9"]}
 GETJOB = [b"GETJOB", b"COUNT", b"%d" % RUN, b"FROM", b"q"]
 ENTRY_ID_OFFSET = len(b"*3\r\n$1\r\nq\r\n$40\r\n")  # where the ID starts in a job entry
 ENTRY_LENGTH = ENTRY_ID_OFFSET + ID_LENGTH + len(b"\r\n$64\r\n") + len(BODY) + 2
@@ -47,8 +50,10 @@ def main(argv: list[str]) -> int:
             node.call(client, ADDJOB)
         return 0
     run = node.run_commands[b"ADDJOB"]
-    commands = [ADDJOB_OPTIONS if workload == "addjob-options-run" else ADDJOB] * RUN
-    for _ in range(jobs // RUN):
+    commands = [FORMS.get(workload, ADDJOB)] * RUN
+    for n in range(jobs // RUN):
+        if workload == "addjob-dedupid-run":
+            commands = [[*ADDJOB, b"DEDUPID", b"%d" % (n * RUN + i)] for i in range(RUN)]
         node.call_run(client, run, commands, 0, [])
         if workload == "cycle":
             now[0] += 1

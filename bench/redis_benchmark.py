@@ -69,12 +69,14 @@ def _number(text: str, line: str) -> float:
 
 
 def run(port: int, command: Sequence[str], clients: int, requests: int, pipeline: int,
-        timeout: float = 300.0) -> BenchmarkResult:
-    """``redis-benchmark -c clients -n requests -P pipeline --csv <command...>`` on 127.0.0.1."""
+        timeout: float = 300.0, keyspace: int = 0) -> BenchmarkResult:
+    """``redis-benchmark -c clients -n requests -P pipeline --csv <command...>`` on 127.0.0.1;
+    with a ``keyspace``, ``-r keyspace``: each ``__rand_int__`` in the command becomes a
+    random 12-digit number below it."""
     if shutil.which(BINARY) is None:
         raise BenchmarkError("redis-benchmark is not installed (apt-get install redis-tools)")
     argv = [BINARY, "-h", "127.0.0.1", "-p", str(port), "-c", str(clients), "-n", str(requests),
-            "-P", str(pipeline), "--csv", *command]
+            "-P", str(pipeline), "--csv", *(("-r", str(keyspace)) if keyspace else ()), *command]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         # It exits 1 on the first error reply ("Error from server: ...").

@@ -28,13 +28,14 @@ class Workload:
     label: str
     target: Target | None = None
     counts_queue: bool = False  # the command enqueues: check every request landed
+    keyspace: int = 0  # redis-benchmark -r: random __rand_int__ values
 
 
 def _sample(server: DisqueNode | RedisServer, workload: Workload, command: tuple[str, ...],
             settings: Settings) -> float:
     server.flush()
     result = redis_benchmark.run(server.port, command, settings.clients, settings.requests,
-                                 workload.pipeline)
+                                 workload.pipeline, keyspace=workload.keyspace)
     if workload.counts_queue and (queued := server.queue_length("q")) != settings.requests:
         raise redis_benchmark.BenchmarkError(
             "%s on %s: %d requests but %d items queued"
@@ -86,6 +87,42 @@ def addjob(servers: Servers, settings: Settings) -> list[Measurement]:
                  (label + " vs redis-server LPUSH q <body>") % settings.body_bytes,
                  targets[pipeline], counts_queue=True)
         for name, command, label in forms for pipeline in (1, 16)])
+
+
+# redis-benchmark's largest random value: DEDUPID tokens of 12 random digits
+# (at 200,000 requests about one run in fifty repeats a token, and then
+# creates one job less: the extension's sample does not count the queue).
+_TOKEN_KEYSPACE = 10**12 - 1
+
+
+def extensions(servers: Servers, settings: Settings) -> list[Measurement]:
+    """ADDJOB -P 16 with PRIORITY and with DEDUPID against the bare ADDJOB
+    on the same node, rounds alternating (issue 19: each within 10 %)."""
+    body = "x" * settings.body_bytes
+    plain = Workload("addjob_p16", ("ADDJOB", "q", body, "0"), (), 16, "", counts_queue=True)
+    forms = [
+        Workload("addjob_priority_p16", ("ADDJOB", "q", body, "0", "PRIORITY", "9"), (), 16,
+                 "ADDJOB q <%d-byte body> 0 PRIORITY 9" % settings.body_bytes,
+                 counts_queue=True),
+        Workload("addjob_dedupid_p16", ("ADDJOB", "q", body, "0", "DEDUPID", "__rand_int__"),
+                 (), 16, "ADDJOB q <%d-byte body> 0 DEDUPID <12 random digits>"
+                 % settings.body_bytes, keyspace=_TOKEN_KEYSPACE),
+    ]
+    out = []
+    for workload in forms:
+        extended, bare = [], []
+        for _ in range(settings.repeats):
+            bare.append(_sample(servers.disque(), plain, plain.disque, settings))
+            extended.append(_sample(servers.disque(), workload, workload.disque, settings))
+        out.append(Measurement(
+            name=workload.name,
+            description="redis-benchmark -c %d -n %d -P 16: %s vs the bare ADDJOB"
+                        % (settings.clients, settings.requests, workload.label),
+            value=median(extended), unit="req/s", samples=extended,
+            reference=Reference("disque ADDJOB q <body> 0", median(bare), bare),
+            target=Target("ratio", ">=", 0.9),
+            details={"round_ratios": [round(e / b, 3) for e, b in zip(extended, bare)]}))
+    return out
 
 
 def cycle(servers: Servers, settings: Settings) -> list[Measurement]:
@@ -170,6 +207,7 @@ def memory_per_job(servers: Servers, settings: Settings) -> list[Measurement]:
 SECTIONS: dict[str, Section] = {
     "ping": ping,
     "addjob": addjob,
+    "extensions": extensions,
     "cycle": cycle,
     "memory": memory_per_job,
 }
