@@ -162,9 +162,11 @@ def _new_job(node: Node, queue_name: bytes, body: bytes, repl: int, ttl: int, de
     return job
 
 
-def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
+def _addjob_defaults(node: Node, argv: list[bytes], priority: int = DEFAULT_PRIORITY,
+                     token: bytes | None = None) -> bytes:
     """``ADDJOB queue body timeout`` on a lone node: REPLICATE 1, TTL one day,
-    RETRY 300 s, queued at once. The common case, kept free of option logic."""
+    RETRY 300 s, queued at once. The common case, kept free of option logic;
+    ``_addjob_one_option`` adds a PRIORITY or a DEDUPID ``token`` to it."""
     timeout = argv[3]
     if timeout != b"0":
         value = parse_int(timeout)
@@ -172,10 +174,14 @@ def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
             return errors.TIMEOUT_NOT_INTEGER
         if value < 0:
             return errors.TIMEOUT_NEGATIVE
+    name = argv[1]
+    if token is not None:
+        known = _deduplicated(node, name, token)
+        if known is not None:
+            return known
     leaving = node.membership.leaving
     if leaving or node.memory.used > node.memory.warn_threshold:
         return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
-    name = argv[1]
     queue = node.queues.by_name.get(name)
     if queue is not None:
         if queue.paused & PAUSE_IN:
@@ -183,11 +189,39 @@ def _addjob_defaults(node: Node, argv: list[bytes]) -> bytes:
         name = queue.name  # one name object shared by every job of the queue
     job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
     job.delivered = node.runtime.self_delivered
+    if priority != DEFAULT_PRIORITY:
+        job.priority = priority
+    if token is not None:
+        ext = job.ext = JobExtras(0, None, 0.0, 0, token)
+        ext.base_retry = MAX_DEFAULT_RETRY
+        node.dedup.remember(name, token, job.id, node.runtime.now)
     node.jobs.add_new(job)
     node.lifecycle.queue_job(job)
     if node.journaling:
         node.journal.job_stored(job)
     return b"+" + job.id + b"\r\n"
+
+
+def _one_option(argv: list[bytes]) -> bool:
+    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token``,
+    option words in upper case: ``_addjob_one_option`` takes them."""
+    opt = argv[4]
+    return opt == _PRIORITY or opt == _DEDUPID
+
+
+def _addjob_one_option(node: Node, argv: list[bytes]) -> bytes:
+    """The plain form with PRIORITY or DEDUPID on a lone node (their cost
+    over the plain ADDJOB is the option's own: issue 19's benchmark), with
+    the errors ``_parse_addjob_options`` gives."""
+    value = argv[5]
+    if argv[4] == _PRIORITY:
+        priority = parse_int(value)
+        if priority is None or not 0 <= priority <= MAX_PRIORITY:
+            return errors.PRIORITY_RANGE
+        return _addjob_defaults(node, argv, priority)
+    if not 0 < len(value) <= MAX_DEDUPID_LEN:
+        return errors.DEDUPID_RANGE
+    return _addjob_defaults(node, argv, DEFAULT_PRIORITY, value)
 
 
 def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], start: int,
@@ -205,6 +239,7 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
     memory = node.memory
     ready = node.ready_queues
     wanted = node.wanted_queues
+    maxdeliver_default = node.config.maxdeliver_default
     parsed_argv: list[bytes] | None = None  # the command whose options ``parsed`` holds
     parsed: _AddjobOptions | bytes = _NO_OPTIONS
     i = start
@@ -213,8 +248,11 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
         argv = commands[i]
         if len(argv) < 4 or argv[0] != name or memory.used > memory.evict_threshold:
             break  # an arity error, another spelling, or memory: Node.call answers
-        if len(argv) == 4 and not node.config.maxdeliver_default:
+        size = len(argv)
+        if size == 4 and not maxdeliver_default:
             append(_addjob_defaults(node, argv))
+        elif size == 6 and not maxdeliver_default and _one_option(argv):
+            append(_addjob_one_option(node, argv))
         else:
             # A producer repeats its options: parsed once per run of equal ones.
             if parsed_argv is None or not _same_options(argv, parsed_argv):
@@ -234,10 +272,13 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
 
 def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
     """ADDJOB queue body ms-timeout [options]."""
+    lone = node.membership.size == 1 and not node.config.maxdeliver_default
     if len(argv) == 4:
-        if node.membership.size == 1 and not node.config.maxdeliver_default:
+        if lone:
             return _addjob_defaults(node, argv)
         return _addjob_with(node, client, argv, _NO_OPTIONS)
+    if lone and len(argv) == 6 and _one_option(argv):
+        return _addjob_one_option(node, argv)
     parsed = _parse_addjob_options(argv)
     if type(parsed) is bytes:
         return parsed

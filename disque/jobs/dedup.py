@@ -10,60 +10,79 @@ create it. docs/commands.md says what this guarantees across nodes.
 
 from __future__ import annotations
 
-from collections import deque
-
-_Key = tuple[bytes, bytes]  # queue name, token
-
 
 class DedupIndex:
-    """(queue, token) -> job ID and the unix ms it was created at."""
+    """Per queue name, token -> (job ID, unix ms it was created at).
 
-    __slots__ = ("_ids", "_order")
+    One dict per queue, in the order tokens came (an ADDJOB costs two dict
+    lookups and one small tuple, no key object); old entries leave from
+    the front of each dict.
+    """
+
+    __slots__ = ("_queues", "_count")
 
     def __init__(self) -> None:
-        self._ids: dict[_Key, tuple[bytes, int]] = {}
-        # Entries in the order they came, to drop the old ones; entries of
-        # copies may come out of creation order, and then go a little late.
-        self._order: deque[tuple[int, _Key]] = deque()
+        self._queues: dict[bytes, dict[bytes, tuple[bytes, int]]] = {}
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return self._count
 
     def find(self, queue: bytes, token: bytes, now_ms: int, window_ms: int) -> bytes | None:
         """The ID of the job created with ``token`` for ``queue`` less than
         ``window_ms`` ago, or None."""
-        entry = self._ids.get((queue, token))
+        tokens = self._queues.get(queue)
+        if tokens is None:
+            return None
+        entry = tokens.get(token)
         if entry is None or now_ms - entry[1] >= window_ms:
             return None
         return entry[0]
 
     def remember(self, queue: bytes, token: bytes, job_id: bytes, created_ms: int) -> None:
         """``token`` named ``job_id``; of two jobs with one token the older wins."""
-        key = (queue, token)
-        entry = self._ids.get(key)
-        if entry is not None and (entry[0] == job_id or entry[1] <= created_ms):
-            return  # known, or an older job holds the token (two nodes took it apart)
-        self._ids[key] = (job_id, created_ms)
-        self._order.append((created_ms, key))
+        tokens = self._queues.get(queue)
+        if tokens is None:
+            tokens = self._queues[queue] = {}
+        entry = tokens.get(token)
+        if entry is not None:
+            if entry[0] == job_id or entry[1] <= created_ms:
+                return  # known, or an older job holds the token (two nodes took it apart)
+            del tokens[token]  # re-inserted at the end: the order stays roughly by time
+            self._count -= 1
+        tokens[token] = (job_id, created_ms)
+        self._count += 1
 
     def forget(self, queue: bytes, token: bytes, job_id: bytes) -> None:
         """The job was never created after all (its replication failed)."""
-        key = (queue, token)
-        entry = self._ids.get(key)
-        if entry is not None and entry[0] == job_id:
-            del self._ids[key]
+        tokens = self._queues.get(queue)
+        if tokens is not None:
+            entry = tokens.get(token)
+            if entry is not None and entry[0] == job_id:
+                del tokens[token]
+                self._count -= 1
 
     def expire(self, now_ms: int, window_ms: int) -> None:
-        """Drop the entries older than the window (from the server's cron)."""
-        order = self._order
-        ids = self._ids
-        while order and now_ms - order[0][0] >= window_ms:
-            created, key = order.popleft()
-            entry = ids.get(key)
-            if entry is not None and entry[1] == created:
-                del ids[key]
+        """Drop the entries older than the window, from the front of each
+        queue's dict (from the server's cron). Entries of copies may come a
+        little out of creation order, and then go a little late."""
+        oldest = now_ms - window_ms
+        empty: list[bytes] = []
+        for queue, tokens in self._queues.items():
+            old: list[bytes] = []
+            for token, entry in tokens.items():
+                if entry[1] > oldest:
+                    break
+                old.append(token)
+            for token in old:
+                del tokens[token]
+            self._count -= len(old)
+            if not tokens:
+                empty.append(queue)
+        for queue in empty:
+            del self._queues[queue]
 
     def clear(self) -> None:
         """Forget every token (DEBUG FLUSHALL)."""
-        self._ids.clear()
-        self._order.clear()
+        self._queues.clear()
+        self._count = 0

@@ -155,3 +155,39 @@ def test_aof_extended_payload_damage_is_reported(cmd):
         load_job(payload[:-1] + b"\xc1", None)  # 0xc1 is never valid msgpack
     with pytest.raises(BadJobPayload):
         load_job(payload[:payload.rindex(NODE_ID) + 40], None)  # the map cut off
+
+
+@pytest.mark.parametrize("option, value", [
+    ("PRIORITY", "0"), ("PRIORITY", "9"), ("PRIORITY", "10"), ("PRIORITY", "-1"),
+    ("PRIORITY", "x"), ("PRIORITY", ""), ("DEDUPID", "t"), ("DEDUPID", ""),
+    ("DEDUPID", "x" * 257), ("DEDUPID", "x" * 256)])
+@pytest.mark.parametrize("timeout", ["0", "10", "x", "-1"])
+def test_one_option_fast_path_answers_as_the_generic_path(option, value, timeout):
+    """Upper-case PRIORITY or DEDUPID alone takes a shortcut on a lone node; a
+    lower-case spelling takes the generic parser: both must answer alike."""
+    def outcome(spelling):
+        cmd = Cmd(make_node())
+        raw = cmd.raw("ADDJOB", "q", "b", timeout, spelling, value)
+        if not raw.startswith(b"+"):
+            return raw
+        shown = cmd.show(raw[1:-2])
+        for key in ("id", "ctime", "next-requeue-within", "next-awake-within", "ttl"):
+            shown.pop(key)
+        again = cmd.raw("ADDJOB", "q", "b", timeout, spelling, value)
+        return shown, again == raw, len(cmd.node.jobs.by_id)
+
+    fast, generic = outcome(option), outcome(option.lower())
+    assert fast == generic
+
+
+def test_one_option_fast_path_in_a_pipelined_run():
+    from disque.commands.jobs import addjob_run
+    cmd = Cmd(make_node())
+    commands = [[b"ADDJOB", b"q", b"b", b"0", b"DEDUPID", b"t%d" % (i % 3)] for i in range(6)]
+    commands += [[b"ADDJOB", b"q", b"b", b"0", b"PRIORITY", b"%d" % i] for i in (1, 9, 12)]
+    replies = []
+    assert addjob_run(cmd.node, cmd.client, commands, 0, replies) == len(commands)
+    assert replies[3:6] == replies[0:3]  # the same tokens: the same jobs
+    assert replies[-1] == b"-ERR PRIORITY must be between 0 and 9\r\n"
+    assert len(cmd.node.jobs.by_id) == 5
+    assert [cmd.node.jobs.by_id[r[1:-2]].priority for r in replies[6:8]] == [1, 9]
