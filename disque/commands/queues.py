@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from disque import errors
 from disque.cluster import messages as m
 from disque.commands.args import parse_int, parse_uint
-from disque.jobs.job import STATES_BY_NAME
+from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
 from disque.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
@@ -36,6 +36,12 @@ _REPLY_ID: Final = b"ID"
 _PAUSE_OPTIONS: Final = {b"IN": PAUSE_IN, b"OUT": PAUSE_OUT, b"ALL": PAUSE_ALL, b"NONE": PAUSE_NONE}
 _PAUSE_STATE: Final = b"STATE"
 _PAUSE_BCAST: Final = b"BCAST"
+_WITHPRIORITY: Final = b"WITHPRIORITY"
+_QPEEK_ARITY: Final = errors.wrong_arity("qpeek")
+
+# Words beyond a command's Disque 1.0 arity that its extensions take: the
+# command table keeps 1.0's arity (COMMAND shows it) and lets these through.
+MAX_ARGS: Final = {"qpeek": 4}
 
 
 def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -45,7 +51,13 @@ def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 
 def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
-    """QPEEK queue count: oldest first, or newest first for a negative count."""
+    """QPEEK queue count [WITHPRIORITY]: first served first, or last first for
+    a negative count. WITHPRIORITY adds ``"priority", <n>`` to each entry."""
+    withpriority = False
+    if len(argv) > 3:
+        if len(argv) > 4 or argv[3].upper() != _WITHPRIORITY:
+            return _QPEEK_ARITY  # what Disque 1.0 answers to any fourth word
+        withpriority = True
     count = parse_int(argv[2])
     if count is None:
         return errors.NOT_INTEGER
@@ -53,22 +65,67 @@ def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     if queue is None or count == 0:
         return EMPTY_ARRAY
     source = queue.jobs.iter_from_head() if count > 0 else queue.jobs.iter_from_tail()
+    wanted = abs(count)
     entries = []
     for job in source:
-        entries.append(job_entry(job))
-        if len(entries) == abs(count):
+        entries.append(_priority_entry(job) if withpriority else job_entry(job))
+        if len(entries) == wanted:
             break
     return b"*%d\r\n" % len(entries) + b"".join(entries)
 
 
+def _priority_entry(job: Job) -> bytes:
+    """``[queue, id, body, "priority", n]``: the job entry with its priority."""
+    queue: bytes = job.queue  # type: ignore[assignment]  # queued jobs have both
+    body: bytes = job.body  # type: ignore[assignment]
+    return b"*5\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$8\r\npriority\r\n:%d\r\n" % (
+        len(queue), queue, job.id, len(body), body, job.priority)
+
+
+def priority_counts(queue: Queue) -> list[int] | None:
+    """``[priority, jobs, ...]``, highest first, for the priorities the queue
+    holds; None when every job has the default priority (then QSTAT shows
+    1.0's fields only). Queues are ordered by priority, so this walks only
+    the jobs whose priority is not the default, from both ends."""
+    jobs = queue.jobs
+    first = jobs.first()
+    if first is None:
+        return None
+    last = jobs.last()
+    assert last is not None  # not empty
+    if first.priority == DEFAULT_PRIORITY and last.priority == DEFAULT_PRIORITY:
+        return None
+    counts: dict[int, int] = {}
+    others = 0
+    for job in jobs.iter_from_head():
+        priority = job.priority
+        if priority <= DEFAULT_PRIORITY:
+            break
+        counts[priority] = counts.get(priority, 0) + 1
+        others += 1
+    for job in jobs.iter_from_tail():
+        priority = job.priority
+        if priority >= DEFAULT_PRIORITY:
+            break
+        counts[priority] = counts.get(priority, 0) + 1
+        others += 1
+    if others < len(jobs):
+        counts[DEFAULT_PRIORITY] = len(jobs) - others
+    reply: list[int] = []
+    for priority in sorted(counts, reverse=True):
+        reply += (priority, counts[priority])
+    return reply
+
+
 def qstat(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
-    """QSTAT queue: the queue's counters, or a null array."""
+    """QSTAT queue: the queue's counters, or a null array. A queue holding a
+    job whose priority is not the default gets a last pair, ``priorities``."""
     queue = node.queues.by_name.get(argv[1])
     if queue is None:
         return NIL_ARRAY
     now_s = node.runtime.now // 1000
     responders = list(queue.responders) if queue.responders else []
-    return encode([
+    fields: list[object] = [
         b"name", queue.name,
         b"len", len(queue.jobs),
         b"age", max(0, now_s - queue.ctime),
@@ -79,7 +136,11 @@ def qstat(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         b"jobs-in", queue.jobs_in,
         b"jobs-out", queue.jobs_out,
         b"pause", PAUSE_NAMES[queue.paused],
-    ])
+    ]
+    counts = priority_counts(queue)
+    if counts is not None:
+        fields += (b"priorities", counts)
+    return encode(fields)
 
 
 T = TypeVar("T", bound="Sequenced")

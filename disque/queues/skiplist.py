@@ -1,4 +1,8 @@
-"""A skiplist of jobs ordered by ``(ctime, id)``, linked through the jobs.
+"""A skiplist of jobs in serving order, linked through the jobs.
+
+The order is ``(priority descending, ctime, id)`` (spec: jobs-and-ids.md
+§5, with docs/priorities.md's priority in front): higher priorities first,
+then oldest first. A job's priority never changes while it is queued.
 
 The links live in slots of the job itself: ``_sl`` is the next item on
 level 0, ``_slprev`` the previous one, and ``_slup`` the list of next
@@ -6,7 +10,8 @@ items on levels 1 and up (None for the three quarters of items that have
 only level 0), so a queued job costs no extra object at all in the common
 case. Levels come from the job ID's random characters (p = 1/4), which
 keeps the structure deterministic without a random source. Appending
-after the current tail (new jobs) and popping the head need no search.
+after the current tail (new jobs: same priority as the tail and a later
+ctime, or a lower priority) and popping the head need no search.
 """
 
 from __future__ import annotations
@@ -31,6 +36,11 @@ def _level_of(job_id: bytes) -> int:
 
 
 def _before(a: Job, b: Job) -> bool:
+    """``a`` is served before ``b``: higher priority, then older, then smaller ID."""
+    ap = a.priority
+    bp = b.priority
+    if ap != bp:
+        return ap > bp
     ac = a.ctime
     bc = b.ctime
     return ac < bc or (ac == bc and a.id < b.id)
@@ -50,7 +60,10 @@ def _set_next(item: Job, level: int, nxt: Job | None) -> None:
 
 
 class SkipList:
-    """Ordered set of jobs: O(log n) insert/remove, O(1) head pop and length."""
+    """Ordered set of jobs: O(log n) insert/remove, O(1) head pop and length.
+
+    Every job in one skiplist must have a distinct ``(priority, ctime, id)``
+    (IDs are unique) and keep it while it is in."""
 
     __slots__ = ("_head", "_last", "_len")
 
@@ -76,8 +89,10 @@ class SkipList:
         item._slup = [None] * (level - 1) if level > 1 else None
         last = self._last
         tail = last[0]
-        if tail is None or tail.ctime < item.ctime or (
-                tail.ctime == item.ctime and tail.id < item_id):
+        # _before(tail, item), inlined: equal priorities (every job without
+        # PRIORITY) cost one comparison more than a (ctime, id) order.
+        if tail is None or (tail.priority == item.priority and (tail.ctime < item.ctime or (
+                tail.ctime == item.ctime and tail.id < item_id))) or tail.priority > item.priority:
             # Append after the tail: no search (the common case for new jobs).
             item._sl = None
             item._slprev = tail
@@ -130,8 +145,12 @@ class SkipList:
         return item
 
     def first(self) -> Job | None:
-        """The smallest item without removing it."""
+        """The smallest item (the next one served) without removing it."""
         return self._head[0]
+
+    def last(self) -> Job | None:
+        """The largest item (the last one served) without removing it."""
+        return self._last[0]
 
     def iter_from_head(self) -> Iterator[Job]:
         """Items in ascending order (do not modify while iterating)."""
