@@ -8,6 +8,7 @@ I/O or a clock: ``runtime.now`` is set by the node's entry points.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Final, Protocol
 
@@ -16,9 +17,11 @@ from disque.cluster import messages as m
 from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED,
-                             WAIT_REPL, Job)
+                             WAIT_REPL, Job, JobExtras)
 from disque.jobs.dedup import DedupIndex
-from disque.jobs.journal import REASON_ACKED, REASON_DELETED, REASON_EXPIRED, Journal
+from disque.jobs.journal import (REASON_ACKED, REASON_DELETED, REASON_EXPIRED,
+                                 REASON_QUEUE_CHANGED, Journal)
+from disque.jobs.replies import dead_letter_queue
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
 from disque.queues.blocking import BlockedClients
@@ -30,6 +33,11 @@ from disque.runtime import JITTER_RANGE_MS, Runtime, ms_from_seconds
 WILLQUEUE_ADVANCE_MS: Final = 500
 GC_MAX_RETRY: Final = 10
 GC_MAX_DELAY_MS: Final = 180_000
+# A local job flag beside those of disque.jobs.job (never sent nor stored:
+# codec keeps the low three bits): the requeue ahead is a NACK ... DELAY's,
+# counted as a NACK when it happens.
+NACK_DUE: Final = 8
+DEAD_MAXDELIVER: Final = b"maxdeliver"  # ext.reason of a job delivered MAXDELIVER times
 
 
 class QueueArrivals(Protocol):
@@ -120,11 +128,17 @@ class JobLifecycle:
 
     # -------------------------------------------------------------- queues
 
-    def enqueue_job(self, job: Job, nack: bool = False) -> bool:
-        """Put ``job`` in its queue; False when the rules refuse it (spec §7)."""
+    def enqueue_job(self, job: Job, nack: bool = False, timeout: bool = False) -> bool:
+        """Put ``job`` in its queue; False when the rules refuse it (spec §7).
+
+        ``nack``: a NACK (counted as one); ``timeout``: the retry timer's
+        requeue (the one BACKOFF lengthens the retry period at). A counted
+        requeue of a job with extensions goes through ``_requeue_extended``:
+        the dead-letter rule, BACKOFF, and its generation in the QUEUED.
+        """
         if job.state == QUEUED or not job.qtime:
             return False
-        flags = job.flags
+        flags = job.flags & ~NACK_DUE
         if job.retry == 0 and flags & DELIVERED:
             return False
         if flags & BCAST_QUEUED or nack:
@@ -134,11 +148,127 @@ class JobLifecycle:
             else:
                 job.adeliv += 1
                 mflag = m.MFLAG_INCR_DELIV
+            ext = job.ext
+            if ext is not None:
+                self._requeue_extended(job, ext, flags, mflag, timeout)
+                return True
             self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
         else:
             flags |= BCAST_QUEUED  # the first queueing by this node is silent
         self.queue_job(job, flags)
         return True
+
+    def _requeue_extended(self, job: Job, ext: JobExtras, flags: int, mflag: int,
+                          timeout: bool) -> None:
+        """A counted requeue (its counter already incremented) of a job with
+        extensions: a retry timeout lengthens a BACKOFF job's period; at a
+        NACK or a retry timeout, a job past its MAXDELIVER-th delivery (1 +
+        nacks + additional deliveries) goes to its dead-letter queue
+        instead, once (a dead letter is never moved again), and the move is
+        a new generation of the job. The other holders hear the QUEUED with
+        the generation's state."""
+        maxdeliver = ext.maxdeliver
+        if timeout:
+            if ext.backoff:
+                job.retry = backed_off_retry(job, ext)
+        elif mflag != m.MFLAG_INCR_NACKS:
+            maxdeliver = 0  # ENQUEUE, a load: counted, but only a failure moves a job
+        if maxdeliver and ext.origin is None and 1 + job.nacks + job.adeliv > maxdeliver:
+            queue = dead_letter_queue(job)
+            assert queue is not None  # a job with extensions and a queue has one
+            self.journal.job_removed(job, REASON_QUEUE_CHANGED)
+            ext.origin = job.queue
+            ext.reason = DEAD_MAXDELIVER
+            ext.moves += 1
+            job.queue = self._queue_name(queue)
+            self.queue_job(job, flags)
+            self.journal.job_stored(job)
+        else:
+            self.queue_job(job, flags)
+        self.outbox.send_to_holders(job, self.job_message(m.QUEUED, job, mflag))
+
+    def redrive(self, job: Job) -> bool:
+        """QREDRIVE: a dead letter queued here goes back to its origin queue
+        as a new generation, its counters reset and its retry period back to
+        ADDJOB's; the other holders hear it. False for any other job."""
+        ext = job.ext
+        if ext is None or ext.origin is None or job.state != QUEUED:
+            return False
+        self.journal.job_removed(job, REASON_QUEUE_CHANGED)
+        self._unqueue(job)
+        job.state = ACTIVE
+        job.queue = self._queue_name(ext.origin)
+        ext.origin = None
+        ext.reason = None
+        ext.moves += 1
+        job.nacks = job.adeliv = 0
+        if ext.base_retry:
+            job.retry = ext.base_retry
+        self.queue_job(job, (job.flags & ~NACK_DUE) | BCAST_QUEUED)
+        self.journal.job_stored(job)
+        self.outbox.send_to_holders(job, self.job_message(m.QUEUED, job))
+        return True
+
+    def apply_state(self, job: Job, state: m.JobState) -> None:
+        """Take a newer generation of ``job`` heard from another holder: its
+        queue, dead-letter fields, counters and retry period. A copy queued
+        here (in the older generation's queue) leaves its queue: it is
+        active now, and the caller postpones it."""
+        queue, origin, reason, moves, nacks, adeliv, retry = state
+        ext = job.ext
+        if ext is None:
+            ext = job.ext = JobExtras()
+        was = job.state
+        journaled = was == ACTIVE or was == QUEUED
+        if journaled:
+            self.journal.job_removed(job, REASON_QUEUE_CHANGED)
+        if was == QUEUED:
+            self._unqueue(job)
+            job.state = ACTIVE
+        job.queue = self._queue_name(queue)
+        ext.origin = origin
+        ext.reason = reason
+        ext.moves = moves
+        job.nacks = nacks
+        job.adeliv = adeliv
+        job.retry = retry
+        if journaled:
+            self.journal.job_stored(job)
+
+    def job_message(self, kind: str, job: Job, mflags: int = 0) -> dict:
+        """QUEUED, WILLQUEUE or WORKING about ``job``: a job with extensions
+        adds its generation, and the state it decides once it moved or
+        backs off (see messages.MOVES)."""
+        msg = m.job_message(kind, job.id, mflags)
+        ext = job.ext
+        if ext is not None:
+            msg[m.MOVES] = ext.moves
+            if ext.moves or ext.backoff:
+                msg[m.QUEUE] = job.queue
+                if ext.origin is not None:
+                    msg[m.ORIGIN] = ext.origin
+                if ext.reason is not None:
+                    msg[m.REASON] = ext.reason
+                msg[m.NACKS] = job.nacks
+                msg[m.ADELIV] = job.adeliv
+                msg[m.RETRY] = job.retry
+        return msg
+
+    def _queue_name(self, name: bytes) -> bytes:
+        """The name object of an existing queue (shared by its jobs), else ``name``."""
+        queue = self.queues.by_name.get(name)
+        return queue.name if queue is not None else name
+
+    def nack_later(self, job: Job, delay: int) -> None:
+        """NACK ... DELAY: requeue ``job`` (active) ``delay`` seconds from now,
+        counted then as a NACK; the holders postpone their own requeue
+        until after it (WORKING with the delay)."""
+        job.flags |= NACK_DUE | BCAST_WILLQUEUE
+        job.qtime = self.runtime.now + ms_from_seconds(delay)
+        self.schedule_job(job)
+        msg = self.job_message(m.WORKING, job)
+        msg[m.DELAY] = delay
+        self.outbox.send_to_holders(job, msg)
 
     def queue_job(self, job: Job, flags: int = BCAST_QUEUED) -> None:
         """State queued, requeue timer armed, inserted in its queue; ``flags``
@@ -275,15 +405,17 @@ class JobLifecycle:
         if (job.flags & BCAST_WILLQUEUE and job.qtime
                 and job.qtime - WILLQUEUE_ADVANCE_MS <= now):
             if state == ACTIVE:
-                self.outbox.send_to_holders(job, m.job_message(m.WILLQUEUE, job.id))
+                self.outbox.send_to_holders(job, self.job_message(m.WILLQUEUE, job))
             job.flags &= ~BCAST_WILLQUEUE
         qtime = job.qtime
         if state == ACTIVE and qtime and qtime <= now:
+            if job.flags & NACK_DUE and self.enqueue_job(job, True):
+                return  # a delayed NACK: no pause check, as for NACK itself
             assert job.queue is not None  # a dummy ACK is acked, never active
             queue = self.queues.by_name.get(job.queue)
             if job.retry and queue is not None and queue.paused & PAUSE_IN:
                 job.qtime = now + job.retry * 1000 + self.runtime.jitter()
-            elif self.enqueue_job(job):
+            elif self.enqueue_job(job, False, True):
                 return
             elif not job.retry:
                 # A delivered RETRY 0 job given a qtime by ENQUEUE/YOURJOBS can
@@ -292,13 +424,23 @@ class JobLifecycle:
         elif state == QUEUED and qtime and qtime <= now and job.retry:
             job.flags |= BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.runtime.jitter()
+            ext = job.ext
+            if ext is not None and ext.moves:
+                # A moved job still queued here says so once a retry period:
+                # copies that missed the move (a partition) catch up, and
+                # of two queued copies of one generation one steps back.
+                self.outbox.send_to_holders(job, self.job_message(m.QUEUED, job))
         self.schedule_job(job)
 
-    def postpone_job(self, job: Job) -> None:
-        """WORKING / QUEUED received: push the requeue one retry period away."""
+    def postpone_job(self, job: Job, delay: int = 0) -> None:
+        """WORKING / QUEUED received: push the requeue one retry period
+        away, plus ``delay`` seconds (a NACK ... DELAY elsewhere). A delayed
+        NACK of this node's is then superseded: it no longer counts."""
+        job.flags &= ~NACK_DUE
         if job.retry:
             job.flags |= BCAST_WILLQUEUE
-            job.qtime = self.runtime.now + job.retry * 1000 + self.runtime.jitter()
+            job.qtime = (self.runtime.now + ms_from_seconds(job.retry + delay)
+                         + self.runtime.jitter())
             self.schedule_job(job)
 
     def set_received_qtime(self, job: Job) -> None:
@@ -315,3 +457,17 @@ class JobLifecycle:
             self.delete_job(job)
         self.registry.clear()
         self.timers.clear()
+
+
+def backed_off_retry(job: Job, ext: JobExtras) -> int:
+    """The retry period after a retry-timeout requeue of a BACKOFF job: the
+    period times the factor, rounded up, capped at MAXRETRY or else the
+    job's TTL; never shorter than it was."""
+    retry = job.retry
+    cap = ext.maxretry
+    if not cap:
+        cap = job.etime - job.ctime // 1_000_000_000  # the TTL: etime - creation, seconds
+    longer = math.ceil(retry * ext.backoff)
+    if longer > cap:
+        longer = cap
+    return longer if longer > retry else retry

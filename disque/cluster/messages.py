@@ -62,6 +62,21 @@ QUEUE: Final = "queue"
 COUNT: Final = "count"
 PAUSE_STATE: Final = "pause"
 GOSSIP: Final = "gossip"
+# Optional fields of QUEUED, WILLQUEUE and WORKING about a job with
+# extensions (docs/dead-letters.md, "How copies agree"). MOVES, the copy's
+# generation (dead-letter moves and redrives so far), is in every such
+# message of a job with JobExtras: a receiver knowing a newer generation
+# answers with it, one knowing an older one takes the sender's. When the
+# generation is above 0 (or the job backs off) the state that a generation
+# decides comes along: QUEUE, ORIGIN and REASON (absent: None), NACKS,
+# ADELIV and RETRY. WORKING may carry DELAY (seconds): a NACK ... DELAY,
+# whose requeue the holders wait for before their own retry period.
+MOVES: Final = "moves"
+ORIGIN: Final = "origin"
+REASON: Final = "reason"
+NACKS: Final = "nacks"
+ADELIV: Final = "adeliv"
+RETRY: Final = "retry"
 
 
 def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
@@ -69,6 +84,50 @@ def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
     if mflags:
         return {TYPE: kind, ID: job_id, MFLAGS: mflags}
     return {TYPE: kind, ID: job_id}
+
+# What a message says of a job's generation (see MOVES): queue, origin,
+# reason, moves, nacks, additional deliveries, retry.
+JobState = tuple[bytes, bytes | None, bytes | None, int, int, int, int]
+
+
+def _optional_name(value: object) -> bytes | None | bool:
+    """A name that may be absent: the name, None, or False when malformed."""
+    if value is None:
+        return None
+    if type(value) is bytes and value:
+        return value
+    return False
+
+
+def _count_field(value: object) -> int:
+    """A non-negative integer, or -1."""
+    if type(value) is int and value >= 0:
+        return value
+    return -1
+
+
+def job_state(msg: dict) -> JobState | None:
+    """The generation state a QUEUED/WILLQUEUE/WORKING carries (see MOVES),
+    checked field by field; None when it carries none or a malformed one."""
+    get = msg.get
+    queue = get(QUEUE)
+    origin = _optional_name(get(ORIGIN))
+    reason = _optional_name(get(REASON))
+    moves = _count_field(get(MOVES))
+    nacks = _count_field(get(NACKS))
+    adeliv = _count_field(get(ADELIV))
+    retry = _count_field(get(RETRY))
+    if (type(queue) is not bytes or not queue or origin is False or reason is False
+            or moves < 0 or nacks < 0 or adeliv < 0 or retry < 0):
+        return None
+    assert not isinstance(origin, bool) and not isinstance(reason, bool)  # for mypy: see above
+    return queue, origin, reason, moves, nacks & 0xFFFF, adeliv & 0xFFFF, retry
+
+
+def count_field(msg: dict, key: str) -> int:
+    """An optional non-negative integer field (-1 when absent or malformed)."""
+    return _count_field(msg.get(key))
+
 
 # Gossip entry keys.
 G_ID: Final = "id"

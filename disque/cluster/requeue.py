@@ -3,6 +3,11 @@
 spec: cluster-bus.md §6.5 and §6.8. Normally one node queues a job when
 its retry time comes: the others hear QUEUED and postpone; when two
 queue it at once, the job ID decides who keeps it.
+
+A job with extensions has a generation (``ext.moves``: its dead-letter
+moves and redrives) in these messages (docs/dead-letters.md): a holder of
+a newer one answers an older one with its state, a holder of an older one
+takes the newer one's, so a job is never left in two queues.
 """
 
 from __future__ import annotations
@@ -40,6 +45,24 @@ class RequeueCoordination:
                                      m.MAY_HAVE: len(job.delivered),
                                      m.HOLDERS: list(job.delivered)})
 
+    def _compare_generation(self, sender: bytes, msg: dict, job: Job) -> int:
+        """The generation of the sender's copy against this one's: -1 older
+        (the sender is told this one's state), 1 newer (taken here: see
+        ``JobLifecycle.apply_state``), 0 the same or not comparable."""
+        theirs = m.count_field(msg, m.MOVES)
+        ext = job.ext
+        ours = ext.moves if ext is not None else 0
+        if theirs < 0 or theirs == ours:
+            return 0
+        if theirs < ours:
+            self.outbox.send_to(sender, self.lifecycle.job_message(m.QUEUED, job))
+            return -1
+        state = m.job_state(msg)
+        if state is None or state[3] != theirs:
+            return 0
+        self.lifecycle.apply_state(job, state)
+        return 1
+
     def on_willqueue(self, sender: bytes, msg: dict, link: Link) -> None:
         """A holder is about to requeue: if it is queued here, say so."""
         job = self.registry.by_id.get(msg[m.ID])
@@ -50,8 +73,10 @@ class RequeueCoordination:
             return
         if job.state in (ACTIVE, QUEUED):
             job.add_delivered(sender)
+            if m.MOVES in msg and self._compare_generation(sender, msg, job) < 0:
+                return  # the sender hears this copy's state
             if job.state == QUEUED:
-                self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id))
+                self.outbox.send_to_holders(job, self.lifecycle.job_message(m.QUEUED, job))
 
     def on_queued(self, sender: bytes, msg: dict, link: Link) -> None:
         """Another node queued the job (or a consumer is working on it)."""
@@ -65,11 +90,26 @@ class RequeueCoordination:
         if state not in (WAIT_REPL, ACTIVE, QUEUED):
             return
         working = msg[m.TYPE] == m.WORKING
+        newer = 0
+        if m.MOVES in msg:  # a job with extensions: compare generations
+            newer = self._compare_generation(sender, msg, job)
+            if newer < 0 and not working:
+                return  # a copy of an older generation was queued: it moves instead
+            if newer > 0:
+                state = job.state  # no longer queued here: the sender's copy wins
+            else:
+                retry = m.count_field(msg, m.RETRY)
+                if retry > 0 and job.retry:
+                    job.retry = retry  # a BACKOFF period, as the sender has it
         if state == QUEUED and (working or node_order_key(sender, job.id)
                                 > node_order_key(self.runtime.node_id, job.id)):
             self.lifecycle.dequeue_job(job)
-        self.lifecycle.postpone_job(job)
-        if not working:
+        delay = m.count_field(msg, m.DELAY) if working else 0
+        if delay > 0:
+            # A NACK ... DELAY: requeued by then, and nothing waits past the TTL.
+            delay = min(delay, max(0, job.etime - self.runtime.now // 1000))
+        self.lifecycle.postpone_job(job, delay if delay > 0 else 0)
+        if not working and newer == 0:
             mflags = msg.get(m.MFLAGS, 0)
             if mflags & m.MFLAG_INCR_NACKS:
                 job.nacks = (job.nacks + 1) & 0xFFFF

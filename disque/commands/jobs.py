@@ -519,7 +519,12 @@ def _count_known(node: Node, argv: list[bytes], action: Callable[[Job], bool]) -
 
 
 def nack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
-    """NACK id...: put back in the queue now, counting a failed delivery."""
+    """NACK id... [DELAY seconds]: put back in the queue now (or after the
+    delay, commands/deadletter.py), counting a failed delivery."""
+    n = len(argv)
+    if n > 2 and len(argv[n - 2]) == 5 and option_name(argv[n - 2]) == _DELAY:
+        from disque.commands.deadletter import nack_delayed  # the extension's form only
+        return nack_delayed(node, argv)
     return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
 
 

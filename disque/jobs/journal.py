@@ -18,6 +18,10 @@ REASON_EXPIRED: Final = b"expired"
 REASON_DELETED: Final = b"deleted"
 REASON_EVICTED: Final = b"evicted"
 REASON_MOVED: Final = b"moved"
+# Not a departure: the job changed queues here (a dead-letter move or
+# QREDRIVE). The loader keeps the first LOADJOB of a job ID, so the change
+# is recorded as this DELJOB followed by a LOADJOB of the job as it is now.
+REASON_QUEUE_CHANGED: Final = b"queue-changed"
 
 
 class Journal(Protocol):

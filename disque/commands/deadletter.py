@@ -1,0 +1,93 @@
+"""Dead letters and delayed NACKs (docs/dead-letters.md): QREDRIVE, and
+the ``DELAY`` form of NACK (``commands.jobs.nack`` hands it here).
+
+A job whose MAXDELIVER-th delivery failed is moved to its dead-letter
+queue by ``JobLifecycle.enqueue_job``; QREDRIVE moves such jobs back.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from disque import errors
+from disque.commands.args import option_name, parse_int
+from disque.jobs.ids import is_valid_job_id
+from disque.jobs.job import ACTIVE, DELIVERED, Job
+from disque.resp import integer
+
+if TYPE_CHECKING:
+    from disque.clients import ClientState
+    from disque.node import Node
+
+_COUNT: Final = b"COUNT"
+
+
+def qredrive(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+    """QREDRIVE deadqueue [COUNT n]: the dead letters queued here in
+    ``deadqueue`` (at most ``n``, in queue order) go back to their origin
+    queue with their counters reset; replies how many moved."""
+    count = 0  # 0: all of them
+    i = 2
+    n = len(argv)
+    while i < n:
+        if option_name(argv[i]) == _COUNT and i + 1 < n:
+            value = parse_int(argv[i + 1])
+            if value is None or value <= 0:
+                return errors.COUNT_RANGE
+            count = value
+            i += 2
+        else:
+            return errors.SYNTAX
+    queue = node.queues.by_name.get(argv[1])
+    if queue is None:
+        return integer(0)
+    dead: list[Job] = []
+    for job in queue.jobs.iter_from_head():
+        ext = job.ext
+        if ext is not None and ext.origin is not None:
+            dead.append(job)
+            if len(dead) == count:
+                break
+    moved = 0
+    redrive = node.lifecycle.redrive
+    for job in dead:
+        if redrive(job):
+            moved += 1
+    return integer(moved)
+
+
+def nack_delayed(node: Node, argv: list[bytes]) -> bytes:
+    """NACK id... DELAY seconds (the last two words): each known active job
+    is requeued ``seconds`` from now, counted as a NACK then; DELAY 0 is a
+    plain NACK. Replies how many jobs were NACKed."""
+    n = len(argv)
+    delay = parse_int(argv[n - 1])
+    if delay is None or delay < 0:
+        return errors.DELAY_RANGE
+    ids = argv[1:n - 2]
+    for job_id in ids:
+        if not is_valid_job_id(job_id):
+            return errors.BADID
+    count = 0
+    jobs = node.jobs.by_id
+    lifecycle = node.lifecycle
+    now_s = node.runtime.now // 1000
+    for job_id in ids:
+        job = jobs.get(job_id)
+        if job is None or job.state != ACTIVE:
+            continue
+        if delay == 0:
+            if lifecycle.enqueue_job(job, True):
+                count += 1
+            continue
+        if not job.qtime or (job.retry == 0 and job.flags & DELIVERED):
+            continue  # what a NACK could not requeue either
+        # Past its TTL the job is gone anyway: the requeue time need not be later.
+        lifecycle.nack_later(job, min(delay, max(0, job.etime - now_s)))
+        count += 1
+    return integer(count)
+
+
+TABLE: Final = (
+           ("qredrive", -2, "w", qredrive),
+       )
