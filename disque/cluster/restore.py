@@ -2,12 +2,15 @@
 
 The AOF loader (an adapter) reads the file in large chunks and hands them
 here. Records in the form this version writes them (docs/aof-format.md:
-LOADJOB with a packed payload and a 13-digit record time, DELJOB) are
-framed and applied in one loop, in the core, so that the compiled build
-runs the per-job work as C. Anything else (a msgpack payload, another
-spelling of a record, damage, a record cut by the end of the chunk) stops
-the loop: the loader's strict parser takes it, names any damage, and
-hands what it decoded back to ``load_job`` or ``delete``.
+LOADJOB with a packed payload, format 1 or 2, and a 13-digit record time,
+DELJOB) are framed and applied in one loop, in the core, so that the
+compiled build runs the per-job work as C. A format-2 payload (a job with
+extensions: a priority, a DEDUPID...) ends with a msgpack map, decoded
+here and applied by ``codec.apply_extension_fields``. Anything else (a
+msgpack payload, another spelling of a record, damage, a record cut by the
+end of the chunk) stops the loop before it changes anything: the loader's
+strict parser takes it, names any damage, and hands what it decoded back
+to ``load_job`` or ``delete``.
 
 The rules are the lifecycle's: a loaded job is registered active with its
 qtime rearmed; during an ``aof-enqueue-jobs-once`` load, jobs stored as
@@ -21,8 +24,11 @@ import re
 from collections.abc import Container
 from typing import Final
 
+import msgpack  # type: ignore[import-untyped]  # no stubs; one call, its result is checked
+
 from disque.cluster.lifecycle import JobLifecycle
-from disque.jobs.codec import STORED_FORMAT, STORED_LAYOUT, BadJobPayload, from_checked_storage
+from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
+                               BadJobPayload, apply_extension_fields, from_checked_storage)
 from disque.jobs.job import Job
 from disque.jobs.registry import JobRegistry
 from disque.runtime import Runtime
@@ -52,6 +58,7 @@ _DELJOB_TAIL: Final = re.compile(rb"\r\n" + _short_bulk(20) * 3)
 _FIXED: Final = STORED_LAYOUT.size
 _unpack_fixed: Final = STORED_LAYOUT.unpack_from
 _NODE_ID_LEN: Final = 40
+_unpack_map: Final = msgpack.unpackb  # a format-2 payload's extension map
 
 
 class JobRestore:
@@ -114,7 +121,10 @@ class JobRestore:
             stop = start + size
             if (buf[stop:stop + 7] != _STAMP_HEAD
                     or buf[stop + _STAMP_END:stop + _RECORD_TAIL] != _CRLF
-                    or size < _FIXED or buf[start] != STORED_FORMAT):
+                    or size < _FIXED):
+                break
+            marker = buf[start]
+            if marker != STORED_FORMAT and marker != STORED_FORMAT_EXTENDED:
                 break
             fields = _unpack_fixed(buf, start)
             queue_len: int = fields[10]
@@ -123,7 +133,9 @@ class JobRestore:
             queue_at = start + _FIXED
             body_at = queue_at + queue_len
             nodes_at = body_at + body_len
-            if nodes_at + count * _NODE_ID_LEN != stop:
+            nodes_end = nodes_at + count * _NODE_ID_LEN
+            # Format 1 ends with the node IDs; format 2 has its map after them.
+            if nodes_end != stop if marker == STORED_FORMAT else nodes_end >= stop:
                 break
             queue = buf[queue_at:body_at]
             queue = names.setdefault(queue, queue)
@@ -132,13 +144,15 @@ class JobRestore:
                 delivered = own
             else:
                 delivered = [buf[at:at + _NODE_ID_LEN]
-                             for at in range(nodes_at, stop, _NODE_ID_LEN)]
+                             for at in range(nodes_at, nodes_end, _NODE_ID_LEN)]
             try:
                 job, queued = from_checked_storage(
                     fields[13], queue, buf[body_at:nodes_at], fields[3], fields[4], fields[5],
                     fields[6], fields[7], fields[8], fields[9], fields[2], delivered, fields[1],
                     known, own)
-            except BadJobPayload:
+                if marker == STORED_FORMAT_EXTENDED:
+                    apply_extension_fields(job, _unpack_map(buf[nodes_end:stop], raw=False))
+            except (ValueError, TypeError, msgpack.UnpackException):  # BadJobPayload too
                 break
             pos = stop + _RECORD_TAIL
             done += 1
