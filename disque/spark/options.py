@@ -111,6 +111,7 @@ class AddJobOptions:
     maxlen: int | None = None
     async_: bool = False
     batch_size: int = 500
+    dedup: bool = True  # a DEDUPID per row (docs/dedup.md)
 
     @classmethod
     def parse(cls, options: Options) -> "AddJobOptions":
@@ -122,7 +123,13 @@ class AddJobOptions:
                    ttl=options.int("ttl", minimum=1),
                    maxlen=options.int("maxlen", minimum=1),
                    async_=options.bool("async"),
-                   batch_size=options.int("batchSize", 500, minimum=1))
+                   batch_size=options.int("batchSize", 500, minimum=1),
+                   dedup=options.bool("dedup", True))
+
+    def pending_wait(self) -> float:
+        """How long a job answered -PENDING is asked again, in seconds: its DEDUPID's
+        first ADDJOB waits for replicas at most its timeout, then creates it or fails."""
+        return self.timeout_ms / 1000 + 5.0
 
     def tail(self) -> tuple:
         """The words after ``ADDJOB queue body``: the timeout, then the options."""

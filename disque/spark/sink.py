@@ -3,13 +3,22 @@
 Each partition opens one connection and pipelines its ADDJOBs in chunks of
 ``batchSize``. A job the server refuses fails the task with the job's position,
 queue, a preview of its body and the server's error text. Jobs already added
-stay added (a queue has no rollback), and a retried task adds its jobs again:
-the sink is at-least-once, like Disque itself.
+stay added (a queue has no rollback).
+
+Every ADDJOB carries a DEDUPID (option ``dedup``, on by default; docs/dedup.md)
+made of the write's identity (a random ID drawn on the driver for a batch
+write; the query's ID and the micro-batch's ID for a stream), the partition and
+the row's position in it, so a retried task (or a speculative copy) gets the
+first attempt's job IDs back from the node instead of adding its jobs again,
+as long as the node's ``dedup-window`` outlasts the retry. With ``dedup``
+off the sink is at-least-once, like Disque itself.
 """
 
 from __future__ import annotations
 
+import secrets
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -64,6 +73,56 @@ def _partition_id() -> int:
     return context.partitionId() if context is not None else -1
 
 
+# Local properties Spark sets on the tasks of a streaming query's micro-batch.
+QUERY_ID_PROPERTY = "sql.streaming.queryId"   # kept in the checkpoint: same after a restart
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def _stream_epoch() -> tuple[str, str] | None:
+    """(query ID, micro-batch ID) of the running streaming task, or None."""
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    if context is None:
+        return None
+    query = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query or batch is None:
+        return None
+    return query.replace("-", ""), batch
+
+
+def new_write_id() -> str:
+    """A batch write's identity, drawn once on the driver (every task attempt shares it)."""
+    return secrets.token_hex(8)
+
+
+# A row's token is the task's prefix, then the row's position in the partition
+# as 8 little-endian bytes: every token of a partition has one length, so the
+# words around it are one scalar, and the positions are an int64 column's own
+# buffer (3 ns per row, where decimal digits cost 30).
+ROW_BYTES = 8
+DEDUPID_WORDS = ("DEDUPID", b"")  # the encoder's last words: the token goes in column-wise
+_DEDUPID_TAIL = b"$7\r\nDEDUPID\r\n$0\r\n\r\n"
+
+
+def token_prefix(write_id: str, epoch: str, partition: int) -> bytes:
+    """What every DEDUPID of one partition of one write (or micro-batch) starts with."""
+    return b"spark:%s:%s:%d:" % (write_id.encode(), epoch.encode(), partition)
+
+
+def row_token(prefix: bytes, row: int) -> bytes:
+    """The DEDUPID of a partition's ``row`` (what ``encode_addjobs`` builds column-wise)."""
+    return prefix + row.to_bytes(ROW_BYTES, "little")
+
+
+@dataclass(frozen=True)
+class RowTokens:
+    """The DEDUPIDs of consecutive rows: ``row_token(prefix, first + i)``."""
+
+    prefix: bytes
+    first: int
+
+
 def _bodies(batch: pa.RecordBatch) -> pa.Array:
     """The ``body`` column as large binary (Arrow strings are UTF-8 already: no per-row encode)."""
     return batch.column(batch.schema.get_field_index("body")).cast(pa.large_binary())
@@ -90,18 +149,48 @@ def _decimal_lengths(column: pa.Array) -> pa.Array:
     return pc.binary_length(column).cast(pa.string()).cast(pa.large_binary())
 
 
-def encode_addjobs(encoder: AddJobEncoder, queues: pa.Array | str, bodies: pa.Array) -> pa.Array:
+_counting_cache: list[pa.Array] = [pa.array([], pa.int64())]
+
+
+def _counting(n: int) -> pa.Array:
+    """0, 1, ..., n - 1 as int64 (a slice of one array, grown when needed)."""
+    numbers = _counting_cache[0]
+    if len(numbers) < n:
+        numbers = _counting_cache[0] = pa.array(range(max(n, 2 * len(numbers))), pa.int64())
+    return numbers.slice(0, n)
+
+
+def _row_positions(first: int, n: int) -> pa.Array:
+    """first + i for i < n, each as its 8 little-endian bytes (large binary)."""
+    numbers = pc.add(_counting(n), pa.scalar(first, pa.int64()))  # a new array: offset 0
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(ROW_BYTES), n,
+                                                 [None, numbers.buffers()[1]])
+    return fixed.cast(pa.large_binary())
+
+
+def encode_addjobs(encoder: AddJobEncoder, queues: pa.Array | str, bodies: pa.Array,
+                   tokens: RowTokens | None = None) -> pa.Array:
     """The RESP ADDJOB of every row, built column-wise by Arrow (a few tens of
     ns per row where formatting each command in Python costs a few hundred):
     a queue name for all rows, or a column of them, and a large-binary column
-    of bodies, neither with nulls."""
+    of bodies, neither with nulls. With ``tokens`` every command ends with the
+    row's DEDUPID (``row_token``), and ``encoder`` must have been made with
+    ``DEDUPID_WORDS`` last."""
     if isinstance(queues, str):
         pieces = [_binary(encoder.prefix(queues) + b"$")]
     else:
         names = queues.cast(pa.large_binary())
         pieces = [_binary(encoder.head + b"$"), _decimal_lengths(names), _CRLF, names,
                   _binary(b"\r\n$")]
-    pieces += [_decimal_lengths(bodies), _CRLF, bodies, _binary(encoder.tail)]
+    if tokens is None:
+        pieces += [_decimal_lengths(bodies), _CRLF, bodies, _binary(encoder.tail)]
+    else:
+        if not encoder.tail.endswith(_DEDUPID_TAIL):
+            raise ValueError("the encoder's words must end with DEDUPID_WORDS")
+        tail = encoder.tail[:-len(b"$0\r\n\r\n")] + b"$%d\r\n%s" % (
+            len(tokens.prefix) + ROW_BYTES, tokens.prefix)
+        pieces += [_decimal_lengths(bodies), _CRLF, bodies, _binary(tail),
+                   _row_positions(tokens.first, len(bodies)), _CRLF]
     return pc.binary_join_element_wise(*pieces, _NOTHING)
 
 
@@ -122,16 +211,44 @@ def _errors(replies: bytes) -> dict[int, ResponseError]:
             for i, line in enumerate(replies.split(b"\r\n")) if line.startswith(b"-")}
 
 
-class JobWriter:
-    """Pipelined ADDJOB for one partition's rows (runs on an executor)."""
+PENDING_PREFIX = "PENDING"
 
-    def __init__(self, connection: ConnectionOptions, addjob: AddJobOptions) -> None:
+
+def is_pending(error: BaseException) -> bool:
+    """The node holds the job of this DEDUPID but its first ADDJOB still waits for
+    replicas: asking again later gets its ID, or creates it if that ADDJOB failed."""
+    return str(error).startswith(PENDING_PREFIX)
+
+
+class JobWriter:
+    """Pipelined ADDJOB for one partition's rows (runs on an executor).
+
+    ``write_id`` names a batch write (``new_write_id``, drawn on the driver);
+    without it (a stream) the query's and micro-batch's IDs name the write.
+    With ``addjob.dedup`` off, or outside a stream without ``write_id``, the
+    ADDJOBs carry no DEDUPID."""
+
+    def __init__(self, connection: ConnectionOptions, addjob: AddJobOptions,
+                 write_id: str | None = None) -> None:
         self.connection = connection
         self.addjob = addjob
+        self.write_id = write_id
+
+    def _token_prefix(self, partition: int) -> bytes | None:
+        if not self.addjob.dedup:
+            return None
+        if self.write_id is not None:
+            return token_prefix(self.write_id, "b", partition)
+        epoch = _stream_epoch()
+        if epoch is None:
+            return None  # no identity that a retry would share: no DEDUPID
+        return token_prefix(epoch[0], epoch[1], partition)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DisqueCommitMessage:
         partition = _partition_id()
-        encoder = AddJobEncoder(self.addjob.tail())
+        prefix = self._token_prefix(partition)
+        words = self.addjob.tail()
+        encoder = AddJobEncoder(words if prefix is None else words + DEDUPID_WORDS)
         default_queue = self.addjob.queue
         size = self.addjob.batch_size
         written = 0
@@ -152,11 +269,13 @@ class JobWriter:
                                                 if i is not None])
                 if rows:
                     queues_written = default_queue if queues is None else queues.slice(0, rows)
-                    commands = encode_addjobs(encoder, queues_written, bodies.slice(0, rows))
+                    tokens = None if prefix is None else RowTokens(prefix, written)
+                    commands = encode_addjobs(encoder, queues_written, bodies.slice(0, rows),
+                                              tokens)
                     for first in range(0, rows, size):
                         chunk = commands.slice(first, size)
                         self._send(client, chunk, queues_written, bodies, first, written,
-                                   partition)
+                                   partition, self.addjob.pending_wait())
                         written += len(chunk)
                 if rows < batch.num_rows:
                     if rows == null_queue:
@@ -171,17 +290,25 @@ class JobWriter:
 
     @staticmethod
     def _send(client, commands: pa.Array, queues: pa.Array | str, bodies: pa.Array,
-              first: int, first_row: int, partition: int) -> None:
+              first: int, first_row: int, partition: int, pending_wait: float = 0.0) -> None:
         """ADDJOB ``commands`` (rows ``first``... of the batch); a refused job
-        fails the task. Jobs a leaving node refused go to another node."""
+        fails the task. Jobs a leaving node refused go to another node; jobs
+        answered -PENDING (their DEDUPID's first ADDJOB, say a failed attempt's
+        or a speculative copy's, still waits for replicas) go again, every few
+        ms for up to ``pending_wait`` seconds."""
         errors = _errors(client.pipeline_lines(_wire_bytes(commands), len(commands)))
         leaving = [i for i, error in errors.items() if is_leaving(error)]
         if leaving:
-            for i, reply in zip(leaving, client.pipeline([commands[i].as_py() for i in leaving])):
-                if isinstance(reply, ResponseError):
-                    errors[i] = reply
-                else:
-                    del errors[i]
+            JobWriter._resend(client, commands, leaving, errors)
+        pending = [i for i, error in errors.items() if is_pending(error)]
+        if pending:
+            deadline = time.monotonic() + pending_wait
+            pause = 0.005
+            while pending and time.monotonic() < deadline:
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(pause * 2, 0.25)
+                JobWriter._resend(client, commands, pending, errors)
+                pending = [i for i in pending if i in errors and is_pending(errors[i])]
         if errors:
             i = min(errors)
             queue = queues if isinstance(queues, str) else queues[first + i].as_py()
@@ -190,6 +317,18 @@ class JobWriter:
                 % (first_row + i, partition, queue, _preview(bodies[first + i].as_py()),
                    errors[i], "" if len(errors) == 1 else
                    " (and %d more jobs of the same chunk)" % (len(errors) - 1)))
+
+
+    @staticmethod
+    def _resend(client, commands: pa.Array, which: list[int],
+                errors: dict[int, ResponseError]) -> None:
+        """Send ``commands[i]`` for i in ``which`` again (``pipeline`` takes them to another
+        node if this one is leaving); ``errors`` keeps the refusals that remain."""
+        for i, reply in zip(which, client.pipeline([commands[i].as_py() for i in which])):
+            if isinstance(reply, ResponseError):
+                errors[i] = reply
+            else:
+                del errors[i]
 
 
 def _parse(schema: StructType, options: Any) -> tuple[ConnectionOptions, AddJobOptions]:
@@ -204,7 +343,8 @@ class DisqueBatchWriter(DataSourceArrowWriter):
     """``df.write.format("disque")``."""
 
     def __init__(self, schema: StructType, options: Any) -> None:
-        self._writer = JobWriter(*_parse(schema, options))
+        # Made on the driver, then pickled to every task: its attempts share the ID.
+        self._writer = JobWriter(*_parse(schema, options), write_id=new_write_id())
 
     def write(self, iterator):
         return self._writer.write(iterator)
@@ -217,7 +357,9 @@ class DisqueBatchWriter(DataSourceArrowWriter):
 
 
 class DisqueStreamWriter(DataSourceStreamArrowWriter):
-    """``df.writeStream.format("disque")``: at-least-once (a retried batch adds its jobs again)."""
+    """``df.writeStream.format("disque")``: a retried task, or a micro-batch run again
+    after a restart from the checkpoint, gets its jobs' IDs back within the node's
+    ``dedup-window`` (tokens named by the query's and the micro-batch's IDs)."""
 
     def __init__(self, schema: StructType, options: Any) -> None:
         self._writer = JobWriter(*_parse(schema, options))
