@@ -1,4 +1,6 @@
-"""One local[2] SparkSession for the whole test session, on loopback and quiet.
+"""One local[2,4] SparkSession for the whole test session, on loopback and quiet:
+two threads, and a failed task is tried up to 4 times, as on a cluster (plain
+local[2] never retries one; tests/spark/test_writer_dedup.py needs retries).
 
 Every test module here sets ``pytestmark = pytest.mark.spark``. ``make test``
 installs the ``spark`` extra and ``.ci/run`` installs Java, so a missing
@@ -23,7 +25,7 @@ def spark():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from disque.spark.session import local_session
 
-    session = local_session("disque-tests", master="local[2]",
+    session = local_session("disque-tests", master="local[2,4]",
                             conf={"spark.sql.streaming.stopTimeout": "30s"})
     yield session
     session.stop()
