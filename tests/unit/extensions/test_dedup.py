@@ -1,0 +1,301 @@
+"""ADDJOB ... DEDUPID (docs/dedup.md): the index, the window, CONFIG SET
+dedup-window, -PENDING while the first job waits for its replicas, a retry
+after NOREPL creating the job, copies and loaded jobs answering, and the AOF
+load's fast loop taking format-2 payloads."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from disque.aof.format import append_loadjobs, deljob_record, read_record
+from disque.aof.loader import AofLoader, AofLoadError
+from disque.cluster import messages as m
+from disque.jobs.codec import to_bus
+from disque.jobs.dedup import DedupIndex
+from disque.jobs.journal import REASON_ACKED
+from tests.unit.helpers import (NODE_ID, PEER_ID, START_MS, Cmd, add_peer, advance, deliver,
+                                make_node)
+
+WINDOW_MS = 300_000  # dedup-window's default, 300 s
+PENDING = "PENDING Job %s with this DEDUPID is waiting for its replicas, retry later"
+NOREPL_TIMEOUT = "NOREPL Timeout reached before replicating to the requested number of nodes"
+
+
+@pytest.fixture
+def cmd():
+    return Cmd(make_node())
+
+
+# ------------------------------------------------------------------ the index
+
+def test_index_finds_a_token_within_the_window_only():
+    index = DedupIndex()
+    index.remember(b"q", b"t", b"D-1", 1000)
+    assert index.find(b"q", b"t", 1000, 5000) == b"D-1"
+    assert index.find(b"q", b"t", 5999, 5000) == b"D-1"
+    assert index.find(b"q", b"t", 6000, 5000) is None  # window over
+    assert index.find(b"other", b"t", 1000, 5000) is None  # per queue
+    assert index.find(b"q", b"u", 1000, 5000) is None
+    assert index.find(b"q", b"t", 1000, 0) is None  # a window of 0: nothing matches
+
+
+def test_index_keeps_the_older_of_two_jobs_with_one_token():
+    """Two nodes that took one token apart (a partition): every node that
+    learns of both answers with the older job, whatever order they came in."""
+    index = DedupIndex()
+    index.remember(b"q", b"t", b"D-new", 2000)
+    index.remember(b"q", b"t", b"D-old", 1000)
+    index.remember(b"q", b"t", b"D-newer", 3000)
+    assert index.find(b"q", b"t", 3000, 10_000) == b"D-old"
+    assert len(index) == 1
+
+
+def test_index_forgets_only_the_job_it_names():
+    index = DedupIndex()
+    index.remember(b"q", b"t", b"D-1", 1000)
+    index.forget(b"q", b"t", b"D-2")
+    assert index.find(b"q", b"t", 1000, 5000) == b"D-1"
+    index.forget(b"q", b"t", b"D-1")
+    assert index.find(b"q", b"t", 1000, 5000) is None and len(index) == 0
+    index.forget(b"q", b"t", b"D-1")  # twice: nothing to do
+
+
+def test_index_expiry_drops_old_entries_and_keeps_a_token_taken_again():
+    index = DedupIndex()
+    index.remember(b"q", b"a", b"D-1", 1000)
+    index.remember(b"q", b"b", b"D-2", 2000)
+    index.forget(b"q", b"a", b"D-1")
+    index.remember(b"q", b"a", b"D-3", 4000)  # a retry after a failed first job
+    index.expire(6500, 5000)  # drops what was made before 1500: the forgotten D-1's entry
+    assert (index.find(b"q", b"a", 6500, 5000), index.find(b"q", b"b", 6500, 5000)) == (
+        b"D-3", b"D-2")
+    index.expire(7000, 5000)
+    assert len(index) == 1 and index.find(b"q", b"a", 7000, 5000) == b"D-3"
+    index.expire(9000, 5000)
+    assert len(index) == 0
+    index.remember(b"q", b"c", b"D-4", 9000)
+    index.clear()
+    assert len(index) == 0 and index.find(b"q", b"c", 9000, 5000) is None
+
+
+# ------------------------------------------------------------ one node
+
+def test_a_repeated_token_returns_the_first_job_and_creates_nothing(cmd):
+    first = cmd.addjob("q", "body", "DEDUPID", "order-17")
+    assert cmd.raw("ADDJOB", "q", "other body", 0, "DEDUPID", "order-17") == (
+        b"+" + first + b"\r\n")
+    assert len(cmd.node.jobs.by_id) == 1 and cmd.ok("QLEN", "q") == 1
+    assert cmd.show(first)["body"] == b"body"
+    # Another queue, or another token, is another job.
+    assert cmd.addjob("q2", "body", "DEDUPID", "order-17") != first
+    assert cmd.addjob("q", "body", "DEDUPID", "order-18") != first
+    assert cmd.addjob("q", "body") != first  # no token: never deduplicated
+    assert len(cmd.node.jobs.by_id) == 4
+
+
+def test_the_token_answers_after_the_job_is_acked(cmd):
+    first = cmd.addjob("q", "body", "DEDUPID", "t")
+    assert cmd.ok("ACKJOB", first) == 1
+    advance(cmd.node, 2000, cron=True)  # the acked job is collected (a lone node)
+    assert first not in cmd.node.jobs.by_id
+    assert cmd.addjob("q", "body", "DEDUPID", "t") == first
+    second = cmd.addjob("q", "body", "DEDUPID", "u")
+    assert cmd.ok("FASTACK", second) == 1
+    assert cmd.addjob("q", "body", "DEDUPID", "u") == second
+    assert not cmd.node.jobs.by_id
+
+
+def test_the_window_ends_and_cron_forgets(cmd):
+    first = cmd.addjob("q", "body", "DEDUPID", "t")
+    advance(cmd.node, WINDOW_MS - 1)
+    assert cmd.addjob("q", "body", "DEDUPID", "t") == first
+    advance(cmd.node, 1, cron=True)
+    assert len(cmd.node.dedup) == 0  # the cron dropped it
+    second = cmd.addjob("q", "body", "DEDUPID", "t")
+    assert second != first and len(cmd.node.jobs.by_id) == 2
+
+
+def test_config_set_dedup_window(cmd):
+    assert cmd.ok("CONFIG", "GET", "dedup-window") == [b"dedup-window", b"300"]
+    assert cmd.ok("CONFIG", "SET", "dedup-window", "10") == b"OK"
+    first = cmd.addjob("q", "body", "DEDUPID", "t")
+    advance(cmd.node, 9_999)
+    assert cmd.addjob("q", "body", "DEDUPID", "t") == first
+    advance(cmd.node, 1)
+    assert cmd.addjob("q", "body", "DEDUPID", "t") != first
+    # 0 turns it off: every ADDJOB creates its job (the token is still stored).
+    assert cmd.ok("CONFIG", "SET", "dedup-window", "0") == b"OK"
+    third = cmd.addjob("q", "body", "DEDUPID", "v")
+    assert cmd.addjob("q", "body", "DEDUPID", "v") != third
+    assert cmd.show(third)["dedupid"] == b"v"
+    # Widening the window again brings back the tokens still indexed.
+    assert cmd.ok("CONFIG", "SET", "dedup-window", "300") == b"OK"
+    assert cmd.addjob("q", "body", "DEDUPID", "v") == third
+    assert cmd.error("CONFIG", "SET", "dedup-window", "-1").startswith("ERR")
+    assert cmd.error("CONFIG", "SET", "dedup-window", "x").startswith("ERR")
+
+
+def test_debug_flushall_forgets_every_token(cmd):
+    cmd.addjob("q", "body", "DEDUPID", "t")
+    cmd.ok("DEBUG", "FLUSHALL")
+    assert len(cmd.node.dedup) == 0
+    assert cmd.addjob("q", "body", "DEDUPID", "t")
+
+
+# ------------------------------------------------------- wait-repl and NOREPL
+
+def _two_nodes():
+    node = make_node()
+    add_peer(node)
+    return node, Cmd(node)
+
+
+def test_pending_while_the_first_job_waits_for_its_replica_then_its_id():
+    node, cmd = _two_nodes()
+    assert cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
+    (job_id,) = node.blocked.producers
+    retry = Cmd(node)
+    assert retry.error("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
+        PENDING % job_id.decode())
+    assert len(node.jobs.by_id) == 1
+    deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
+    assert cmd.sent() == [job_id]
+    assert retry.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
+        b"+" + job_id + b"\r\n")
+    assert len(node.jobs.by_id) == 1
+
+
+def test_a_retry_after_norepl_creates_the_job():
+    node, cmd = _two_nodes()
+    assert cmd.raw("ADDJOB", "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t") is None
+    (failed,) = node.blocked.producers
+    advance(node, 1001)
+    assert [str(e) for e in cmd.sent()] == [NOREPL_TIMEOUT]
+    assert failed not in node.jobs.by_id
+    assert node.outbox.transport.of_type(m.DELJOB)  # the partial copy is asked to go
+    assert cmd.raw("ADDJOB", "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t") is None
+    (created,) = node.blocked.producers
+    assert created != failed
+    deliver(node, PEER_ID, m.job_message(m.GOTJOB, created))
+    assert cmd.sent()[-1] == created
+
+
+def test_a_producer_that_disconnects_frees_its_token():
+    node, cmd = _two_nodes()
+    assert cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
+    (gone,) = node.blocked.producers
+    node.client_gone(cmd.client)
+    assert gone not in node.jobs.by_id
+    assert Cmd(node).raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
+
+
+# ---------------------------------------------------------- copies and loads
+
+def test_a_copy_received_by_repljob_answers_for_its_job():
+    origin, origin_cmd = _two_nodes()
+    assert origin_cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
+    ((_, repljob),) = origin.outbox.transport.of_type(m.REPLJOB)
+    job_id = repljob[m.JOB][0]
+
+    replica = make_node(node_id=PEER_ID)
+    add_peer(replica, NODE_ID)
+    deliver(replica, NODE_ID, repljob)
+    assert job_id in replica.jobs.by_id
+    replica_cmd = Cmd(replica)
+    # The copy is active here, created or about to be: its ID, nothing created.
+    assert replica_cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
+        b"+" + job_id + b"\r\n")
+    assert list(replica.jobs.by_id) == [job_id]
+    # Another queue's token of the same name is another job.
+    assert replica_cmd.raw("ADDJOB", "q2", "body", 5000, "REPLICATE", 1,
+                           "DEDUPID", "t").startswith(b"+D-")
+
+
+def test_a_copy_names_the_token_by_its_creation_time_not_its_arrival():
+    node = make_node(node_id=PEER_ID)
+    add_peer(node, NODE_ID)
+    origin = make_node(now=START_MS - 200_000)
+    job_id = Cmd(origin).addjob("q", "body", "DEDUPID", "t")
+    deliver(node, NODE_ID, {m.TYPE: m.REPLJOB, m.JOB: to_bus(origin.jobs.by_id[job_id],
+                                                               origin.now)})
+    assert Cmd(node).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t") == (
+        b"+" + job_id + b"\r\n")
+    advance(node, WINDOW_MS - 200_000, cron=True)  # 300 s after the job's creation
+    assert len(node.dedup) == 0
+
+
+# ------------------------------------------------------ the AOF's fast loop
+
+def _load(node, path) -> AofLoader:
+    loader = AofLoader(node, str(path), enqueue_once=False, truncate_allowed=False,
+                       logger=logging.getLogger("test.dedup"))
+    try:
+        node.read_clock()
+        while not loader.run(1 << 30):
+            pass
+    finally:
+        loader.close()
+    return loader
+
+
+def _records(node, job_ids) -> bytes:
+    out = bytearray()
+    append_loadjobs(out, [node.jobs.by_id[j] for j in job_ids], node.now)
+    return bytes(out)
+
+
+def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
+    source = make_node(seed=3)
+    cmd = Cmd(source)
+    jobs = [cmd.addjob("q", "body %d" % i, "DEDUPID", "tok-%d" % i) for i in range(20)]
+    plain = cmd.addjob("q", "plain")
+    rich = cmd.addjob("q2", "r\r\n", "PRIORITY", 9, "MAXDELIVER", 4, "DEADLETTER", "dl",
+                      "BACKOFF", "1.5", "MAXRETRY", 90, "RETRY", 3, "DEDUPID", "rich")
+    acked = cmd.addjob("q", "acked", "DEDUPID", "acked")
+    data = (_records(source, jobs[:10]) + _records(source, [plain, rich, acked])
+            + deljob_record(source.jobs.by_id[acked], source.now, REASON_ACKED)
+            + _records(source, jobs[10:]))
+    (tmp_path / "a.aof").write_bytes(data)
+
+    node = make_node(seed=4)
+    loader = _load(node, tmp_path / "a.aof")
+    assert loader.restore.records == 24 and loader._strict_records == 0  # all fast
+    assert sorted(node.jobs.by_id) == sorted(jobs + [plain, rich])
+    copy = node.jobs.by_id[rich]
+    assert copy.priority == 9 and copy.body == b"r\r\n"
+    assert (copy.ext.maxdeliver, copy.ext.deadletter, copy.ext.backoff, copy.ext.maxretry,
+            copy.ext.base_retry, copy.ext.dedupid) == (4, b"dl", 1.5, 90, 3, b"rich")
+    assert node.jobs.by_id[plain].ext is None
+    assert node.jobs.by_id[jobs[3]].ext.dedupid == b"tok-3"
+    again = Cmd(node)
+    assert again.addjob("q", "x", "DEDUPID", "tok-3") == jobs[3]
+    assert again.addjob("q", "x", "DEDUPID", "acked") == acked  # acked: still answered
+    assert len(node.jobs.by_id) == 22
+
+
+@pytest.mark.parametrize("damage", ["bad map", "no map", "map of the wrong type"])
+def test_a_damaged_format_2_payload_is_reported_by_the_strict_path(tmp_path, damage):
+    source = make_node(seed=3)
+    cmd = Cmd(source)
+    good = cmd.addjob("q", "good", "DEDUPID", "a")
+    bad = cmd.addjob("q", "bad", "DEDUPID", "b")
+    argv, _ = read_record(_records(source, [bad]), 0, 1 << 20)
+    payload, stamp = argv[1], argv[2]
+    nodes_end = payload.rindex(NODE_ID) + len(NODE_ID)
+    if damage == "bad map":
+        payload = payload[:nodes_end] + b"\xc1" + payload[nodes_end + 1:]  # never msgpack
+    elif damage == "no map":
+        payload = payload[:nodes_end]
+    else:
+        payload = payload[:nodes_end] + b"\x93\x01\x02\x03"  # a list, not a map
+    damaged = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
+        len(payload), payload, len(stamp), stamp)
+    first = _records(source, [good])
+    (tmp_path / "a.aof").write_bytes(first + damaged)
+    node = make_node(seed=4)
+    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset "
+                                           "%d: " % len(first)):
+        _load(node, tmp_path / "a.aof")
+    assert list(node.jobs.by_id) == [good]  # the record before it was applied
