@@ -97,7 +97,7 @@ class RequeueCoordination:
                 return  # a copy of an older generation was queued: it moves instead
             if newer > 0:
                 state = job.state  # no longer queued here: the sender's copy wins
-            else:
+            elif newer == 0:
                 retry = m.count_field(msg, m.RETRY)
                 if retry > 0 and job.retry:
                     job.retry = retry  # a BACKOFF period, as the sender has it

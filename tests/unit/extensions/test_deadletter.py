@@ -460,3 +460,24 @@ def test_a_malformed_generation_is_not_applied(pair, bad):
         del msg["queue"]
     deliver_one(pair.b, NODE_ID, msg)
     assert pair.b.jobs[job_id].queue == b"q" and pair.b.jobs[job_id].ext.moves == 0
+
+
+def test_an_older_generations_working_is_answered_and_still_postpones(pair):
+    """b, which missed the move, NACKs its copy with a delay: a tells b the
+    move, and (a WORKING) still leaves the job to b's schedule."""
+    job_id = pair.shared_job("RETRY", 5, "MAXDELIVER", 1, "BACKOFF", 2)
+    fail(pair.ca, job_id, ("q",))
+    pair.drop("a")
+    assert pair.cb.ok("NACK", job_id, "DELAY", 10) == 1
+    (working,) = pair.sent("b", "WORKING")
+    assert (working["moves"], working["delay"], working["retry"]) == (0, 10, 5)
+    pair.a.jobs[job_id].retry = 7  # (as if it had backed off: a stale WORKING's retry is not taken)
+    pair.pump("b")
+    original = pair.a.jobs[job_id]
+    assert (original.state, original.queue, original.retry) == (ACTIVE, b"q:dead", 7)
+    assert original.qtime - pair.a.now >= 17_000 - 250
+    (answer,) = pair.sent("a")
+    assert answer["type"] == "QUEUED" and answer["moves"] == 1
+    pair.pump("a")
+    copy = pair.b.jobs[job_id]
+    assert (copy.queue, copy.ext.moves, copy.retry) == (b"q:dead", 1, 7)
