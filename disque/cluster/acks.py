@@ -96,4 +96,8 @@ class AckPropagation:
         """Forget a job whatever its state (GC completion, FASTACK, failed ADDJOB)."""
         job = self.registry.by_id.get(msg[m.ID])
         if job is not None:
+            if job.state != ACKED:
+                # Not the GC of an acked job: its ADDJOB failed (or a FASTACK), and
+                # its DEDUPID must not name it here any more (docs/dedup.md).
+                self.lifecycle.dedup.forget_job(job)
             self.lifecycle.delete_job(job)

@@ -4,11 +4,15 @@ A token is remembered by every node that holds a copy of its job (it
 travels with the job, and loads with it from the AOF), from the job's
 creation time on, and keeps answering after the job is acked: a producer
 retrying an ADDJOB that did succeed gets the first job's ID back. An
-entry is dropped when its job's creation failed (NOREPL), so a retry can
-create it. docs/commands.md says what this guarantees across nodes.
+entry is dropped when its job's creation failed (NOREPL: on the origin
+when it deletes the job, on replicas when its DELJOB reaches a copy that
+was never acked), so a retry can create it. docs/dedup.md says what this
+guarantees across nodes.
 """
 
 from __future__ import annotations
+
+from disque.jobs.job import Job
 
 
 class DedupIndex:
@@ -61,6 +65,16 @@ class DedupIndex:
             if entry is not None and entry[0] == job_id:
                 del tokens[token]
                 self._count -= 1
+
+    def forget_job(self, job: Job) -> None:
+        """``job``'s token, if it has one, names no job any more: a copy deleted
+        before any ACK (DELJOB from an origin whose ADDJOB failed, or FASTACK)."""
+        ext = job.ext
+        if ext is None or ext.dedupid is None:
+            return
+        queue = ext.origin if ext.origin is not None else job.queue  # as it was indexed
+        if queue is not None:
+            self.forget(queue, ext.dedupid, job.id)
 
     def expire(self, now_ms: int, window_ms: int) -> None:
         """Drop the entries older than the window, from the front of each

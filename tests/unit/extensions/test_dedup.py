@@ -213,6 +213,37 @@ def test_a_copy_received_by_repljob_answers_for_its_job():
                            "DEDUPID", "t").startswith(b"+D-")
 
 
+def _replica_with_copy():
+    """A replica that received the copy of a job with DEDUPID "t" (origin: NODE_ID)."""
+    origin = make_node()
+    job_id = Cmd(origin).addjob("q", "body", "DEDUPID", "t")
+    replica = make_node(node_id=PEER_ID)
+    add_peer(replica, NODE_ID)
+    deliver(replica, NODE_ID, {m.TYPE: m.REPLJOB,
+                               m.JOB: to_bus(origin.jobs.by_id[job_id], origin.now)})
+    assert job_id in replica.jobs.by_id
+    return replica, job_id
+
+
+def test_a_deljob_for_a_copy_never_acked_frees_its_token():
+    """The origin's ADDJOB failed (NOREPL) and it deletes the partial copies
+    (or a FASTACK elsewhere): the token no longer names the job here."""
+    replica, job_id = _replica_with_copy()
+    deliver(replica, NODE_ID, m.job_message(m.DELJOB, job_id))
+    assert not replica.jobs.by_id and len(replica.dedup) == 0
+    created = Cmd(replica).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t")
+    assert created.startswith(b"+D-") and created[1:-2] != job_id
+
+
+def test_the_gc_deljob_of_an_acked_copy_keeps_its_token():
+    replica, job_id = _replica_with_copy()
+    deliver(replica, NODE_ID, {m.TYPE: m.SETACK, m.ID: job_id, m.MAY_HAVE: 2})
+    deliver(replica, NODE_ID, m.job_message(m.DELJOB, job_id))
+    assert not replica.jobs.by_id
+    assert Cmd(replica).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t") == (
+        b"+" + job_id + b"\r\n")
+
+
 def test_a_copy_names_the_token_by_its_creation_time_not_its_arrival():
     node = make_node(node_id=PEER_ID)
     add_peer(node, NODE_ID)
