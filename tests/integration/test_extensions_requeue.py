@@ -90,7 +90,7 @@ def test_nack_delay_2_requeues_after_about_2_seconds(server):
             break
         time.sleep(0.02)
     assert queued_after is not None, "not requeued within 6 s"
-    assert queued_after >= 1.95, queued_after  # never before the delay
+    assert 1.95 <= queued_after <= 4.0, queued_after  # never before the delay
     info = r.execute_command("GETJOB", "WITHCOUNTERS", "FROM", "later")
     assert info == [[b"later", job_id, b"b", b"nacks", 1, b"additional-deliveries", 0]]
 
