@@ -214,9 +214,9 @@ def test_measurement_ratio_target_and_json():
 
 
 def test_select_sections_by_group_name_and_order():
-    assert select_sections(None) == ["ping", "addjob", "cycle", "memory", "cluster_addjob",
-                                     "federation", "aof_addjob", "aof_load"]
-    assert select_sections(["single"]) == ["ping", "addjob", "cycle", "memory"]
+    assert select_sections(None) == ["ping", "addjob", "extensions", "cycle", "memory",
+                                     "cluster_addjob", "federation", "aof_addjob", "aof_load"]
+    assert select_sections(["single"]) == ["ping", "addjob", "extensions", "cycle", "memory"]
     assert select_sections(["cluster"]) == ["cluster_addjob", "federation"]
     assert select_sections(["aof"]) == ["aof_addjob", "aof_load"]
     assert select_sections(["memory,addjob"]) == ["addjob", "memory"]
