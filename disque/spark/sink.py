@@ -97,7 +97,8 @@ def new_write_id() -> str:
 
 
 # A row's token is the task's prefix, then the row's position in the partition
-# as 8 little-endian bytes: every token of a partition has one length, so the
+# as 8 bytes, an int64 in memory (little-endian on the machines Spark runs on;
+# ``row_token`` spells it out): every token of a partition has one length, so the
 # words around it are one scalar, and the positions are an int64 column's own
 # buffer (3 ns per row, where decimal digits cost 30).
 ROW_BYTES = 8
