@@ -15,8 +15,8 @@ from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
-from disque.jobs.codec import BadJobPayload, from_bus, to_bus
-from disque.jobs.job import ACKED, BCAST_QUEUED, WAIT_REPL, Job
+from disque.jobs.codec import FIELDS, BadJobPayload, from_bus, to_bus
+from disque.jobs.job import ACKED, ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job
 from disque.jobs.journal import REASON_MOVED
 from disque.jobs.registry import JobRegistry
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
@@ -221,6 +221,25 @@ class Federation:
             if not wants:
                 del all_wants[name]
 
+    def _take_newer_move(self, job: Job, payload: list) -> bool:
+        """A copy held here meets the sender's, which has extension fields:
+        when the sender's is a newer dead-letter generation (a move or a
+        redrive this node missed), take its queue and counters first, so the
+        job is queued where its holders agree. False if it does not decode."""
+        try:
+            received = from_bus(payload, self.runtime.now, self.membership.nodes)
+        except BadJobPayload:
+            return False
+        theirs = received.ext
+        ours = job.ext
+        if (theirs is not None and theirs.moves > (ours.moves if ours is not None else 0)
+                and (job.state == ACTIVE or job.state == QUEUED)):
+            queue = received.queue
+            assert queue is not None  # from_bus always gives one
+            self.lifecycle.apply_state(job, (queue, theirs.origin, theirs.reason, theirs.moves,
+                                             received.nacks, received.adeliv, received.retry))
+        return True
+
     def on_yourjobs(self, sender: bytes, msg: dict, link: Link) -> None:
         """Queue jobs received from another node (§6.7)."""
         now = self.runtime.now
@@ -241,9 +260,11 @@ class Federation:
                 job = received
                 lifecycle.set_received_qtime(job)
                 lifecycle.register_job(job)
-            elif job.state == ACKED:
+            elif len(payload) > FIELDS and not self._take_newer_move(job, payload):
+                break
+            if job.state == ACKED:
                 continue  # spec decision 5: never resurrect an acked job
-            elif job.state == WAIT_REPL:
+            if job.state == WAIT_REPL:
                 # Its producer still waits here: queueing it would take it out
                 # of wait-repl for good and leave the producer blocked.
                 continue

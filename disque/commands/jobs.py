@@ -499,7 +499,8 @@ def working(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         job.qtime = now + job.retry * 1000 + node.runtime.jitter()
     if job.state != ACKED:
         node.lifecycle.schedule_job(job)
-    node.outbox.send_to_holders(job, m.job_message(m.WORKING, job.id))
+    # With the job's generation: holders of an older one catch up (dead letters).
+    node.outbox.send_to_holders(job, node.lifecycle.job_message(m.WORKING, job))
     return integer(job.retry)
 
 

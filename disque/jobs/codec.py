@@ -25,7 +25,7 @@ MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reache
 # 40-byte node IDs follow.
 STORED_FORMAT: Final = 1
 STORED_LAYOUT: Final = struct.Struct("<BBBHQQQQQQIIH40s")
-_FIELDS: Final = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
+FIELDS: Final = 12  # id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags, delivered
 # A job with extensions (a priority, or JobExtras) is stored with this byte
 # first: the v1 layout, then after the node IDs a msgpack map of
 # EXTENSION_KEYS (docs/aof-format.md). On the bus the same map is a 13th field.
@@ -139,7 +139,7 @@ def _check_types(fields: Sequence[object]) -> None:
     """Raise BadJobPayload unless the first 12 decoded fields have the types
     of a job: bytes, a list of node IDs and non-negative integers."""
     (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-     delivered) = fields[:_FIELDS]
+     delivered) = fields[:FIELDS]
     if not (type(job_id) is bytes and type(queue) is bytes and type(body) is bytes
             and type(delivered) in (list, tuple)):
         raise BadJobPayload("bad job fields")
@@ -181,7 +181,7 @@ def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime:
 
 def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] | None) -> Job:
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
-    if type(payload) not in (list, tuple) or len(payload) < _FIELDS:
+    if type(payload) not in (list, tuple) or len(payload) < FIELDS:
         raise BadJobPayload("not a job")
     _check_types(payload)
     # flags (10) are set below. The ignore: mypy lets a *sequence of unknown
@@ -191,8 +191,8 @@ def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] 
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
     job.state = ACTIVE
-    if len(payload) > _FIELDS:
-        apply_extension_fields(job, payload[_FIELDS])  # later fields: a newer version's
+    if len(payload) > FIELDS:
+        apply_extension_fields(job, payload[FIELDS])  # later fields: a newer version's
     return job
 
 
@@ -203,10 +203,10 @@ def from_storage(payload: Sequence[Any], known_nodes: Container[bytes] | None,
     ``payload``: id, queue, body, repl, ctime, absolute etime, delay, retry,
     nacks, adeliv, flags, nodes delivered, state. ``own`` is the loading
     node's shared nodes-delivered of local-only jobs."""
-    if type(payload) not in (list, tuple) or len(payload) != _FIELDS + 1:
+    if type(payload) not in (list, tuple) or len(payload) != FIELDS + 1:
         raise BadJobPayload("not a stored job")
     _check_types(payload)
-    if type(payload[_FIELDS]) is not int:  # the compiled core would raise TypeError
+    if type(payload[FIELDS]) is not int:  # the compiled core would raise TypeError
         raise BadJobPayload("bad stored state")
     # The length is checked above; mypy counts arguments after a *sequence as extra.
     return from_checked_storage(*payload, known_nodes, own)  # type: ignore[call-arg]
