@@ -79,7 +79,7 @@ class SkipList:
         return self._len > 0
 
     def __contains__(self, item: Job) -> bool:
-        first = self._predecessors(item)[0]
+        first = self._last_before(item)
         return (self._head[0] if first is None else first._sl) is item
 
     def insert(self, item: Job) -> None:
@@ -111,6 +111,22 @@ class SkipList:
                         # last[i] of a level i >= 1 has that level (as in _next).
                         prev._slup[i - 1] = item  # type: ignore[index]
                     last[i] = item
+        elif level == 1:
+            # Three quarters of the items: only level 0 to link, no list of
+            # predecessors (a requeue, or a priority above the tail's).
+            prev = self._last_before(item)
+            if prev is None:
+                nxt = self._head[0]
+                self._head[0] = item
+            else:
+                nxt = prev._sl
+                prev._sl = item
+            item._sl = nxt
+            item._slprev = prev
+            if nxt is None:
+                last[0] = item
+            else:
+                nxt._slprev = item
         else:
             preds = self._predecessors(item)
             head = self._head
@@ -180,17 +196,49 @@ class SkipList:
     def _predecessors(self, item: Job) -> list[Job | None]:
         """For every level, the last item ordered before ``item`` (None = head)."""
         preds: list[Job | None] = [None] * MAX_LEVEL
-        head = self._head
-        prev = None
-        for i in range(MAX_LEVEL - 1, -1, -1):
-            if prev is None and head[i] is None:
-                continue
-            nxt = head[i] if prev is None else _next(prev, i)
-            while nxt is not None and nxt is not item and _before(nxt, item):
-                prev = nxt
-                nxt = _next(prev, i)
-            preds[i] = prev
+        self._search(item, preds)
         return preds
+
+    def _last_before(self, item: Job) -> Job | None:
+        """The last item ordered before ``item`` on level 0 (None = the head):
+        ``_predecessors(item)[0]`` without the list."""
+        return self._search(item, None)
+
+    def _search(self, item: Job, preds: list[Job | None] | None) -> Job | None:
+        """Descend from the highest level in use to level 0, stopping on each
+        before the first item not ordered before ``item`` (or ``item``
+        itself); fill ``preds`` when given; return level 0's predecessor.
+        ``_before`` and ``_next`` are inlined: this loop is every search."""
+        head = self._head
+        i = MAX_LEVEL - 1
+        while head[i] is None:
+            if i == 0:
+                return None  # empty
+            i -= 1
+        priority = item.priority
+        ctime = item.ctime
+        item_id = item.id
+        prev: Job | None = None
+        nxt: Job | None
+        while True:
+            if prev is None:
+                nxt = head[i]
+            elif i == 0:
+                nxt = prev._sl
+            else:
+                nxt = prev._slup[i - 1]  # type: ignore[index]  # as in _next
+            while nxt is not None and nxt is not item:
+                other = nxt.priority
+                if other < priority or (other == priority and (nxt.ctime > ctime or (
+                        nxt.ctime == ctime and nxt.id >= item_id))):
+                    break  # not _before(nxt, item)
+                prev = nxt
+                nxt = nxt._sl if i == 0 else nxt._slup[i - 1]  # type: ignore[index]
+            if preds is not None:
+                preds[i] = prev
+            if i == 0:
+                return prev
+            i -= 1
 
     def _unlink(self, item: Job, preds: Sequence[Job | None]) -> None:
         head = self._head

@@ -218,13 +218,14 @@ def test_appending_in_order_never_searches(monkeypatch, priorities):
     """New jobs of the tail's priority (every job without PRIORITY) or a
     lower one go after the tail without a search, as before priorities."""
     searches = []
-    original = SkipList._predecessors
+    for name in ("_predecessors", "_last_before"):  # the two searches
+        original = getattr(SkipList, name)
 
-    def counting(self, item):
-        searches.append(item)
-        return original(self, item)
+        def counting(self, item, original=original):
+            searches.append(item)
+            return original(self, item)
 
-    monkeypatch.setattr(SkipList, "_predecessors", counting)
+        monkeypatch.setattr(SkipList, name, counting)
     sl = SkipList()
     jobs = [make_job("%024d" % i, 1000 + i, p) for i, p in enumerate(priorities)]
     for job in jobs:
@@ -234,5 +235,6 @@ def test_appending_in_order_never_searches(monkeypatch, priorities):
     assert searches == []
     # A job above the tail's priority is the one new job that searches.
     sl.insert(make_job("Y" * 24, 5000, 4))
-    sl.insert(make_job("Z" * 24, 5001, 6))
-    assert [j.ctime for j in searches] == [5001]
+    sl.insert(make_job("Z" * 24, 5001, 6))  # level 1: _last_before
+    sl.insert(make_job("D" * 24, 5002, 7))  # a tall tower: _predecessors
+    assert [j.ctime for j in searches] == [5001, 5002]
