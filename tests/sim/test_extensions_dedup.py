@@ -157,3 +157,32 @@ def test_a_retry_across_a_partition_creates_a_second_job(seed):
         got.update(getjob_ids(request.value))
     assert got == {first, second}
     check_cluster(sim)
+
+
+@pytest.mark.parametrize("seed", seeds("test_a_replica_answers_before_its_origin_settles", 4))
+def test_a_replica_answers_before_its_origin_settles(seed):
+    """What DEDUPID does not do (docs/dedup.md, "During a partition"): a
+    replica holding its copy answers with the job's ID while the origin still
+    waits for another replica; if the origin's ADDJOB then fails, that answer
+    named a job that is deleted. The producer's -NOREPL from the first ADDJOB
+    is the authoritative answer: retried after it, the job is created."""
+    sim = ready(3, seed)
+    sim.net.partition([[0, 1], [2]], blackhole=True)
+    first = addjob(sim, 0, "q", "body", 1000, "REPLICATE", 3, "DEDUPID", "t")
+    assert sim.run_until(lambda: 1 in states(sim, _waiting(sim)), 500)
+    early = add_ok(sim, 1, "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t")
+    assert early == _waiting(sim) and not first.done
+    assert sim.run_until(lambda: first.done, 2000)
+    assert str(first.value).startswith("NOREPL")
+    sim.run_for(100)
+    assert early not in all_jobs(sim)  # the ID node 1 gave names nothing now
+    sim.net.heal()
+    created = add_ok(sim, 1, "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t")
+    assert created != early and created in all_jobs(sim)
+    check_cluster(sim)
+
+
+def _waiting(sim: Sim) -> bytes | None:
+    """The job node 0's producer waits for, once it does."""
+    producers = list(sim.node(0).blocked.producers)
+    return producers[0] if len(producers) == 1 else None
