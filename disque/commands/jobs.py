@@ -175,26 +175,25 @@ def _addjob_defaults(node: Node, argv: list[bytes], priority: int = DEFAULT_PRIO
         if value < 0:
             return errors.TIMEOUT_NEGATIVE
     name = argv[1]
-    if token is not None:
-        known = _deduplicated(node, name, token)
-        if known is not None:
-            return known
     leaving = node.membership.leaving
     if leaving or node.memory.used > node.memory.warn_threshold:
-        return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
+        return _refused(node, name, token, errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM)
     queue = node.queues.by_name.get(name)
     if queue is not None:
         if queue.paused & PAUSE_IN:
-            return errors.PAUSED
+            return _refused(node, name, token, errors.PAUSED)
         name = queue.name  # one name object shared by every job of the queue
     job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
+    if token is not None:
+        known = node.dedup.claim(name, token, job.id, node.runtime.now,
+                                 node.config.dedup_window * 1000)
+        if known is not None:
+            return _known_job(node, known)  # the new job is dropped unseen
+        ext = job.ext = JobExtras(0, None, 0.0, 0, token)
+        ext.base_retry = MAX_DEFAULT_RETRY
     job.delivered = node.runtime.self_delivered
     if priority != DEFAULT_PRIORITY:
         job.priority = priority
-    if token is not None:
-        ext = job.ext = JobExtras(0, None, 0.0, 0, token)
-        ext.base_retry = MAX_DEFAULT_RETRY
-        node.dedup.remember(name, token, job.id, node.runtime.now)
     node.jobs.add_new(job)
     node.lifecycle.queue_job(job)
     if node.journaling:
@@ -202,26 +201,34 @@ def _addjob_defaults(node: Node, argv: list[bytes], priority: int = DEFAULT_PRIO
     return b"+" + job.id + b"\r\n"
 
 
-def _one_option(argv: list[bytes]) -> bool:
-    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token``,
-    option words in upper case: ``_addjob_one_option`` takes them."""
+def _refused(node: Node, queue: bytes, token: bytes | None, error: bytes) -> bytes:
+    """``error``, unless the ADDJOB's DEDUPID names a job already: a
+    repeated ADDJOB is answered with its job whatever the node's state."""
+    if token is not None:
+        known = _deduplicated(node, queue, token)
+        if known is not None:
+            return known
+    return error
+
+
+def _addjob_one_option(node: Node, argv: list[bytes]) -> bytes | None:
+    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token`` on a
+    lone node, option words in upper case: the plain form's path plus the
+    option (their cost over the plain ADDJOB is the option's own: issue
+    19's benchmark), with the errors ``_parse_addjob_options`` gives. None
+    for any other option."""
     opt = argv[4]
-    return opt == _PRIORITY or opt == _DEDUPID
-
-
-def _addjob_one_option(node: Node, argv: list[bytes]) -> bytes:
-    """The plain form with PRIORITY or DEDUPID on a lone node (their cost
-    over the plain ADDJOB is the option's own: issue 19's benchmark), with
-    the errors ``_parse_addjob_options`` gives."""
     value = argv[5]
-    if argv[4] == _PRIORITY:
+    if opt == _DEDUPID:
+        if not 0 < len(value) <= MAX_DEDUPID_LEN:
+            return errors.DEDUPID_RANGE
+        return _addjob_defaults(node, argv, DEFAULT_PRIORITY, value)
+    if opt == _PRIORITY:
         priority = parse_int(value)
         if priority is None or not 0 <= priority <= MAX_PRIORITY:
             return errors.PRIORITY_RANGE
         return _addjob_defaults(node, argv, priority)
-    if not 0 < len(value) <= MAX_DEDUPID_LEN:
-        return errors.DEDUPID_RANGE
-    return _addjob_defaults(node, argv, DEFAULT_PRIORITY, value)
+    return None
 
 
 def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], start: int,
@@ -251,8 +258,9 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
         size = len(argv)
         if size == 4 and not maxdeliver_default:
             append(_addjob_defaults(node, argv))
-        elif size == 6 and not maxdeliver_default and _one_option(argv):
-            append(_addjob_one_option(node, argv))
+        elif size == 6 and not maxdeliver_default and (
+                reply := _addjob_one_option(node, argv)) is not None:
+            append(reply)
         else:
             # A producer repeats its options: parsed once per run of equal ones.
             if parsed_argv is None or not _same_options(argv, parsed_argv):
@@ -277,8 +285,10 @@ def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
         if lone:
             return _addjob_defaults(node, argv)
         return _addjob_with(node, client, argv, _NO_OPTIONS)
-    if lone and len(argv) == 6 and _one_option(argv):
-        return _addjob_one_option(node, argv)
+    if lone and len(argv) == 6:
+        reply = _addjob_one_option(node, argv)
+        if reply is not None:
+            return reply
     parsed = _parse_addjob_options(argv)
     if type(parsed) is bytes:
         return parsed
@@ -359,8 +369,11 @@ def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
 def _deduplicated(node: Node, queue: bytes, token: bytes) -> bytes | None:
     """The reply to an ADDJOB whose DEDUPID named a job in the window, or None."""
     job_id = node.dedup.find(queue, token, node.runtime.now, node.config.dedup_window * 1000)
-    if job_id is None:
-        return None
+    return None if job_id is None else _known_job(node, job_id)
+
+
+def _known_job(node: Node, job_id: bytes) -> bytes:
+    """The reply to an ADDJOB whose DEDUPID names ``job_id``."""
     job = node.jobs.by_id.get(job_id)
     if job is not None and job.state == WAIT_REPL:
         # The first ADDJOB may still fail: this one cannot say the job exists.

@@ -18,9 +18,9 @@ from disque.jobs.job import Job
 class DedupIndex:
     """Per queue name, token -> (job ID, unix ms it was created at).
 
-    One dict per queue, in the order tokens came (an ADDJOB costs two dict
-    lookups and one small tuple, no key object); old entries leave from
-    the front of each dict.
+    One dict per queue, in the order tokens came (an ADDJOB costs one
+    ``setdefault`` and one small tuple, no key object); old entries leave
+    from the front of each dict.
     """
 
     __slots__ = ("_queues", "_count")
@@ -42,6 +42,29 @@ class DedupIndex:
         if entry is None or now_ms - entry[1] >= window_ms:
             return None
         return entry[0]
+
+    def claim(self, queue: bytes, token: bytes, job_id: bytes, now_ms: int,
+              window_ms: int) -> bytes | None:
+        """ADDJOB made ``job_id`` with ``token``: remember it, unless the token
+        names a job made less than ``window_ms`` ago, whose ID is returned
+        (and ``job_id`` is dropped by the caller). One lookup on the way
+        that creates a job: the ADDJOB path of ``find`` then ``remember``.
+        A window of 0 (dedup off) indexes nothing."""
+        if not window_ms:
+            return None
+        tokens = self._queues.get(queue)
+        if tokens is None:
+            tokens = self._queues[queue] = {}
+        entry = (job_id, now_ms)
+        known = tokens.setdefault(token, entry)
+        if known is entry:
+            self._count += 1
+            return None
+        if now_ms - known[1] < window_ms:
+            return known[0]
+        del tokens[token]  # an entry the cron has not dropped yet: replaced at the end
+        tokens[token] = entry
+        return None
 
     def remember(self, queue: bytes, token: bytes, job_id: bytes, created_ms: int) -> None:
         """``token`` named ``job_id``; of two jobs with one token the older wins."""

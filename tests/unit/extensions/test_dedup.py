@@ -80,6 +80,19 @@ def test_index_expiry_drops_old_entries_and_keeps_a_token_taken_again():
     assert len(index) == 0 and index.find(b"q", b"c", 9000, 5000) is None
 
 
+def test_claim_is_find_then_remember_in_one_lookup():
+    index = DedupIndex()
+    assert index.claim(b"q", b"t", b"D-1", 1000, 5000) is None  # new: taken
+    assert index.claim(b"q", b"t", b"D-2", 5999, 5000) == b"D-1"  # within the window
+    assert index.find(b"q", b"t", 5999, 5000) == b"D-1"
+    assert index.claim(b"q", b"t", b"D-3", 6000, 5000) is None  # past it: D-3 takes over
+    assert index.find(b"q", b"t", 10_999, 5000) == b"D-3" and len(index) == 1
+    assert index.claim(b"q", b"u", b"D-4", 7000, 0) is None  # dedup off: nothing indexed
+    assert index.find(b"q", b"u", 7000, 5000) is None and len(index) == 1
+    index.expire(11_000, 5000)
+    assert len(index) == 0
+
+
 # ------------------------------------------------------------ one node
 
 def test_a_repeated_token_returns_the_first_job_and_creates_nothing(cmd):
@@ -125,14 +138,18 @@ def test_config_set_dedup_window(cmd):
     assert cmd.addjob("q", "body", "DEDUPID", "t") == first
     advance(cmd.node, 1)
     assert cmd.addjob("q", "body", "DEDUPID", "t") != first
-    # 0 turns it off: every ADDJOB creates its job (the token is still stored).
+    # 0 turns it off: every ADDJOB creates its job, and no token is indexed.
+    kept = cmd.addjob("q", "body", "DEDUPID", "u")
     assert cmd.ok("CONFIG", "SET", "dedup-window", "0") == b"OK"
+    assert cmd.addjob("q", "body", "DEDUPID", "u") != kept
     third = cmd.addjob("q", "body", "DEDUPID", "v")
     assert cmd.addjob("q", "body", "DEDUPID", "v") != third
     assert cmd.show(third)["dedupid"] == b"v"
-    # Widening the window again brings back the tokens still indexed.
+    # Widening the window again brings back the tokens indexed before.
     assert cmd.ok("CONFIG", "SET", "dedup-window", "300") == b"OK"
-    assert cmd.addjob("q", "body", "DEDUPID", "v") == third
+    assert cmd.addjob("q", "body", "DEDUPID", "u") == kept
+    fourth = cmd.addjob("q", "body", "DEDUPID", "v")
+    assert fourth != third and cmd.addjob("q", "body", "DEDUPID", "v") == fourth
     assert cmd.error("CONFIG", "SET", "dedup-window", "-1").startswith("ERR")
     assert cmd.error("CONFIG", "SET", "dedup-window", "x").startswith("ERR")
 
