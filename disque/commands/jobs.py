@@ -393,7 +393,9 @@ def _extend(node: Node, job: Job, extras: JobExtras | None) -> None:
     if ext.dedupid is not None:
         queue = job.queue
         assert queue is not None
-        node.dedup.remember(queue, ext.dedupid, job.id, node.runtime.now)
+        # ADDJOB found no job of the token (_deduplicated): this one takes it.
+        node.dedup.claim(queue, ext.dedupid, job.id, node.runtime.now,
+                         node.config.dedup_window * 1000)
 
 
 def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
