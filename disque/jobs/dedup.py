@@ -57,7 +57,9 @@ class DedupIndex:
             tokens = self._queues[queue] = {}
         entry = (job_id, now_ms)
         known = tokens.setdefault(token, entry)
-        if known is entry:
+        # Not ``known is entry``: compiled, a tuple is a C struct boxed anew
+        # at each use; the ID inside is the same object.
+        if known[0] is job_id:
             self._count += 1
             return None
         if now_ms - known[1] < window_ms:
