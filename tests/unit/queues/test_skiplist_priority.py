@@ -208,7 +208,7 @@ def test_large_random_workload_stays_sorted(run_seed):
 
 
 @pytest.mark.skipif(core_build() == COMPILED,
-                    reason="counts calls by patching the pure-Python SkipList (make test-pure runs it)")
+                    reason="patches the pure-Python SkipList (make test-pure runs it)")
 @pytest.mark.parametrize("priorities", [
     [5] * 50,  # no PRIORITY at all: today's jobs
     [9] * 50,  # one priority, whichever
