@@ -63,9 +63,11 @@ def build_command_table() -> dict[bytes, Command]:
     table: dict[bytes, Command] = {}
     for module in (jobs, queues, admin, info, monitor, cluster, deadletter):
         run_handlers = getattr(module, "RUN_HANDLERS", {})
+        max_args = getattr(module, "MAX_ARGS", {})
         for name, arity, flags, handler in module.TABLE:
             cmd = Command(name, arity, flags, handler)
             cmd.run_handler = run_handlers.get(name)
+            cmd.max_args = max_args.get(name, cmd.max_args)
             table[name.encode()] = cmd
             table[name.upper().encode()] = cmd
     return table

@@ -54,12 +54,9 @@ _AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool
 _NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False, DEFAULT_PRIORITY, None)
 
 
-def _parse_extension(opt: bytes, arg: bytes, value: int | None,
-                     extras: JobExtras | None) -> JobExtras | bytes:
-    """One of the extensions' job options (not PRIORITY): the extras with it
-    set, or an error reply."""
-    if extras is None:
-        extras = JobExtras(MAXDELIVER_UNSET)
+def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtras) -> bytes | None:
+    """Set one of the extensions' job options (not PRIORITY) in ``extras``;
+    an error reply, or None."""
     if opt == _DEDUPID:
         if not 0 < len(arg) <= MAX_DEDUPID_LEN:
             return errors.DEDUPID_RANGE
@@ -83,7 +80,7 @@ def _parse_extension(opt: bytes, arg: bytes, value: int | None,
         extras.maxretry = value
     else:
         return errors.SYNTAX
-    return extras
+    return None
 
 
 def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
@@ -129,10 +126,11 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
                 return errors.PRIORITY_RANGE
             priority = value
         else:
-            parsed = _parse_extension(opt, argv[i + 1], value, extras)
-            if type(parsed) is bytes:
-                return parsed
-            extras = parsed  # type: ignore[assignment]  # see addjob: not bytes here
+            if extras is None:
+                extras = JobExtras(MAXDELIVER_UNSET)
+            error = _parse_extension(opt, argv[i + 1], value, extras)
+            if error is not None:
+                return error
         i += 2
     if extras is not None and extras.maxretry and not extras.backoff:
         return errors.MAXRETRY_WITHOUT_BACKOFF

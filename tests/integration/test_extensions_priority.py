@@ -14,7 +14,6 @@ import pytest
 
 from tests.support.cluster import encode_command
 from tests.support.process import DisqueProcess, wait_until
-from tests.unit.extensions.test_priority import needs_max_args
 
 
 def add(proc_or_client, body: str, priority: int | None, *options) -> bytes:
@@ -92,7 +91,6 @@ def test_producers_that_never_give_priority_see_1_0_replies(server):
     assert fields(server.call("QSTAT", "urgent"))["priorities"] == [9, 1]
 
 
-@needs_max_args
 def test_qpeek_withpriority(server):
     r = server.client(protocol=2)
     ids, order = fill(r)
@@ -137,7 +135,6 @@ def test_redis_cli_priority_order_and_qstat(cli):
         "(error) ERR PRIORITY must be between 0 and 9\n"
 
 
-@needs_max_args
 def test_redis_cli_qpeek_withpriority(cli):
     urgent = cli("ADDJOB", "q", "urgent", 0, "PRIORITY", 7).strip()
     assert cli("QPEEK", "q", 1, "WITHPRIORITY") == (

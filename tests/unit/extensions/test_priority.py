@@ -14,19 +14,6 @@ from tests.unit.helpers import Cmd, advance, make_node
 ARITY = b"-ERR wrong number of arguments for 'qpeek' command\r\n"
 
 
-def _qpeek_takes_withpriority() -> bool:
-    """The command table lets QPEEK have its fourth word (queues.MAX_ARGS)
-    while COMMAND still shows Disque 1.0's arity."""
-    return make_node().commands[b"qpeek"].max_args >= 4
-
-
-# Until disque/commands/__init__.py applies the MAX_ARGS of queues.py, Node.call
-# refuses the fourth word: these tests must fail then, and pass once it does.
-needs_max_args = pytest.mark.xfail(
-    not _qpeek_takes_withpriority(), strict=True,
-    reason="build_command_table does not apply queues.MAX_ARGS yet")
-
-
 @pytest.fixture
 def cmd():
     return Cmd(make_node())
@@ -159,7 +146,6 @@ def test_command_shows_qpeek_with_its_1_0_arity(cmd):
     assert info[0][:2] == [b"qpeek", 3]
 
 
-@needs_max_args
 def test_qpeek_withpriority_through_the_command_table(cmd):
     ids = fill(cmd, [5, 9])
     assert cmd.raw("QPEEK", "q", 5, "WITHPRIORITY") == (
