@@ -59,9 +59,10 @@ def unique_commands(table: dict[bytes, Command]) -> list[Command]:
 
 def build_command_table() -> dict[bytes, Command]:
     """A fresh table (each node keeps its own call statistics)."""
-    from disque.commands import admin, cluster, deadletter, info, jobs, monitor, queues
+    from disque.commands import (addjob, admin, cluster, deadletter, info, jobs, monitor,
+                                 queues)
     table: dict[bytes, Command] = {}
-    for module in (jobs, queues, admin, info, monitor, cluster, deadletter):
+    for module in (addjob, jobs, queues, admin, info, monitor, cluster, deadletter):
         run_handlers = getattr(module, "RUN_HANDLERS", {})
         max_args = getattr(module, "MAX_ARGS", {})
         for name, arity, flags, handler in module.TABLE:

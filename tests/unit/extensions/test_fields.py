@@ -75,7 +75,7 @@ def test_maxdeliver_default_applies_when_not_given():
     assert cmd.show(explicit)["maxdeliver"] == 0
     # The pipelined path of a lone node applies it too.
     replies = []
-    from disque.commands.jobs import addjob_run
+    from disque.commands.addjob import addjob_run
     addjob_run(cmd.node, cmd.client, [[b"ADDJOB", b"q", b"b", b"0"]] * 2, 0, replies)
     assert all(cmd.show(r[1:-2])["maxdeliver"] == 4 for r in replies)
 
@@ -181,7 +181,7 @@ def test_one_option_fast_path_answers_as_the_generic_path(option, value, timeout
 
 
 def test_one_option_fast_path_in_a_pipelined_run():
-    from disque.commands.jobs import addjob_run
+    from disque.commands.addjob import addjob_run
     cmd = Cmd(make_node())
     commands = [[b"ADDJOB", b"q", b"b", b"0", b"DEDUPID", b"t%d" % (i % 3)] for i in range(6)]
     commands += [[b"ADDJOB", b"q", b"b", b"0", b"PRIORITY", b"%d" % i] for i in (1, 9, 12)]
