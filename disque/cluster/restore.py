@@ -152,7 +152,7 @@ class JobRestore:
                     known, own)
                 if marker == STORED_FORMAT_EXTENDED:
                     apply_extension_fields(job, _unpack_map(buf[nodes_end:stop], raw=False))
-            except (ValueError, TypeError, msgpack.UnpackException):  # BadJobPayload too
+            except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException):
                 break
             pos = stop + _RECORD_TAIL
             done += 1

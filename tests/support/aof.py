@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import msgpack
 
-from disque.aof.format import append_loadjobs
+from disque.aof.format import append_loadjobs, read_record
+from disque.aof.loader import AofLoader
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
@@ -31,3 +34,27 @@ def msgpack_loadjob_record(job, now_ms: int) -> bytes:
     stamp = b"%d" % now_ms
     return b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (
         len(payload), payload, len(stamp), stamp)
+
+
+def file_records(path="disque.aof") -> list[list[bytes]]:
+    """Every record of a file, which must parse to its end."""
+    with open(path, "rb") as f:
+        data = f.read()
+    out, pos = [], 0
+    while pos < len(data):
+        argv, pos = read_record(data, pos, len(data))
+        out.append(argv)
+    return out
+
+
+def load_into(node, path, enqueue_once: bool = False) -> AofLoader:
+    """Load the AOF at ``path`` into ``node`` as the server does at start."""
+    loader = AofLoader(node, str(path), enqueue_once=enqueue_once, truncate_allowed=False,
+                       logger=logging.getLogger("test.aof"))
+    try:
+        node.read_clock()
+        while not loader.run(1 << 30):
+            pass
+    finally:
+        loader.close()
+    return loader

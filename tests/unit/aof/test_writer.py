@@ -14,11 +14,11 @@ import threading
 import pytest
 
 from disque.aof import writer as writer_module
-from disque.aof.format import read_record
 from disque.aof.loader import AofLoader
 from disque.aof.writer import STATE_OFF, STATE_ON, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.job import ACTIVE, QUEUED
 from disque.jobs.journal import NULL_JOURNAL
+from tests.support.aof import file_records
 from tests.unit.helpers import Cmd, make_node
 
 LOG = logging.getLogger("test.aof.writer")
@@ -44,13 +44,7 @@ async def node_writer(workdir):
 
 def records(path="disque.aof") -> list[list[bytes]]:
     """Every record of a file, which must parse completely."""
-    with open(path, "rb") as f:
-        data = f.read()
-    out, pos = [], 0
-    while pos < len(data):
-        argv, pos = read_record(data, pos, len(data))
-        out.append(argv)
-    return out
+    return file_records(path)
 
 
 def loaded_state(path="disque.aof") -> dict[bytes, tuple]:

@@ -10,13 +10,12 @@ import os
 
 import pytest
 
-from disque.aof.format import read_record
-from disque.aof.loader import AofLoader
 from disque.aof.writer import AofWriter
 from disque.cluster import messages as m
 from disque.config import Config
 from disque.jobs.job import ACTIVE, QUEUED
 from disque.jobs.journal import REASON_QUEUE_CHANGED
+from tests.support.aof import file_records, load_into
 from tests.unit.helpers import NODE_ID, PEER_ID, Cmd, add_peer, advance, make_node
 from tests.unit.helpers import deliver as deliver_one
 
@@ -247,26 +246,9 @@ async def writer(tmp_path, monkeypatch):
     aof.fsync_pool.shutdown()
 
 
-def file_records() -> list[list[bytes]]:
-    with open("disque.aof", "rb") as f:
-        data = f.read()
-    out, pos = [], 0
-    while pos < len(data):
-        argv, pos = read_record(data, pos, len(data))
-        out.append(argv)
-    return out
-
-
 def load_file():
     node = make_node(seed=99)
-    loader = AofLoader(node, "disque.aof", enqueue_once=True, truncate_allowed=False,
-                       logger=logging.getLogger("test"))
-    try:
-        node.read_clock()
-        while not loader.run(1 << 30):
-            pass
-    finally:
-        loader.close()
+    load_into(node, "disque.aof", enqueue_once=True)
     return node
 
 

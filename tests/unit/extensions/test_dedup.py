@@ -5,16 +5,16 @@ load's fast loop taking format-2 payloads."""
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 
 from disque.aof.format import append_loadjobs, deljob_record, read_record
-from disque.aof.loader import AofLoader, AofLoadError
+from disque.aof.loader import AofLoadError
 from disque.cluster import messages as m
 from disque.jobs.codec import to_bus
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import REASON_ACKED
+from tests.support.aof import load_into
 from tests.unit.helpers import (NODE_ID, PEER_ID, START_MS, Cmd, add_peer, advance, deliver,
                                 make_node)
 
@@ -276,18 +276,6 @@ def test_a_copy_names_the_token_by_its_creation_time_not_its_arrival():
 
 # ------------------------------------------------------ the AOF's fast loop
 
-def _load(node, path) -> AofLoader:
-    loader = AofLoader(node, str(path), enqueue_once=False, truncate_allowed=False,
-                       logger=logging.getLogger("test.dedup"))
-    try:
-        node.read_clock()
-        while not loader.run(1 << 30):
-            pass
-    finally:
-        loader.close()
-    return loader
-
-
 def _records(node, job_ids) -> bytes:
     out = bytearray()
     append_loadjobs(out, [node.jobs.by_id[j] for j in job_ids], node.now)
@@ -308,7 +296,7 @@ def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
     (tmp_path / "a.aof").write_bytes(data)
 
     node = make_node(seed=4)
-    loader = _load(node, tmp_path / "a.aof")
+    loader = load_into(node, tmp_path / "a.aof")
     assert loader.restore.records == 24 and loader._strict_records == 0  # all fast
     assert sorted(node.jobs.by_id) == sorted(jobs + [plain, rich])
     copy = node.jobs.by_id[rich]
@@ -345,5 +333,5 @@ def test_a_damaged_format_2_payload_is_reported_by_the_strict_path(tmp_path, dam
     node = make_node(seed=4)
     with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset "
                                            "%d: " % len(first)):
-        _load(node, tmp_path / "a.aof")
+        load_into(node, tmp_path / "a.aof")
     assert list(node.jobs.by_id) == [good]  # the record before it was applied
