@@ -19,7 +19,7 @@ import msgpack
 from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
                                BadJobPayload, apply_extension_fields, extension_fields,
                                from_checked_storage, from_storage)
-from disque.jobs.job import ACTIVE, DEFAULT_PRIORITY, QUEUED, Job
+from disque.jobs.job import ACTIVE, ADELIV_SHIFT, COUNTER_MASK, DEFAULT_PRIORITY, QUEUED, Job
 
 LOADJOB = b"LOADJOB"
 DELJOB = b"DELJOB"
@@ -82,15 +82,19 @@ def append_loadjobs(out: bytearray, jobs, now_ms: int) -> None:
         if job.ext is not None or job.priority != DEFAULT_PRIORITY:  # codec.has_extensions
             extra = _packb(extension_fields(job))
             size += len(extra)
+            counts = job.counts
             add((_LOADJOB_HEAD % size,
                  _v1_pack(PAYLOAD_V2, QUEUED if job.state == QUEUED else ACTIVE, job.flags,
-                          job.repl, job.ctime, job.etime, job.delay, job.retry, job.nacks,
-                          job.adeliv, len(queue), len(body), len(delivered), job.id),
+                          job.repl, job.ctime, job.etime, job.delay, job.retry,
+                          counts & COUNTER_MASK, (counts >> ADELIV_SHIFT) & COUNTER_MASK,
+                          len(queue), len(body), len(delivered), job.id),
                  queue, body, nodes, extra, stamp))
             continue
+        counts = job.counts  # nacks and additional deliveries (Job's properties, unpacked here)
         add((_LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size,
              _v1_pack(PAYLOAD_V1, QUEUED if job.state == QUEUED else ACTIVE, job.flags, job.repl,
-                      job.ctime, job.etime, job.delay, job.retry, job.nacks, job.adeliv,
+                      job.ctime, job.etime, job.delay, job.retry, counts & COUNTER_MASK,
+                      (counts >> ADELIV_SHIFT) & COUNTER_MASK,
                       len(queue), len(body), len(delivered), job.id),
              queue, body, nodes, stamp))
     out += _join(parts)

@@ -18,6 +18,12 @@ BCAST_QUEUED: Final = 1  # the next local queueing must announce itself with QUE
 BCAST_WILLQUEUE: Final = 2  # send WILLQUEUE 500 ms before qtime
 DELIVERED: Final = 4  # this node handed the job to a consumer at least once
 
+# Job.counts: nacks in bits 0-15, additional deliveries 16-31, GC attempts 32-47.
+COUNTER_MASK: Final = 0xFFFF
+ADELIV_SHIFT: Final = 16
+_GC_RETRY_SHIFT: Final = 32
+_NACKS_AND_ADELIV: Final = 0xFFFF_FFFF
+
 DEFAULT_PRIORITY: Final = 5
 MAX_PRIORITY: Final = 9
 MAX_DELIVERIES: Final = 65535  # MAXDELIVER's limit: the counters it compares are 16-bit
@@ -72,13 +78,17 @@ class Job:
     every single-node job); ``confirmed`` is a set only while it matters.
     ``priority`` (0-9, higher served first) orders the job in its queue
     before its ctime; ``ext`` holds the extensions' fields, or None.
+    ``counts`` packs three 16-bit counters (``nacks``, ``adeliv``,
+    ``gc_retry``, read and set through properties): unsigned 16-bit like the
+    original's, and one slot instead of three keeps a compiled job at 208
+    bytes with ``priority`` and ``ext`` (docs/benchmarks.md, memory per job).
     The last four slots belong to the scan index and the queue skiplist.
     """
 
     __slots__ = (
         "id", "queue", "body", "state", "repl", "ctime", "etime", "delay",
-        "retry", "nacks", "adeliv", "delivered", "confirmed", "qtime",
-        "awakeme", "gc_retry", "flags", "seq", "priority", "ext", "_sl", "_slprev", "_slup",
+        "retry", "counts", "delivered", "confirmed", "qtime",
+        "awakeme", "flags", "seq", "priority", "ext", "_sl", "_slprev", "_slup",
     )
 
     def __init__(self, job_id: bytes, queue: bytes | None, body: bytes | None,
@@ -92,13 +102,11 @@ class Job:
         self.etime = etime
         self.delay = delay
         self.retry = retry
-        self.nacks = 0
-        self.adeliv = 0
+        self.counts = 0
         self.delivered: tuple[bytes, ...] = ()
         self.confirmed: set[bytes] | None = None
         self.qtime = 0
         self.awakeme = 0
-        self.gc_retry = 0
         self.flags = 0
         self.seq = -1
         self.priority = DEFAULT_PRIORITY
@@ -106,6 +114,35 @@ class Job:
         self._sl: Job | None = None
         self._slprev: Job | None = None
         self._slup: list[Job | None] | None = None
+
+    @property
+    def nacks(self) -> int:
+        """NACKs seen so far (16 bits, wrapping)."""
+        return self.counts & COUNTER_MASK
+
+    @nacks.setter
+    def nacks(self, value: int) -> None:
+        self.counts = (self.counts & ~COUNTER_MASK) | (value & COUNTER_MASK)
+
+    @property
+    def adeliv(self) -> int:
+        """Additional deliveries so far: requeues other than NACKs (16 bits, wrapping)."""
+        return (self.counts >> ADELIV_SHIFT) & COUNTER_MASK
+
+    @adeliv.setter
+    def adeliv(self, value: int) -> None:
+        self.counts = ((self.counts & ~(COUNTER_MASK << ADELIV_SHIFT))
+                       | ((value & COUNTER_MASK) << ADELIV_SHIFT))
+
+    @property
+    def gc_retry(self) -> int:
+        """GC attempts of an acked job so far."""
+        return self.counts >> _GC_RETRY_SHIFT
+
+    @gc_retry.setter
+    def gc_retry(self, value: int) -> None:
+        self.counts = ((self.counts & _NACKS_AND_ADELIV)
+                       | ((value & COUNTER_MASK) << _GC_RETRY_SHIFT))
 
     def add_delivered(self, node_id: bytes) -> None:
         """Add one node to nodes-delivered."""
