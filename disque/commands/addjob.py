@@ -357,7 +357,7 @@ def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
 
 def _deduplicated(node: Node, queue: bytes, token: bytes) -> bytes | None:
     """The reply to an ADDJOB whose DEDUPID named a job in the window, or None."""
-    job_id = node.dedup.find(queue, token, node.runtime.now, node.config.dedup_window * 1000)
+    job_id = node.dedup.find(queue, token, node.config.dedup_window * 1000)
     return None if job_id is None else _known_job(node, job_id)
 
 

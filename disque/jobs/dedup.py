@@ -12,84 +12,141 @@ guarantees across nodes.
 
 from __future__ import annotations
 
+from typing import Final
+
 from disque.jobs.job import Job
 
 
-class DedupIndex:
-    """Per queue name, token -> (job ID, unix ms it was created at).
+# A queue's arrival groups are compacted once this many are dropped.
+_COMPACT_GROUPS: Final = 1024
 
-    One dict per queue, in the order tokens came (an ADDJOB costs one
-    ``setdefault`` and one small tuple, no key object); old entries leave
-    from the front of each dict.
+
+class _QueueTokens:
+    """One queue's tokens in the order they came, and when: the entries of
+    ``ids`` (token -> job ID, b"" once forgotten) fall in groups of one
+    arrival time each (``times``/``counts`` from index ``first`` on), so an
+    entry costs no tuple nor time object of its own."""
+
+    __slots__ = ("ids", "times", "counts", "first")
+
+    def __init__(self) -> None:
+        self.ids: dict[bytes, bytes] = {}
+        self.times: list[int] = []
+        self.counts: list[int] = []
+        self.first = 0
+
+    def arrived(self, ms: int) -> None:
+        """One entry was added to ``ids`` at ``ms``."""
+        times = self.times
+        if len(times) > self.first and times[-1] == ms:
+            self.counts[-1] += 1
+        else:
+            times.append(ms)
+            self.counts.append(1)
+
+    def drop_until(self, oldest_ms: int) -> int:
+        """Drop the entries that came at ``oldest_ms`` or before, from the
+        front; return how many named a job (not forgotten ones)."""
+        times = self.times
+        counts = self.counts
+        first = self.first
+        drop = 0
+        while first < len(times) and times[first] <= oldest_ms:
+            drop += counts[first]
+            first += 1
+        if not drop:
+            return 0
+        ids = self.ids
+        it = iter(ids)
+        tokens = [next(it) for _ in range(min(drop, len(ids)))]
+        live = 0
+        for token in tokens:
+            if ids.pop(token):
+                live += 1
+        if first >= _COMPACT_GROUPS or first == len(times):
+            del times[:first]
+            del counts[:first]
+            first = 0
+        self.first = first
+        return live
+
+
+class DedupIndex:
+    """Per queue name, the tokens of the last ``dedup-window`` seconds.
+
+    An ADDJOB costs one ``setdefault`` (no key or entry object: the value
+    is the job's ID); the cron drops entries once they are older than the
+    window, so a token answers until the cron tick after its window ends
+    (1/hz, 100 ms by default), never before. Of two jobs with one token
+    (two nodes took it apart), a node keeps the first it learns of.
     """
 
     __slots__ = ("_queues", "_count")
 
     def __init__(self) -> None:
-        self._queues: dict[bytes, dict[bytes, tuple[bytes, int]]] = {}
-        self._count = 0
+        self._queues: dict[bytes, _QueueTokens] = {}
+        self._count = 0  # entries that name a job
 
     def __len__(self) -> int:
         return self._count
 
-    def find(self, queue: bytes, token: bytes, now_ms: int, window_ms: int) -> bytes | None:
-        """The ID of the job created with ``token`` for ``queue`` less than
-        ``window_ms`` ago, or None."""
+    def _tokens(self, queue: bytes) -> _QueueTokens:
         tokens = self._queues.get(queue)
         if tokens is None:
+            tokens = self._queues[queue] = _QueueTokens()
+        return tokens
+
+    def find(self, queue: bytes, token: bytes, window_ms: int) -> bytes | None:
+        """The ID of the job ``token`` names for ``queue``, or None (always
+        None while the window is 0: deduplication is off)."""
+        tokens = self._queues.get(queue)
+        if tokens is None or not window_ms:
             return None
-        entry = tokens.get(token)
-        if entry is None or now_ms - entry[1] >= window_ms:
-            return None
-        return entry[0]
+        return tokens.ids.get(token) or None
 
     def claim(self, queue: bytes, token: bytes, job_id: bytes, now_ms: int,
               window_ms: int) -> bytes | None:
         """ADDJOB made ``job_id`` with ``token``: remember it, unless the token
-        names a job made less than ``window_ms`` ago, whose ID is returned
-        (and ``job_id`` is dropped by the caller). One lookup on the way
-        that creates a job: the ADDJOB path of ``find`` then ``remember``.
-        A window of 0 (dedup off) indexes nothing."""
+        names a job already, whose ID is returned (and ``job_id`` is dropped
+        by the caller). One lookup on the way that creates a job: the ADDJOB
+        path of ``find`` then ``remember``. A window of 0 indexes nothing."""
         if not window_ms:
             return None
-        tokens = self._queues.get(queue)
-        if tokens is None:
-            tokens = self._queues[queue] = {}
-        entry = (job_id, now_ms)
-        known = tokens.setdefault(token, entry)
-        # Not ``known is entry``: compiled, a tuple is a C struct boxed anew
-        # at each use; the ID inside is the same object.
-        if known[0] is job_id:
+        tokens = self._tokens(queue)
+        ids = tokens.ids
+        size = len(ids)
+        known = ids.setdefault(token, job_id)
+        if len(ids) != size:
+            tokens.arrived(now_ms)
             self._count += 1
             return None
-        if now_ms - known[1] < window_ms:
-            return known[0]
-        del tokens[token]  # an entry the cron has not dropped yet: replaced at the end
-        tokens[token] = entry
+        if known:
+            return known
+        ids[token] = job_id  # forgotten (its first job failed): taken again, in its place
+        self._count += 1
         return None
 
     def remember(self, queue: bytes, token: bytes, job_id: bytes, created_ms: int) -> None:
-        """``token`` named ``job_id``; of two jobs with one token the older wins."""
-        tokens = self._queues.get(queue)
-        if tokens is None:
-            tokens = self._queues[queue] = {}
-        entry = tokens.get(token)
-        if entry is not None:
-            if entry[0] == job_id or entry[1] <= created_ms:
-                return  # known, or an older job holds the token (two nodes took it apart)
-            del tokens[token]  # re-inserted at the end: the order stays roughly by time
-            self._count -= 1
-        tokens[token] = (job_id, created_ms)
-        self._count += 1
+        """``token`` named ``job_id`` (a copy, a loaded job), created at
+        ``created_ms``; a token that names another job keeps it."""
+        tokens = self._tokens(queue)
+        ids = tokens.ids
+        size = len(ids)
+        known = ids.setdefault(token, job_id)
+        if len(ids) != size:
+            tokens.arrived(created_ms)
+            self._count += 1
+        elif not known:
+            ids[token] = job_id
+            self._count += 1
 
     def forget(self, queue: bytes, token: bytes, job_id: bytes) -> None:
-        """The job was never created after all (its replication failed)."""
+        """The job was never created after all (its replication failed): the
+        token is free (its entry stays in place until its time is up)."""
         tokens = self._queues.get(queue)
-        if tokens is not None:
-            entry = tokens.get(token)
-            if entry is not None and entry[0] == job_id:
-                del tokens[token]
-                self._count -= 1
+        if tokens is not None and tokens.ids.get(token) == job_id:
+            tokens.ids[token] = b""
+            self._count -= 1
 
     def forget_job(self, job: Job) -> None:
         """``job``'s token, if it has one, names no job any more: a copy deleted
@@ -102,21 +159,14 @@ class DedupIndex:
             self.forget(queue, ext.dedupid, job.id)
 
     def expire(self, now_ms: int, window_ms: int) -> None:
-        """Drop the entries older than the window, from the front of each
-        queue's dict (from the server's cron). Entries of copies may come a
-        little out of creation order, and then go a little late."""
+        """Drop the entries older than the window (from the server's cron).
+        Entries of copies may come a little out of creation order, and then
+        go a little late."""
         oldest = now_ms - window_ms
         empty: list[bytes] = []
         for queue, tokens in self._queues.items():
-            old: list[bytes] = []
-            for token, entry in tokens.items():
-                if entry[1] > oldest:
-                    break
-                old.append(token)
-            for token in old:
-                del tokens[token]
-            self._count -= len(old)
-            if not tokens:
+            self._count -= tokens.drop_until(oldest)
+            if not tokens.ids:
                 empty.append(queue)
         for queue in empty:
             del self._queues[queue]

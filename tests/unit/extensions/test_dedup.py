@@ -30,65 +30,85 @@ def cmd():
 
 # ------------------------------------------------------------------ the index
 
-def test_index_finds_a_token_within_the_window_only():
+def test_index_finds_a_token_until_the_cron_drops_it_past_the_window():
     index = DedupIndex()
     index.remember(b"q", b"t", b"D-1", 1000)
-    assert index.find(b"q", b"t", 1000, 5000) == b"D-1"
-    assert index.find(b"q", b"t", 5999, 5000) == b"D-1"
-    assert index.find(b"q", b"t", 6000, 5000) is None  # window over
-    assert index.find(b"other", b"t", 1000, 5000) is None  # per queue
-    assert index.find(b"q", b"u", 1000, 5000) is None
-    assert index.find(b"q", b"t", 1000, 0) is None  # a window of 0: nothing matches
+    assert index.find(b"q", b"t", 5000) == b"D-1"
+    assert index.find(b"other", b"t", 5000) is None  # per queue
+    assert index.find(b"q", b"u", 5000) is None
+    assert index.find(b"q", b"t", 0) is None  # a window of 0: nothing matches
+    index.expire(5999, 5000)  # 4,999 ms old: kept
+    assert index.find(b"q", b"t", 5000) == b"D-1"
+    index.expire(6000, 5000)  # 5,000 ms old: the window is over
+    assert index.find(b"q", b"t", 5000) is None and len(index) == 0
 
 
-def test_index_keeps_the_older_of_two_jobs_with_one_token():
-    """Two nodes that took one token apart (a partition): every node that
-    learns of both answers with the older job, whatever order they came in."""
+def test_index_keeps_the_first_of_two_jobs_with_one_token():
+    """Two nodes that took one token apart (a partition): a node that learns
+    of both keeps answering with the first it learned of."""
     index = DedupIndex()
     index.remember(b"q", b"t", b"D-new", 2000)
     index.remember(b"q", b"t", b"D-old", 1000)
-    index.remember(b"q", b"t", b"D-newer", 3000)
-    assert index.find(b"q", b"t", 3000, 10_000) == b"D-old"
+    assert index.find(b"q", b"t", 10_000) == b"D-new"
+    assert index.claim(b"q", b"t", b"D-3", 3000, 10_000) == b"D-new"
+    index.remember(b"q", b"t", b"D-new", 2000)  # the same job again: nothing changes
     assert len(index) == 1
+    index.expire(12_000, 10_000)  # D-new came at 2000: its time is up
+    assert len(index) == 0 and index.find(b"q", b"t", 10_000) is None
 
 
 def test_index_forgets_only_the_job_it_names():
     index = DedupIndex()
     index.remember(b"q", b"t", b"D-1", 1000)
     index.forget(b"q", b"t", b"D-2")
-    assert index.find(b"q", b"t", 1000, 5000) == b"D-1"
+    assert index.find(b"q", b"t", 5000) == b"D-1"
     index.forget(b"q", b"t", b"D-1")
-    assert index.find(b"q", b"t", 1000, 5000) is None and len(index) == 0
+    assert index.find(b"q", b"t", 5000) is None and len(index) == 0
     index.forget(b"q", b"t", b"D-1")  # twice: nothing to do
+    assert len(index) == 0
 
 
-def test_index_expiry_drops_old_entries_and_keeps_a_token_taken_again():
+def test_index_expiry_drops_in_arrival_order():
     index = DedupIndex()
     index.remember(b"q", b"a", b"D-1", 1000)
     index.remember(b"q", b"b", b"D-2", 2000)
+    index.remember(b"q", b"c", b"D-3", 2000)
     index.forget(b"q", b"a", b"D-1")
-    index.remember(b"q", b"a", b"D-3", 4000)  # a retry after a failed first job
-    index.expire(6500, 5000)  # drops what was made before 1500: the forgotten D-1's entry
-    assert (index.find(b"q", b"a", 6500, 5000), index.find(b"q", b"b", 6500, 5000)) == (
-        b"D-3", b"D-2")
+    # A retry after a failed first job takes the token in its place: it
+    # keeps the first attempt's time.
+    assert index.claim(b"q", b"a", b"D-4", 4000, 5000) is None
+    assert index.find(b"q", b"a", 5000) == b"D-4" and len(index) == 3
+    index.expire(6500, 5000)  # drops what came at 1500 or before: a
+    assert [index.find(b"q", t, 5000) for t in (b"a", b"b", b"c")] == [None, b"D-2", b"D-3"]
     index.expire(7000, 5000)
-    assert len(index) == 1 and index.find(b"q", b"a", 7000, 5000) == b"D-3"
-    index.expire(9000, 5000)
-    assert len(index) == 0
-    index.remember(b"q", b"c", b"D-4", 9000)
+    assert len(index) == 0 and index.find(b"q", b"b", 5000) is None
+    index.remember(b"q", b"d", b"D-5", 9000)
     index.clear()
-    assert len(index) == 0 and index.find(b"q", b"c", 9000, 5000) is None
+    assert len(index) == 0 and index.find(b"q", b"d", 5000) is None
+
+
+def test_index_groups_arrivals_and_compacts():
+    index = DedupIndex()
+    for n in range(5000):  # five per millisecond
+        index.claim(b"q", b"t%d" % n, b"D-%d" % n, n // 5, 10_000)
+    for now in range(10_000, 11_000, 7):
+        index.expire(now, 10_000)
+        left = 5000 - 5 * min(1000, now - 10_000 + 1)
+        assert len(index) == left
+        assert index.find(b"q", b"t4999", 10_000) == b"D-4999"
+    assert index.find(b"q", b"t0", 10_000) is None
 
 
 def test_claim_is_find_then_remember_in_one_lookup():
     index = DedupIndex()
     assert index.claim(b"q", b"t", b"D-1", 1000, 5000) is None  # new: taken
     assert index.claim(b"q", b"t", b"D-2", 5999, 5000) == b"D-1"  # within the window
-    assert index.find(b"q", b"t", 5999, 5000) == b"D-1"
+    assert index.find(b"q", b"t", 5000) == b"D-1"
+    index.expire(6000, 5000)
     assert index.claim(b"q", b"t", b"D-3", 6000, 5000) is None  # past it: D-3 takes over
-    assert index.find(b"q", b"t", 10_999, 5000) == b"D-3" and len(index) == 1
+    assert index.find(b"q", b"t", 5000) == b"D-3" and len(index) == 1
     assert index.claim(b"q", b"u", b"D-4", 7000, 0) is None  # dedup off: nothing indexed
-    assert index.find(b"q", b"u", 7000, 5000) is None and len(index) == 1
+    assert index.find(b"q", b"u", 5000) is None and len(index) == 1
     index.expire(11_000, 5000)
     assert len(index) == 0
 
@@ -134,9 +154,9 @@ def test_config_set_dedup_window(cmd):
     assert cmd.ok("CONFIG", "GET", "dedup-window") == [b"dedup-window", b"300"]
     assert cmd.ok("CONFIG", "SET", "dedup-window", "10") == b"OK"
     first = cmd.addjob("q", "body", "DEDUPID", "t")
-    advance(cmd.node, 9_999)
+    advance(cmd.node, 9_999, cron=True)
     assert cmd.addjob("q", "body", "DEDUPID", "t") == first
-    advance(cmd.node, 1)
+    advance(cmd.node, 1, cron=True)  # the cron tick at the window's end drops it
     assert cmd.addjob("q", "body", "DEDUPID", "t") != first
     # 0 turns it off: every ADDJOB creates its job, and no token is indexed.
     kept = cmd.addjob("q", "body", "DEDUPID", "u")
