@@ -44,7 +44,7 @@ FROZEN = SURVIVORS + HELPERS
 # How long the helpers' pings to the dead victim go unanswered before it
 # restarts: they flag it PFAIL at most node-timeout minus this after it
 # answers, which leaves the gossip the rest of the origin's window.
-HELPER_HEAD_START_MS = 2500
+HELPER_HEAD_START_MS = 3500
 NOREPL = b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
 
 
