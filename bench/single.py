@@ -54,24 +54,31 @@ def _sample(server: DisqueNode | RedisServer, workload: Workload, command: tuple
     return result.rps
 
 
-def _compare(servers: Servers, settings: Settings, workloads: list[Workload]) -> list[Measurement]:
-    """Run each workload ``repeats`` times on both servers, alternating, and keep the medians."""
+def _compare(servers: Servers, settings: Settings, workloads: list[Workload],
+             bare: Workload | None = None) -> list[Measurement]:
+    """Run each workload ``repeats`` times alternating with its reference, and
+    keep the medians. The reference is redis-server running the workload's
+    redis form or, given ``bare``, the same disque node running ``bare``."""
     out = []
     for workload in workloads:
-        disque, redis_ = [], []
+        disque, reference = [], []
         for _ in range(settings.repeats):
-            redis_.append(_sample(servers.redis(), workload, workload.redis, settings))
+            if bare is None:
+                reference.append(_sample(servers.redis(), workload, workload.redis, settings))
+            else:
+                reference.append(_sample(servers.disque(), bare, bare.disque, settings))
             disque.append(_sample(servers.disque(), workload, workload.disque, settings))
+        name = ("redis-server %s" % " ".join(workload.redis[:2]) if bare is None
+                else "disque %s" % bare.label)
         out.append(Measurement(
             name=workload.name,
             description="redis-benchmark -c %d -n %d -P %d: %s"
                         % (settings.clients, settings.requests, workload.pipeline, workload.label),
             value=median(disque), unit="req/s", samples=disque,
-            reference=Reference("redis-server %s" % " ".join(workload.redis[:2]),
-                                median(redis_), redis_),
+            reference=Reference(name, median(reference), reference),
             target=workload.target,
             # Back-to-back pairs share the machine's momentary load; their spread shows the noise.
-            details={"round_ratios": [round(d / r, 3) for d, r in zip(disque, redis_)]}))
+            details={"round_ratios": [round(d / r, 3) for d, r in zip(disque, reference)]}))
     return out
 
 
@@ -103,30 +110,17 @@ def extensions(servers: Servers, settings: Settings) -> list[Measurement]:
     """ADDJOB -P 16 with PRIORITY and with DEDUPID against the bare ADDJOB
     on the same node, rounds alternating (issue 19: each within 10 %)."""
     body = "x" * settings.body_bytes
-    plain = Workload("addjob_p16", ("ADDJOB", "q", body, "0"), (), 16, "", counts_queue=True)
-    forms = [
+    plain = Workload("addjob_p16", ("ADDJOB", "q", body, "0"), (), 16, "ADDJOB q <body> 0",
+                     counts_queue=True)
+    within = Target("ratio", ">=", 0.9)
+    return _compare(servers, settings, [
         Workload("addjob_priority_p16", ("ADDJOB", "q", body, "0", "PRIORITY", "9"), (), 16,
-                 "ADDJOB q <%d-byte body> 0 PRIORITY 9" % settings.body_bytes,
-                 counts_queue=True),
+                 "ADDJOB q <%d-byte body> 0 PRIORITY 9 vs the bare ADDJOB" % settings.body_bytes,
+                 within, counts_queue=True),
         Workload("addjob_dedupid_p16", ("ADDJOB", "q", body, "0", "DEDUPID", "__rand_int__"),
-                 (), 16, "ADDJOB q <%d-byte body> 0 DEDUPID <12 random digits>"
-                 % settings.body_bytes, keyspace=_TOKEN_KEYSPACE),
-    ]
-    out = []
-    for workload in forms:
-        extended, bare = [], []
-        for _ in range(settings.repeats):
-            bare.append(_sample(servers.disque(), plain, plain.disque, settings))
-            extended.append(_sample(servers.disque(), workload, workload.disque, settings))
-        out.append(Measurement(
-            name=workload.name,
-            description="redis-benchmark -c %d -n %d -P 16: %s vs the bare ADDJOB"
-                        % (settings.clients, settings.requests, workload.label),
-            value=median(extended), unit="req/s", samples=extended,
-            reference=Reference("disque ADDJOB q <body> 0", median(bare), bare),
-            target=Target("ratio", ">=", 0.9),
-            details={"round_ratios": [round(e / b, 3) for e, b in zip(extended, bare)]}))
-    return out
+                 (), 16, "ADDJOB q <%d-byte body> 0 DEDUPID <12 random digits> vs the bare "
+                 "ADDJOB" % settings.body_bytes, within, keyspace=_TOKEN_KEYSPACE),
+    ], bare=plain)
 
 
 def cycle(servers: Servers, settings: Settings) -> list[Measurement]:

@@ -112,33 +112,29 @@ class DedupIndex:
         path of ``find`` then ``remember``. A window of 0 indexes nothing."""
         if not window_ms:
             return None
-        tokens = self._tokens(queue)
-        ids = tokens.ids
-        size = len(ids)
-        known = ids.setdefault(token, job_id)
-        if len(ids) != size:
-            tokens.arrived(now_ms)
-            self._count += 1
-            return None
-        if known:
-            return known
-        ids[token] = job_id  # forgotten (its first job failed): taken again, in its place
-        self._count += 1
-        return None
+        return self._take(queue, token, job_id, now_ms)
 
     def remember(self, queue: bytes, token: bytes, job_id: bytes, created_ms: int) -> None:
         """``token`` named ``job_id`` (a copy, a loaded job), created at
         ``created_ms``; a token that names another job keeps it."""
+        self._take(queue, token, job_id, created_ms)
+
+    def _take(self, queue: bytes, token: bytes, job_id: bytes, ms: int) -> bytes | None:
+        """Let ``token`` name ``job_id`` (since ``ms``) unless it names a job:
+        None when it does now, else the ID it names (``job_id`` itself when
+        already known)."""
         tokens = self._tokens(queue)
         ids = tokens.ids
         size = len(ids)
         known = ids.setdefault(token, job_id)
         if len(ids) != size:
-            tokens.arrived(created_ms)
-            self._count += 1
-        elif not known:
-            ids[token] = job_id
-            self._count += 1
+            tokens.arrived(ms)
+        elif known:
+            return known
+        else:
+            ids[token] = job_id  # forgotten (its first job failed): taken again, in its place
+        self._count += 1
+        return None
 
     def forget(self, queue: bytes, token: bytes, job_id: bytes) -> None:
         """The job was never created after all (its replication failed): the
