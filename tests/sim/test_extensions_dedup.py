@@ -16,21 +16,9 @@ from tests.sim.harness.checks import check_cluster
 from tests.sim.harness.clients import is_error
 from tests.sim.harness.ops import addjob, getjob_ids, job_id_of, states
 from tests.sim.harness.seeds import seeds
+from tests.sim.harness.start import add_ok, ready
 
 NODE_TIMEOUT = 3000
-
-
-def ready(size: int, seed: int) -> Sim:
-    sim = Sim(size, seed)
-    sim.join()
-    sim.run_for(500)
-    return sim
-
-
-def add_ok(sim: Sim, i: int, *args, max_ms: float = 5000) -> bytes:
-    request = sim.command(i, "ADDJOB", *args)
-    assert sim.run_until(lambda: request.done, max_ms), request
-    return job_id_of(request)
 
 
 def all_jobs(sim: Sim) -> set[bytes]:

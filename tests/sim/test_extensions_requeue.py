@@ -16,24 +16,12 @@ import pytest
 from disque.jobs.job import QUEUED
 from tests.sim.harness import Sim
 from tests.sim.harness.checks import check_cluster
-from tests.sim.harness.ops import addjob, getjob_ids, job_id_of, queued_on, states
+from tests.sim.harness.ops import getjob_ids, queued_on, states
 from tests.sim.harness.seeds import seeds
+from tests.sim.harness.start import add_ok, ready
 
 RETRY_S = 3
 JITTER_MS = 250
-
-
-def ready(size: int, seed: int) -> Sim:
-    sim = Sim(size, seed)
-    sim.join()
-    sim.run_for(500)
-    return sim
-
-
-def add_ok(sim: Sim, i: int, *args) -> bytes:
-    request = addjob(sim, i, *args)
-    assert sim.run_until(lambda: request.done, 5000), request
-    return job_id_of(request)
 
 
 def copies(sim: Sim, job_id: bytes) -> dict[int, tuple[bytes, int, bool]]:
