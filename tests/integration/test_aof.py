@@ -26,7 +26,7 @@ import redis
 
 from disque.aof.format import load_job, read_record
 from disque.jobs.job import QUEUED, Job
-from tests.support.aof import loadjob_record
+from tests.support.aof import file_records, loadjob_record
 from tests.support.cluster import encode_command, parse_show, raw_command
 from tests.support.process import REPO, DisqueProcess, wait_until
 
@@ -97,12 +97,7 @@ def job_ids(proc: DisqueProcess, *states: str) -> set[bytes]:
 
 def aof_records(path: Path) -> list[list[bytes]]:
     """Every record of an AOF, which must parse to its end."""
-    data = path.read_bytes()
-    out, pos = [], 0
-    while pos < len(data):
-        argv, pos = read_record(data, pos, len(data))
-        out.append(argv)
-    return out
+    return file_records(path)
 
 
 def record_offsets(path: Path) -> list[int]:
