@@ -76,19 +76,10 @@ class JobLifecycle:
         which schedules it anyway) set its timer. A DEDUPID token it
         carries is remembered (a copy, or a job loaded from the AOF)."""
         self.registry.add(job)
-        ext = job.ext
-        if ext is not None and ext.dedupid is not None:
-            self.remember_token(job)
+        if job.ext is not None:
+            self.dedup.remember_job(job)
         if schedule:
             self.schedule_job(job)
-
-    def remember_token(self, job: Job) -> None:
-        """Index the DEDUPID of ``job`` under the queue ADDJOB named."""
-        ext = job.ext
-        assert ext is not None and ext.dedupid is not None
-        queue = ext.origin if ext.origin is not None else job.queue
-        assert queue is not None
-        self.dedup.remember(queue, ext.dedupid, job.id, job.ctime // 1_000_000)
 
     def delete_job(self, job: Job, producer_error: bytes = errors.NOREPL_REMOVED,
                    reason: bytes = REASON_DELETED) -> None:
@@ -103,9 +94,7 @@ class JobLifecycle:
         elif state == WAIT_REPL:
             self.blocked.release_producer(job.id, producer_error)
             self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
-            ext = job.ext
-            if ext is not None and ext.dedupid is not None and job.queue is not None:
-                self.dedup.forget(job.queue, ext.dedupid, job.id)  # never created: retry may
+            self.dedup.forget_job(job)  # never created: a retry may create it
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, reason)
         self.timers.cancel(job)

@@ -144,14 +144,21 @@ class DedupIndex:
             tokens.ids[token] = b""
             self._count -= 1
 
+    def remember_job(self, job: Job) -> None:
+        """Index ``job``'s token, if it has one (a copy, a loaded job), from
+        its creation time."""
+        ext = job.ext
+        queue = _indexed_queue(job)
+        if ext is not None and ext.dedupid is not None and queue is not None:
+            self.remember(queue, ext.dedupid, job.id, job.ctime // 1_000_000)
+
     def forget_job(self, job: Job) -> None:
         """``job``'s token, if it has one, names no job any more: a copy deleted
-        before any ACK (DELJOB from an origin whose ADDJOB failed, or FASTACK)."""
+        before any ACK (DELJOB from an origin whose ADDJOB failed, or FASTACK),
+        or a job whose ADDJOB failed here."""
         ext = job.ext
-        if ext is None or ext.dedupid is None:
-            return
-        queue = ext.origin if ext.origin is not None else job.queue  # as it was indexed
-        if queue is not None:
+        queue = _indexed_queue(job)
+        if ext is not None and ext.dedupid is not None and queue is not None:
             self.forget(queue, ext.dedupid, job.id)
 
     def expire(self, now_ms: int, window_ms: int) -> None:
@@ -171,3 +178,12 @@ class DedupIndex:
         """Forget every token (DEBUG FLUSHALL)."""
         self._queues.clear()
         self._count = 0
+
+
+def _indexed_queue(job: Job) -> bytes | None:
+    """The queue a job's token is indexed under: the one its ADDJOB named
+    (a dead letter's origin)."""
+    ext = job.ext
+    if ext is not None and ext.origin is not None:
+        return ext.origin
+    return job.queue
