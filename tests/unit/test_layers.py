@@ -29,12 +29,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("node", ("disque.node",)),
     ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
                   "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-                  "disque.gctuning", "disque.osprocess")),
+                  "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
+                  "disque.launcher")),
 ]
 
 ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
             "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-            "disque.gctuning", "disque.osprocess")
+            "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
+            "disque.launcher")
 # The core reads time and randomness only through what the node is given,
 # and does no I/O: none of these may be imported there.
 IO_MODULES = ("asyncio", "socket", "selectors", "os", "time", "threading", "subprocess",
