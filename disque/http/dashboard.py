@@ -1,0 +1,281 @@
+"""The live dashboard on metrics-port: ``/`` (a static page) and ``/api/stats`` (JSON).
+
+The page polls ``/api/stats`` about once a second instead of holding a
+server-sent-event stream: a poll leaves no open stream for shutdown to
+close, works through any proxy, serves scripts and curl alike, and the
+node samples its queues only while someone is watching. Each poll samples
+the longest queues (at most once per ``SAMPLE_INTERVAL_S``) into a short
+history, from which the in/out rates and the sparklines come. Nothing runs
+in the cron or on the job path; the cost of a poll is one pass over the
+queues to pick the longest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from disque import __version__
+from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL,
+                                       render_flags)
+from disque.memory import format_human
+from disque.queues.queue import PAUSE_NAMES
+
+if TYPE_CHECKING:
+    from disque.queues.queue import Queue
+    from disque.server import Server
+
+STATIC_DIR = Path(__file__).parent / "static"
+INDEX_FILE = "index.html"
+# Served under /static/ by name only: nothing else in the package is reachable.
+ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+
+ROUTE_INDEX = "/"
+ROUTE_ASSET = "/static/{name}"
+ROUTE_STATS = "/api/stats"
+
+# The page loads nothing from elsewhere; a queue name that slipped into markup
+# still could not run a script.
+INDEX_HEADERS = {
+    "Content-Security-Policy": ("default-src 'none'; script-src 'self'; style-src 'self'; "
+                                "connect-src 'self'; img-src 'self' data:; base-uri 'none'; "
+                                "form-action 'none'; frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-cache",
+}
+ASSET_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+STATS_HEADERS = {"Cache-Control": "no-store"}
+
+QUEUES_SHOWN = 50           # the longest queues listed; the rest are only counted
+SAMPLE_INTERVAL_S = 0.5     # polls closer than this share one sample
+HISTORY_POINTS = 60         # samples kept per shown queue (a minute at one poll a second)
+RATE_WINDOW_S = 5.0         # rates are averaged over the samples of the last seconds
+STALE_AFTER_S = 10.0        # a longer gap between polls starts the history afresh
+DEAD_LETTER_SUFFIX = b":dead"  # the default dead-letter queue of <queue> (docs/dead-letters.md)
+
+# A node's state for the page, from its flags: the worst one wins.
+NODE_STATES = ((FAIL, "fail"), (PFAIL, "pfail"), (LEAVING, "leaving"),
+               (HANDSHAKE, "handshake"), (NOADDR, "noaddr"))
+NODE_STATE_OK = "ok"
+
+
+def queue_name_text(name: bytes) -> str:
+    """A queue name for JSON: names are arbitrary bytes, so undecodable ones keep ``\\xNN``."""
+    return name.decode("utf-8", "backslashreplace")
+
+
+def node_state(flags: int) -> str:
+    """``ok``, ``pfail``, ``fail``, ``leaving``, ``handshake`` or ``noaddr``."""
+    for flag, state in NODE_STATES:
+        if flags & flag:
+            return state
+    return NODE_STATE_OK
+
+
+class QueueTrack:
+    """The recent samples of one shown queue: (monotonic s, length, jobs in, jobs out)."""
+
+    __slots__ = ("queue", "points")
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.points: deque[tuple[float, int, int, int]] = deque(maxlen=HISTORY_POINTS)
+
+    def add(self, at: float) -> None:
+        """Sample the queue now."""
+        queue = self.queue
+        self.points.append((at, len(queue), queue.jobs_in, queue.jobs_out))
+
+    def rates(self) -> tuple[float | None, float | None]:
+        """Jobs queued and delivered per second over RATE_WINDOW_S; None before two samples."""
+        points = self.points
+        newest = points[-1]
+        oldest = newest
+        for point in reversed(points):
+            if newest[0] - point[0] > RATE_WINDOW_S:
+                break
+            oldest = point
+        elapsed = newest[0] - oldest[0]
+        if elapsed <= 0:
+            return None, None
+        return (newest[2] - oldest[2]) / elapsed, (newest[3] - oldest[3]) / elapsed
+
+
+class QueueSampler:
+    """The history of the longest queues, sampled when the dashboard asks."""
+
+    def __init__(self, limit: int = QUEUES_SHOWN) -> None:
+        self.limit = limit
+        self.tracks: dict[bytes, QueueTrack] = {}
+        self.sampled_at = float("-inf")
+        self.shown: list[QueueTrack] = []
+
+    def sample(self, queues: dict[bytes, Queue], at: float) -> list[QueueTrack]:
+        """The tracks of the longest queues, longest first, sampled if the last sample is old."""
+        if at - self.sampled_at < SAMPLE_INTERVAL_S:
+            return self.shown
+        if at - self.sampled_at > STALE_AFTER_S:
+            self.tracks.clear()
+        self.sampled_at = at
+        longest = heapq.nlargest(self.limit, queues.values(), key=len)
+        tracks: dict[bytes, QueueTrack] = {}
+        for queue in longest:
+            track = self.tracks.get(queue.name)
+            # A queue collected and created again restarts its counters.
+            if track is None or track.queue is not queue:
+                track = QueueTrack(queue)
+            track.add(at)
+            tracks[queue.name] = track
+        self.tracks = tracks
+        self.shown = list(tracks.values())
+        return self.shown
+
+
+def _round_rate(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 2)
+
+
+def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]:
+    """One row of the queues table."""
+    queue = track.queue
+    name = queue.name
+    dead = queues.get(name + DEAD_LETTER_SUFFIX)
+    rate_in, rate_out = track.rates()
+    return {
+        "name": queue_name_text(name),
+        "length": len(queue),
+        "jobs_in": queue.jobs_in,
+        "jobs_out": queue.jobs_out,
+        "rate_in": _round_rate(rate_in),
+        "rate_out": _round_rate(rate_out),
+        "blocked_clients": queue.blocked_count,
+        "paused": PAUSE_NAMES[queue.paused].decode(),
+        "dead_letter_queue": name.endswith(DEAD_LETTER_SUFFIX),
+        "dead_letters": None if dead is None else len(dead),
+        "history": [point[1] for point in track.points],
+    }
+
+
+def nodes_entries(server: Server) -> list[dict[str, Any]]:
+    """The cluster as this node sees it (CLUSTER NODES), itself first."""
+    membership = server.node.membership
+    entries = []
+    for node in membership.nodes.values():
+        myself = bool(node.flags & MYSELF)
+        entries.append({
+            "id": node.id.decode("ascii", "replace"),
+            "address": "%s:%d" % (node.ip, node.port) if node.ip else ":%d" % node.port,
+            "state": node_state(node.flags),
+            "flags": render_flags(node.flags).split(","),
+            "myself": myself,
+            "connected": myself or node.link,
+            "priority": int(node.priority()),
+        })
+    entries.sort(key=lambda entry: (not entry["myself"], entry["address"]))
+    return entries
+
+
+def _info(server: Server, section: str) -> dict[str, object]:
+    return dict(server.info_fields(section))
+
+
+def memory_entry(server: Server) -> dict[str, Any]:
+    """The dataset's estimated size, its limit and the process RSS."""
+    account = server.node.memory
+    peak = account.update_peak()
+    return {
+        "used": account.used,
+        "used_human": format_human(account.used),
+        "peak": peak,
+        "peak_human": format_human(peak),
+        "maxmemory": account.maxmemory,
+        "maxmemory_human": format_human(account.maxmemory) if account.maxmemory else None,
+        "rss": _info(server, "memory").get("used_memory_rss", 0),
+    }
+
+
+def aof_entry(server: Server) -> dict[str, Any]:
+    """The append-only file's state (INFO Persistence)."""
+    fields = _info(server, "persistence")
+    enabled = bool(fields.get("aof_enabled", 0))
+    size = fields.get("aof_current_size") if enabled else None
+    return {
+        "enabled": enabled,
+        "state": fields.get("aof_state"),
+        "fsync": server.config.appendfsync,
+        "size": size,
+        "size_human": None if size is None else format_human(size),
+        "loading": bool(fields.get("loading", 0)),
+        "rewrite_in_progress": bool(fields.get("aof_rewrite_in_progress", 0)),
+        "last_write_status": fields.get("aof_last_write_status"),
+        "last_rewrite_status": fields.get("aof_last_bgrewrite_status"),
+    }
+
+
+def build_stats(server: Server, sampler: QueueSampler, at: float) -> dict[str, Any]:
+    """The whole /api/stats document."""
+    node = server.node
+    queues = node.queues.by_name
+    tracks = sampler.sample(queues, at)
+    return {
+        "time_ms": int(time.time() * 1000),
+        "node": {
+            "id": node.id.decode("ascii", "replace"),
+            "version": __version__,
+            "port": server.config.port,
+            "uptime_s": int(time.time() - server.start_time),
+            "connected_clients": len(server.clients),
+            "blocked_clients": len(node.blocked),
+            "ops_per_sec": node.stats.ops_per_sec(),
+        },
+        "jobs": {"registered": len(node.jobs)},
+        "nodes": nodes_entries(server),
+        "queues": {
+            "total": len(queues),
+            "shown": [queue_entry(track, queues) for track in tracks],
+            # Jobs waiting in dead-letter queues (named <queue>:dead), on this node.
+            "dead_letter_jobs": sum(len(queue) for name, queue in queues.items()
+                                    if name.endswith(DEAD_LETTER_SUFFIX)),
+        },
+        "memory": memory_entry(server),
+        "aof": aof_entry(server),
+    }
+
+
+class Dashboard:
+    """The request handlers, with the sampler they share."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.sampler = QueueSampler()
+
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        """The page itself."""
+        return web.FileResponse(STATIC_DIR / INDEX_FILE, headers=INDEX_HEADERS)
+
+    async def asset(self, request: web.Request) -> web.StreamResponse:
+        """The page's script and style sheet."""
+        name = request.match_info["name"]
+        content_type = ASSETS.get(name)
+        if content_type is None:
+            raise web.HTTPNotFound()
+        headers = dict(ASSET_HEADERS, **{"Content-Type": content_type})
+        return web.FileResponse(STATIC_DIR / name, headers=headers)
+
+    async def stats(self, request: web.Request) -> web.StreamResponse:
+        """The numbers the page shows."""
+        document = build_stats(self.server, self.sampler, time.monotonic())
+        return web.json_response(document, headers=STATS_HEADERS)
+
+
+def add_routes(app: web.Application, server: Server) -> None:
+    """Serve the dashboard from ``app`` (the metrics-port application)."""
+    dashboard = Dashboard(server)
+    app.router.add_get(ROUTE_INDEX, dashboard.index)
+    app.router.add_get(ROUTE_ASSET, dashboard.asset)
+    app.router.add_get(ROUTE_STATS, dashboard.stats)
