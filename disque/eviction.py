@@ -16,6 +16,7 @@ from disque.jobs.journal import REASON_EVICTED
 from disque.jobs.registry import JobRegistry, is_evictable
 from disque.memory import MemoryAccount
 from disque.queues.queueset import QueueSet
+from disque.stats import JobCounters
 
 MAX_EVICTIONS_PER_CALL: Final = 10000
 IDLE_QUEUE_LIMIT_S: Final = 2
@@ -32,8 +33,10 @@ class MemoryPolicy:
     """What the node drops when the dataset passes the eviction threshold."""
 
     def __init__(self, settings: EvictionSettings, memory: MemoryAccount, registry: JobRegistry,
-                 lifecycle: JobLifecycle, queues: QueueSet) -> None:
+                 lifecycle: JobLifecycle, queues: QueueSet,
+                 counters: JobCounters | None = None) -> None:
         self.settings = settings
+        self.counters = counters if counters is not None else JobCounters()
         self.memory = memory
         self.registry = registry
         self.lifecycle = lifecycle
@@ -51,6 +54,7 @@ class MemoryPolicy:
             del candidates[job]
             if job.seq >= 0 and is_evictable(job):
                 self.lifecycle.delete_job(job, reason=REASON_EVICTED)
+                self.counters.evicted += 1
                 budget -= 1
         if memory.used > memory.evict_threshold and self.queues:
             self.queues.collect_idle(IDLE_QUEUE_LIMIT_S)

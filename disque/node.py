@@ -44,7 +44,7 @@ from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
 from disque.resp import NIL_ARRAY, OK
 from disque.runtime import Runtime
-from disque.stats import Stats
+from disque.stats import JobCounters, Stats
 
 _QUIT: Final = b"QUIT"
 # A run of commands is timed as a whole, which the slow log can only use
@@ -76,7 +76,8 @@ class Node:
         runtime = self.runtime = Runtime(node_id, rng, clock())
         memory = self.memory = MemoryAccount(config.maxmemory)
         membership = self.membership = Membership(node_id, config.port)
-        self.ids = JobIdGenerator(node_id, rng)
+        counters = self.counters = JobCounters()
+        self.ids = JobIdGenerator(node_id, rng, counters)
         self.outbox = Outbox(runtime, membership, bus if bus is not None else BusTransport(),
                              config.port)
         self.jobs = JobRegistry(memory)
@@ -89,19 +90,21 @@ class Node:
         self.journaling = False  # see set_journal
         self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
                                       membership, self.outbox, self.journal, self.interest,
-                                      self.dedup)
+                                      self.dedup, counters)
         self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
                                        self.blocked, membership, self.outbox, self.journal,
                                        memory)
         self.federation = Federation(runtime, self.jobs, self.queues, self.lifecycle,
                                      self.blocked, membership, self.outbox, self.interest)
-        self.consumers = Consumers(self.queues, self.lifecycle, self.blocked, self.federation)
+        self.consumers = Consumers(self.queues, self.lifecycle, self.blocked, self.federation,
+                                   counters)
         self.acks = AckPropagation(runtime, self.jobs, self.lifecycle, self.replication,
                                    membership, self.outbox)
         self.requeue = RequeueCoordination(runtime, self.jobs, self.queues, self.lifecycle,
                                            self.outbox)
         self.gossip = Gossip(runtime, membership, self.outbox, config, self.host)
-        self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues)
+        self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
+                                     counters)
         # The same dicts as QueueSet.ready and Interest.ready (cleared in
         # place, never replaced): after every input, one test says whether
         # ``after_input`` has work, without a call.

@@ -40,6 +40,31 @@ def _trim_argv(argv: list[bytes]) -> list[bytes]:
     return kept
 
 
+class JobCounters:
+    """What happened to jobs on this node since it started: plain ints the
+    job paths increment (no allocation on the path), read at scrape time by
+    the metrics collectors and the dashboard. Monotonic: CONFIG RESETSTAT
+    leaves them, as Prometheus expects of a counter.
+
+    ``added`` counts the jobs ADDJOB created here, ``delivered`` the jobs
+    handed to this node's consumers, ``acked`` those its clients ACKJOBed or
+    FASTACKed, ``nacked`` its NACKs (a NACK ... DELAY when it falls due),
+    ``requeued`` retry timeouts that queued a job again, ``expired`` and
+    ``evicted`` jobs dropped at their TTL or under memory pressure,
+    ``dead_lettered`` jobs moved to their dead-letter queue here.
+    """
+
+    def __init__(self) -> None:
+        self.added = 0
+        self.delivered = 0
+        self.acked = 0
+        self.nacked = 0
+        self.requeued = 0
+        self.expired = 0
+        self.evicted = 0
+        self.dead_lettered = 0
+
+
 class Stats:
     """Counters kept by the node; the server adds network counters."""
 

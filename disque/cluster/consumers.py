@@ -13,14 +13,16 @@ from disque.jobs.replies import job_entry
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
 from disque.queues.queue import PAUSE_OUT
 from disque.queues.queueset import QueueSet
+from disque.stats import JobCounters
 
 
 class Consumers:
     """Delivery of jobs to GETJOB clients, waiting or not."""
 
     def __init__(self, queues: QueueSet, lifecycle: JobLifecycle, blocked: BlockedClients,
-                 federation: Federation) -> None:
+                 federation: Federation, counters: JobCounters | None = None) -> None:
         self.queues = queues
+        self.counters = counters if counters is not None else JobCounters()
         self.lifecycle = lifecycle
         self.blocked = blocked
         self.federation = federation
@@ -42,6 +44,7 @@ class Consumers:
                     need_jobs(queue, CLIENTS_WAITING)
                     continue
                 found.append(pop_job(queue))
+                self.counters.delivered += 1
                 if not queue.jobs:
                     need_jobs(queue, REACHED_ZERO)
                 if len(found) == count:
@@ -62,6 +65,7 @@ class Consumers:
                 client = blocked.first_waiter(queue)
                 block = client.blocked
                 job = pop_job(queue)
+                self.counters.delivered += 1
                 reply = b"*1\r\n" + job_entry(job, block is not None and block.withcounters)
                 blocked.unblock(client, reply)
                 if not queue.jobs:

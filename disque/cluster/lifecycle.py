@@ -29,6 +29,7 @@ from disque.queues.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disque.queues.queueset import QueueSet
 from disque.resp import status
 from disque.runtime import JITTER_RANGE_MS, Runtime, ms_from_seconds
+from disque.stats import JobCounters
 
 WILLQUEUE_ADVANCE_MS: Final = 500
 GC_MAX_RETRY: Final = 10
@@ -57,7 +58,7 @@ class JobLifecycle:
     def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
                  timers: TimerWheel, blocked: BlockedClients, membership: Membership,
                  outbox: Outbox, journal: Journal, arrivals: QueueArrivals,
-                 dedup: DedupIndex) -> None:
+                 dedup: DedupIndex, counters: JobCounters | None = None) -> None:
         self.runtime = runtime
         self.registry = registry
         self.queues = queues
@@ -68,6 +69,7 @@ class JobLifecycle:
         self.journal = journal
         self.arrivals = arrivals
         self.dedup = dedup
+        self.counters = counters if counters is not None else JobCounters()
 
     # ------------------------------------------------------------ registry
 
@@ -133,6 +135,7 @@ class JobLifecycle:
         if flags & BCAST_QUEUED or nack:
             if nack:
                 job.nacks += 1
+                self.counters.nacked += 1
                 mflag = m.MFLAG_INCR_NACKS
             else:
                 job.adeliv += 1
@@ -169,6 +172,7 @@ class JobLifecycle:
             ext.origin = job.queue
             ext.reason = DEAD_MAXDELIVER
             ext.moves += 1
+            self.counters.dead_lettered += 1
             job.queue = self._queue_name(queue)
             self.queue_job(job, flags)
             self.journal.job_stored(job)
@@ -386,6 +390,7 @@ class JobLifecycle:
         now = self.runtime.now
         if job.etime <= now // 1000:
             self.delete_job(job, reason=REASON_EXPIRED)
+            self.counters.expired += 1
             return
         state = job.state
         if state == ACKED:
@@ -405,6 +410,7 @@ class JobLifecycle:
             if job.retry and queue is not None and queue.paused & PAUSE_IN:
                 job.qtime = now + job.retry * 1000 + self.runtime.jitter()
             elif self.enqueue_job(job, False, True):
+                self.counters.requeued += 1
                 return
             elif not job.retry:
                 # A delivered RETRY 0 job given a qtime by ENQUEUE/YOURJOBS can

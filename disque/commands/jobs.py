@@ -102,6 +102,7 @@ def ackjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         elif node.lifecycle.ack_job(job, schedule=False):
             acked += 1
         node.lifecycle.gc_attempt(job)  # sets the GC timer
+    node.counters.acked += acked
     return integer(acked)
 
 
@@ -120,6 +121,7 @@ def fastack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         node.outbox.send_to_holders(job, msg)
         node.lifecycle.delete_job(job, reason=REASON_ACKED)
         deleted += 1
+    node.counters.acked += deleted
     return integer(deleted)
 
 

@@ -11,6 +11,8 @@ import base64
 import random
 from typing import Final
 
+from disque.stats import JobCounters
+
 ID_LENGTH: Final = 40
 _RANDOM_CHARS: Final = 24
 _POOL_IDS: Final = 512
@@ -56,10 +58,14 @@ class JobIdGenerator:
     ``D-<node>-<random>-`` heads, so an ID costs one concatenation.
     """
 
-    __slots__ = ("_rng", "_prefix", "_heads", "_suffixes")
+    __slots__ = ("_rng", "_prefix", "_heads", "_suffixes", "counters")
 
-    def __init__(self, node_id: bytes, rng: random.Random) -> None:
+    def __init__(self, node_id: bytes, rng: random.Random,
+                 counters: JobCounters | None = None) -> None:
         self._rng = rng
+        # ADDJOB asks one ID per job it creates: ``added`` is counted here,
+        # the one step every way of creating a job goes through.
+        self.counters = counters if counters is not None else JobCounters()
         self._prefix = b"D-" + node_id[:8] + b"-"
         self._heads: list[bytes] = []
         self._suffixes: dict[int, bytes] = {}
@@ -78,7 +84,8 @@ class JobIdGenerator:
         self._heads = heads
 
     def new_id(self, ttl_seconds: int, retry: int) -> bytes:
-        """Return a fresh 40-byte job ID."""
+        """Return a fresh 40-byte job ID (one job created here: ``counters.added``)."""
+        self.counters.added += 1
         key = ttl_seconds if retry else -ttl_seconds
         suffix = self._suffixes.get(key)
         if suffix is None:
