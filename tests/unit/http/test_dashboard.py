@@ -1,0 +1,194 @@
+"""The dashboard's routes and its /api/stats document, on an in-process Server
+(no listener: aiohttp's test server mounts the routes as metrics-port would)."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL
+from disque.config import Config
+from disque.http import dashboard
+from disque.http.dashboard import (HISTORY_POINTS, SAMPLE_INTERVAL_S, STALE_AFTER_S, QueueSampler,
+                                   add_routes, build_stats, node_state)
+from disque.server import Server
+from tests.unit.helpers import Cmd, add_peer
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = Config()
+    config.cluster_bus_port = 0
+    return Server(config, ["disque-server"])
+
+
+@pytest.fixture
+async def http(server):
+    app = web.Application()
+    add_routes(app, server)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+def add_jobs(server: Server, queue: bytes | str, count: int) -> None:
+    cmd = Cmd(server.node)
+    for _ in range(count):
+        cmd.addjob(queue, "body")
+
+
+def shown(stats: dict) -> dict[str, dict]:
+    return {entry["name"]: entry for entry in stats["queues"]["shown"]}
+
+
+def test_the_document_has_every_section_the_page_reads(server):
+    add_jobs(server, "orders", 3)
+    stats = build_stats(server, QueueSampler(), 100.0)
+    assert set(stats) == {"time_ms", "node", "jobs", "nodes", "queues", "memory", "aof"}
+    assert stats["node"]["id"] == server.node.id.decode()
+    assert set(stats["node"]) == {"id", "version", "port", "uptime_s", "connected_clients",
+                                  "blocked_clients", "ops_per_sec"}
+    assert stats["jobs"] == {"registered": 3}
+    assert stats["queues"]["total"] == 1
+    assert stats["queues"]["dead_letter_jobs"] == 0
+    assert shown(stats)["orders"] == {
+        "name": "orders", "length": 3, "jobs_in": 3, "jobs_out": 0, "rate_in": None,
+        "rate_out": None, "blocked_clients": 0, "paused": "none", "dead_letter_queue": False,
+        "dead_letters": None, "history": [3]}
+    memory = stats["memory"]
+    assert memory["used"] == server.node.memory.used
+    assert memory["maxmemory"] == server.config.maxmemory and memory["rss"] > 0
+    assert stats["aof"]["enabled"] is False and stats["aof"]["size"] is None
+
+
+def test_a_node_without_maxmemory_says_so(server):
+    server.config.maxmemory = 0
+    server.node.update_memory_limits()
+    memory = build_stats(server, QueueSampler(), 0.0)["memory"]
+    assert memory["maxmemory"] == 0 and memory["maxmemory_human"] is None
+
+
+def test_nodes_are_listed_with_their_state_myself_first(server):
+    peer = add_peer(server.node)
+    peer.flags = PFAIL
+    nodes = build_stats(server, QueueSampler(), 0.0)["nodes"]
+    assert [n["myself"] for n in nodes] == [True, False]
+    assert nodes[0]["state"] == "ok" and nodes[0]["connected"] is True
+    assert nodes[0]["flags"] == ["myself"]
+    assert nodes[1] == {"id": peer.id.decode(), "address": "127.0.0.1:7712", "state": "pfail",
+                        "flags": ["fail?"], "myself": False, "connected": True, "priority": 10}
+
+
+@pytest.mark.parametrize("flags, state", [
+    (0, "ok"), (MYSELF, "ok"), (PFAIL, "pfail"), (PFAIL | FAIL, "fail"), (LEAVING, "leaving"),
+    (HANDSHAKE, "handshake"), (NOADDR, "noaddr"), (LEAVING | PFAIL, "pfail")])
+def test_a_node_shows_its_worst_flag(flags, state):
+    assert node_state(flags) == state
+
+
+def test_rates_come_from_the_samples_of_successive_polls(server):
+    sampler = QueueSampler()
+    add_jobs(server, "q", 2)
+    build_stats(server, sampler, 10.0)
+    add_jobs(server, "q", 8)
+    Cmd(server.node)("GETJOB", "COUNT", 4, "FROM", "q")
+    entry = shown(build_stats(server, sampler, 12.0))["q"]
+    assert entry["rate_in"] == 4.0 and entry["rate_out"] == 2.0
+    assert entry["history"] == [2, 6]
+
+
+def test_polls_closer_than_the_interval_share_a_sample(server):
+    sampler = QueueSampler()
+    add_jobs(server, "q", 1)
+    build_stats(server, sampler, 10.0)
+    add_jobs(server, "q", 1)
+    entry = shown(build_stats(server, sampler, 10.0 + SAMPLE_INTERVAL_S / 2))["q"]
+    assert entry["history"] == [1] and entry["length"] == 2
+
+
+def test_history_is_bounded_and_restarts_after_a_gap_without_polls(server):
+    sampler = QueueSampler()
+    add_jobs(server, "q", 1)
+    for tick in range(HISTORY_POINTS + 5):
+        stats = build_stats(server, sampler, float(tick))
+    assert len(shown(stats)["q"]["history"]) == HISTORY_POINTS
+    stats = build_stats(server, sampler, HISTORY_POINTS + 5 + STALE_AFTER_S + 1)
+    assert shown(stats)["q"]["history"] == [1] and shown(stats)["q"]["rate_in"] is None
+
+
+def test_a_queue_collected_and_created_again_starts_a_new_history(server):
+    sampler = QueueSampler()
+    add_jobs(server, "q", 3)
+    build_stats(server, sampler, 1.0)
+    queues = server.node.queues
+    Cmd(server.node)("GETJOB", "COUNT", 3, "FROM", "q")
+    queues.destroy(queues[b"q"])
+    add_jobs(server, "q", 1)
+    entry = shown(build_stats(server, sampler, 2.0))["q"]
+    assert entry["history"] == [1] and entry["rate_in"] is None
+
+
+def test_only_the_longest_queues_are_shown(server):
+    for index, length in enumerate([5, 1, 7, 3, 2]):
+        add_jobs(server, "q%d" % index, length)
+    stats = build_stats(server, QueueSampler(limit=3), 0.0)
+    assert stats["queues"]["total"] == 5
+    assert [(e["name"], e["length"]) for e in stats["queues"]["shown"]] == [
+        ("q2", 7), ("q0", 5), ("q3", 3)]
+
+
+def test_dead_letter_queues_are_counted_and_linked_to_their_origin(server):
+    add_jobs(server, "mail", 2)
+    add_jobs(server, "mail:dead", 3)
+    add_jobs(server, "other:dead", 1)
+    stats = build_stats(server, QueueSampler(), 0.0)
+    entries = shown(stats)
+    assert entries["mail"]["dead_letters"] == 3
+    assert entries["mail:dead"]["dead_letter_queue"] is True
+    assert entries["mail"]["dead_letter_queue"] is False
+    assert stats["queues"]["dead_letter_jobs"] == 4
+
+
+def test_queue_names_are_text_whatever_their_bytes(server):
+    add_jobs(server, b"<img src=x onerror=alert(1)>", 1)
+    add_jobs(server, b"bin\xff\x00", 1)
+    names = set(shown(build_stats(server, QueueSampler(), 0.0)))
+    assert names == {"<img src=x onerror=alert(1)>", "bin\\xff\x00"}
+
+
+async def test_the_page_and_its_assets_are_served_from_the_package(http):
+    page = await http.get("/")
+    assert page.status == 200 and page.content_type == "text/html"
+    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
+    html = await page.text()
+    assert 'src="static/dashboard.js"' in html and "http" not in html.split("<footer")[0]
+    script = await http.get("/static/dashboard.js")
+    assert script.status == 200 and script.content_type == "text/javascript"
+    assert "api/stats" in await script.text()
+    style = await http.get("/static/dashboard.css")
+    assert style.status == 200 and style.content_type == "text/css"
+
+
+@pytest.mark.parametrize("path", ["/static/index.htm", "/static/..%2Fdashboard.py",
+                                  "/static/%2E%2E/dashboard.py", "/static/"])
+async def test_nothing_else_is_served_under_static(http, path):
+    response = await http.get(path)
+    assert response.status == 404
+
+
+async def test_api_stats_answers_json_that_is_never_cached(http, server):
+    add_jobs(server, "orders", 2)
+    response = await http.get("/api/stats")
+    assert response.status == 200 and response.content_type == "application/json"
+    assert response.headers["Cache-Control"] == "no-store"
+    stats = await response.json()
+    assert shown(stats)["orders"]["length"] == 2
+    assert stats["nodes"][0]["id"] == server.node.id.decode()
+
+
+def test_the_static_files_are_the_ones_the_routes_name():
+    files = {path.name for path in dashboard.STATIC_DIR.iterdir()}
+    assert files == {dashboard.INDEX_FILE, *dashboard.ASSETS}
