@@ -161,15 +161,18 @@ def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]
     }
 
 
-def nodes_entries(server: Server) -> list[dict[str, Any]]:
-    """The cluster as this node sees it (CLUSTER NODES), itself first."""
+def nodes_entries(server: Server, own_host: str) -> list[dict[str, Any]]:
+    """The cluster as this node sees it (CLUSTER NODES), itself first.
+
+    A node learns its own IP from its peers; until then it is shown at
+    ``own_host``, the host the page was loaded from."""
     membership = server.node.membership
     entries = []
     for node in membership.nodes.values():
         myself = bool(node.flags & MYSELF)
         entries.append({
             "id": node.id.decode("ascii", "replace"),
-            "address": "%s:%d" % (node.ip, node.port) if node.ip else ":%d" % node.port,
+            "address": "%s:%d" % (node.ip or (own_host if myself else ""), node.port),
             "state": node_state(node.flags),
             "flags": render_flags(node.flags).split(","),
             "myself": myself,
@@ -217,8 +220,9 @@ def aof_entry(server: Server) -> dict[str, Any]:
     }
 
 
-def build_stats(server: Server, sampler: QueueSampler, at: float) -> dict[str, Any]:
-    """The whole /api/stats document."""
+def build_stats(server: Server, sampler: QueueSampler, at: float,
+                own_host: str = "") -> dict[str, Any]:
+    """The whole /api/stats document, sampled at monotonic time ``at``."""
     node = server.node
     queues = node.queues.by_name
     tracks = sampler.sample(queues, at)
@@ -234,7 +238,7 @@ def build_stats(server: Server, sampler: QueueSampler, at: float) -> dict[str, A
             "ops_per_sec": node.stats.ops_per_sec(),
         },
         "jobs": {"registered": len(node.jobs)},
-        "nodes": nodes_entries(server),
+        "nodes": nodes_entries(server, own_host),
         "queues": {
             "total": len(queues),
             "shown": [queue_entry(track, queues) for track in tracks],
@@ -269,7 +273,8 @@ class Dashboard:
 
     async def stats(self, request: web.Request) -> web.StreamResponse:
         """The numbers the page shows."""
-        document = build_stats(self.server, self.sampler, time.monotonic())
+        document = build_stats(self.server, self.sampler, time.monotonic(),
+                                request.url.host or "")
         return web.json_response(document, headers=STATS_HEADERS)
 
 
