@@ -13,7 +13,7 @@ owns what is in docs/architecture.md.
 from __future__ import annotations
 
 import random
-from typing import Callable, Final, NamedTuple
+from typing import Callable, Final
 
 from disque import errors
 from disque.clients import Block, ClientState
@@ -52,14 +52,17 @@ _QUIT: Final = b"QUIT"
 RUN_NOTICE_FLOOR_US: Final = 1000
 
 
-class BusRoute(NamedTuple):
-    """Where one type of bus message goes."""
+class BusRoute:
+    """Where one type of bus message goes, and how many of it arrived
+    (``received``: the metrics' bus messages in, by type)."""
 
-    handler: Callable[[bytes, dict, Link], None]
-    # Membership messages (PING, PONG, MEET, FAIL) read the sender's header
-    # fields and come from unknown nodes too; job messages from an unknown
-    # sender are ignored (spec: cluster-bus.md §1).
-    membership: bool
+    def __init__(self, handler: Callable[[bytes, dict, Link], None], membership: bool) -> None:
+        self.handler = handler
+        # Membership messages (PING, PONG, MEET, FAIL) read the sender's header
+        # fields and come from unknown nodes too; job messages from an unknown
+        # sender are ignored (spec: cluster-bus.md §1).
+        self.membership = membership
+        self.received = 0
 
 
 class Node:
@@ -364,13 +367,14 @@ class Node:
                 logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
                 continue
             membership.messages_received += 1
-            handler, for_membership = routes[msg[m.TYPE]]
-            if for_membership:
+            route = routes[msg[m.TYPE]]
+            route.received += 1
+            if route.membership:
                 if msg is not header:
                     msg = {**header, **msg}
             elif sender not in membership.nodes:
                 continue
-            handler(sender, msg, link)
+            route.handler(sender, msg, link)
         self.after_input()
 
     def receive_bus(self, link: Link, msg: object) -> None:

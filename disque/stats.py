@@ -14,6 +14,9 @@ if TYPE_CHECKING:
 SLOWLOG_MAX_ARGS: Final = 32
 SLOWLOG_MAX_ARG_LEN: Final = 128
 LATENCY_HISTORY: Final = 160
+# Upper bounds (ms) of the buckets of a synchronous ADDJOB's wait for its replicas.
+REPLICATION_WAIT_BUCKETS_MS: Final = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
+                                      10000)
 
 
 class SlowlogEntry:
@@ -63,6 +66,31 @@ class JobCounters:
         self.expired = 0
         self.evicted = 0
         self.dead_lettered = 0
+
+
+class LatencyHistogram:
+    """Durations in ms counted in fixed buckets, as ints: an observation is a
+    few comparisons and increments; the metrics collector turns the counts
+    into a Prometheus histogram at scrape time."""
+
+    def __init__(self, bounds_ms: tuple[int, ...]) -> None:
+        self.bounds_ms = bounds_ms
+        # counts[i]: observations in (bounds_ms[i-1], bounds_ms[i]]; the last
+        # one counts those above the largest bound.
+        self.counts = [0] * (len(bounds_ms) + 1)
+        self.count = 0
+        self.sum_ms = 0
+
+    def observe(self, ms: int) -> None:
+        """Count one duration of ``ms`` milliseconds."""
+        bounds = self.bounds_ms
+        n = len(bounds)
+        i = 0
+        while i < n and ms > bounds[i]:
+            i += 1
+        self.counts[i] += 1
+        self.count += 1
+        self.sum_ms += ms
 
 
 class Stats:

@@ -77,6 +77,8 @@ class Federation:
         self.membership = membership
         self.outbox = outbox
         self.interest = interest
+        self.jobs_imported = 0  # queued here from other nodes' YOURJOBS
+        self.jobs_exported = 0  # popped here for other nodes' NEEDJOBS
 
     def need_jobs(self, queue: Queue, reason: int) -> None:
         """Ask other nodes for jobs of ``queue`` if the backoff allows it.
@@ -163,6 +165,7 @@ class Federation:
         """Pop up to ``count`` jobs and send them in one YOURJOBS; return how many."""
         pop_job = self.lifecycle.pop_job
         jobs = [pop_job(queue) for _ in range(min(count, len(queue.jobs)))]
+        self.jobs_exported += len(jobs)
         for job in jobs:
             if job.retry:
                 # The requester now holds a copy too: list it, or an ACK garbage
@@ -281,4 +284,5 @@ class Federation:
                 queue.needjobs_bcast_attempt = 0
             queue.responders[sender] = now // 1000
             queue.count_import(now)
+            self.jobs_imported += 1
             queue.needjobs_adhoc_attempt = 0

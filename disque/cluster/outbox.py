@@ -19,7 +19,7 @@ class Outbox:
     """Everything the core asks of the cluster bus: messages out, links to
     open and close, and the header the transport puts on each frame."""
 
-    __slots__ = ("transport", "membership", "runtime", "port", "_header")
+    __slots__ = ("transport", "membership", "runtime", "port", "_header", "sent")
 
     def __init__(self, runtime: Runtime, membership: Membership, transport: BusTransport,
                  port: int) -> None:
@@ -28,6 +28,8 @@ class Outbox:
         self.runtime = runtime
         self.port = port
         self._header: dict | None = None
+        # Messages handed to the transport, by type (the metrics' bus messages out).
+        self.sent: dict[str, int] = dict.fromkeys(sorted(m.ALL_TYPES), 0)
 
     def has_link(self, node_id: bytes) -> bool:
         """An outbound bus link to ``node_id`` is up."""
@@ -39,6 +41,7 @@ class Outbox:
         node = self.membership.nodes.get(node_id)
         if node is not None and node.link and node_id != self.runtime.node_id:
             self.membership.messages_sent += 1
+            self.sent[msg[m.TYPE]] += 1
             self.transport.send(node_id, msg)
 
     def send_to_holders(self, job: Job, msg: dict) -> None:
@@ -55,6 +58,7 @@ class Outbox:
 
     def reply(self, link: Link, msg: dict) -> None:
         """Answer on the connection ``link`` came from (PONG to a PING or MEET)."""
+        self.sent[msg[m.TYPE]] += 1
         self.transport.reply(link, msg)
 
     def connect(self, node_id: bytes, ip: str, port: int) -> None:

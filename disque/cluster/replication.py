@@ -23,6 +23,7 @@ from disque.queues.queue import PAUSE_IN
 from disque.queues.queueset import QueueSet
 from disque.resp import status
 from disque.runtime import Runtime
+from disque.stats import REPLICATION_WAIT_BUCKETS_MS, LatencyHistogram
 
 REPLICATION_RETRY_MS: Final = 50
 
@@ -42,6 +43,12 @@ class Replication:
         self.outbox = outbox
         self.journal = journal
         self.memory = memory
+        # Synchronous ADDJOBs: how many waited for replicas, how many waits
+        # failed (timeout, disconnection, LEAVING), and how long the
+        # successful ones took (job creation to enough copies).
+        self.waits = 0
+        self.wait_failures = 0
+        self.wait_latency = LatencyHistogram(REPLICATION_WAIT_BUCKETS_MS)
 
     def replicate(self, job: Job, count: int, noreply: bool) -> int:
         """Add up to ``count`` new holders and send REPLJOB; return how many were added."""
@@ -76,6 +83,7 @@ class Replication:
         """A synchronous ADDJOB: hold ``job`` in wait-repl, ask ``additional``
         nodes for copies and park the producer until enough confirm."""
         job.state = WAIT_REPL
+        self.waits += 1
         job.confirmed = set() if external else {self.runtime.node_id}
         self.lifecycle.register_job(job)
         self.replicate(job, additional, False)
@@ -107,6 +115,8 @@ class Replication:
     def replication_achieved(self, job: Job) -> None:
         """Enough copies exist: queue or hand off the job, then answer the producer."""
         job.state = ACTIVE
+        # ctime is the creation's ms times 10^6 (JobRegistry.new_ctime).
+        self.wait_latency.observe(self.runtime.now - job.ctime // 1_000_000)
         own = self.runtime.node_id
         if own not in job.delivered:
             self.blocked.release_producer(job.id, status(job.id))
@@ -132,6 +142,7 @@ class Replication:
         its job goes too."""
         job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
         if job is not None:
+            self.wait_failures += 1
             self.lifecycle.delete_job(job)
 
     # ------------------------------------------------------------ receivers

@@ -66,6 +66,8 @@ class Config:
     proto_max_bulk_len: int
     maxdeliver_default: int
     dedup_window: int
+    metrics_port: int
+    metrics_max_queues: int
     config_file: str | None
 
     def __init__(self) -> None:

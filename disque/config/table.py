@@ -32,6 +32,8 @@ from disque.config.messages import (
     INVALID_LOGLEVEL,
     INVALID_MAXDELIVER,
     INVALID_MAXCLIENTS,
+    INVALID_METRICS_MAX_QUEUES,
+    INVALID_METRICS_PORT,
     INVALID_POLICY,
     INVALID_PORT,
     INVALID_SAMPLES,
@@ -154,6 +156,8 @@ def _write_client_limit(value: tuple[int, int, int]) -> str:
 
 
 MAX_DEDUP_WINDOW: Final = 30 * 86400
+# Per-queue metric series are bounded (docs/metrics.md): at most this many queues.
+MAX_METRICS_QUEUES: Final = 100_000
 
 # Order is CONFIG GET's order.
 DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
@@ -215,6 +219,10 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            # its CONFIG GET order is kept.
            integer("maxdeliver-default", 0, "FSGR", INVALID_MAXDELIVER, high=MAX_DELIVERIES),
            integer("dedup-window", 300, "FSGR", INVALID_DEDUP_WINDOW, high=MAX_DEDUP_WINDOW),
+           # The HTTP listener (/metrics, the dashboard) opens at startup only.
+           integer("metrics-port", 0, "FGR", INVALID_METRICS_PORT, high=65535),
+           integer("metrics-max-queues", 100, "FSGR", INVALID_METRICS_MAX_QUEUES,
+                   high=MAX_METRICS_QUEUES),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

@@ -55,7 +55,7 @@ GETTABLE = [
     "latency-monitor-threshold", "client-output-buffer-limit", "watchdog-period",
     "proto-max-bulk-len",
     # The extensions' directives come after the original's (docs/commands.md).
-    "maxdeliver-default", "dedup-window",
+    "maxdeliver-default", "dedup-window", "metrics-port", "metrics-max-queues",
 ]
 
 
@@ -536,7 +536,7 @@ def test_get_hides_non_visible_parameters(name):
     (b"[c-a]ind", ["bind"]),
     (b"[A-C]IND", ["bind"]),
     (b"d\\ir", ["dir"]),
-    (b"*port", ["port", "cluster-bus-port"]),
+    (b"*port", ["port", "cluster-bus-port", "metrics-port"]),
     (b"nomatch", []),
     (b"", []),
     (b"appendf*", ["appendfsync"]),
