@@ -13,6 +13,7 @@ queues to pick the longest.
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from collections import deque
 from pathlib import Path
@@ -27,6 +28,7 @@ from disque.memory import format_human
 from disque.queues.queue import PAUSE_NAMES
 
 if TYPE_CHECKING:
+    from disque.node import Node
     from disque.queues.queue import Queue
     from disque.server import Server
 
@@ -57,6 +59,11 @@ HISTORY_POINTS = 60         # samples kept per shown queue (a minute at one poll
 RATE_WINDOW_S = 5.0         # rates are averaged over the samples of the last seconds
 STALE_AFTER_S = 10.0        # a longer gap between polls starts the history afresh
 DEAD_LETTER_SUFFIX = b":dead"  # the default dead-letter queue of <queue> (docs/dead-letters.md)
+# node.counters (stats.JobCounters), in the order the sampler keeps them.
+JOB_COUNTERS = ("added", "delivered", "acked", "nacked", "requeued", "expired", "evicted",
+                "dead_lettered")
+# The counters whose per-interval rates the page draws as sparklines.
+JOB_SPARKLINES = ("added", "delivered")
 
 # A node's state for the page, from its flags: the worst one wins.
 NODE_STATES = ((FAIL, "fail"), (PFAIL, "pfail"), (LEAVING, "leaving"),
@@ -77,52 +84,67 @@ def node_state(flags: int) -> str:
     return NODE_STATE_OK
 
 
+Point = tuple[float, tuple[int, ...]]  # (monotonic s, values)
+
+
+def window_rates(points: deque[Point]) -> list[float] | None:
+    """Each value's change per second over the last RATE_WINDOW_S; None before two samples."""
+    newest_at, newest = points[-1]
+    oldest_at, oldest = newest_at, newest
+    for at, values in reversed(points):
+        if newest_at - at > RATE_WINDOW_S:
+            break
+        oldest_at, oldest = at, values
+    elapsed = newest_at - oldest_at
+    if elapsed <= 0:
+        return None
+    return [(new - old) / elapsed for new, old in zip(newest, oldest)]
+
+
+def interval_rates(points: deque[Point], index: int) -> list[float]:
+    """Value ``index``'s change per second between successive samples (a sparkline)."""
+    pairs = zip(points, itertools.islice(points, 1, None))
+    return [round((new[index] - old[index]) / (new_at - old_at), 2)
+            for (old_at, old), (new_at, new) in pairs]
+
+
 class QueueTrack:
-    """The recent samples of one shown queue: (monotonic s, length, jobs in, jobs out)."""
+    """The recent samples of one shown queue: (length, jobs in, jobs out)."""
 
     __slots__ = ("queue", "points")
 
     def __init__(self, queue: Queue) -> None:
         self.queue = queue
-        self.points: deque[tuple[float, int, int, int]] = deque(maxlen=HISTORY_POINTS)
+        self.points: deque[Point] = deque(maxlen=HISTORY_POINTS)
 
     def add(self, at: float) -> None:
         """Sample the queue now."""
         queue = self.queue
-        self.points.append((at, len(queue), queue.jobs_in, queue.jobs_out))
-
-    def rates(self) -> tuple[float | None, float | None]:
-        """Jobs queued and delivered per second over RATE_WINDOW_S; None before two samples."""
-        points = self.points
-        newest = points[-1]
-        oldest = newest
-        for point in reversed(points):
-            if newest[0] - point[0] > RATE_WINDOW_S:
-                break
-            oldest = point
-        elapsed = newest[0] - oldest[0]
-        if elapsed <= 0:
-            return None, None
-        return (newest[2] - oldest[2]) / elapsed, (newest[3] - oldest[3]) / elapsed
+        self.points.append((at, (len(queue), queue.jobs_in, queue.jobs_out)))
 
 
-class QueueSampler:
-    """The history of the longest queues, sampled when the dashboard asks."""
+class Sampler:
+    """Recent samples of the node's job counters and of its longest queues,
+    taken when the dashboard asks."""
 
     def __init__(self, limit: int = QUEUES_SHOWN) -> None:
         self.limit = limit
         self.tracks: dict[bytes, QueueTrack] = {}
+        self.counters: deque[Point] = deque(maxlen=HISTORY_POINTS)
         self.sampled_at = float("-inf")
         self.shown: list[QueueTrack] = []
 
-    def sample(self, queues: dict[bytes, Queue], at: float) -> list[QueueTrack]:
-        """The tracks of the longest queues, longest first, sampled if the last sample is old."""
+    def sample(self, node: Node, at: float) -> None:
+        """Sample now, unless the last sample is younger than SAMPLE_INTERVAL_S."""
         if at - self.sampled_at < SAMPLE_INTERVAL_S:
-            return self.shown
+            return
         if at - self.sampled_at > STALE_AFTER_S:
             self.tracks.clear()
+            self.counters.clear()
         self.sampled_at = at
-        longest = heapq.nlargest(self.limit, queues.values(), key=len)
+        counters = node.counters
+        self.counters.append((at, tuple(getattr(counters, name) for name in JOB_COUNTERS)))
+        longest = heapq.nlargest(self.limit, node.queues.by_name.values(), key=len)
         tracks: dict[bytes, QueueTrack] = {}
         for queue in longest:
             track = self.tracks.get(queue.name)
@@ -133,11 +155,6 @@ class QueueSampler:
             tracks[queue.name] = track
         self.tracks = tracks
         self.shown = list(tracks.values())
-        return self.shown
-
-
-def _round_rate(rate: float | None) -> float | None:
-    return None if rate is None else round(rate, 2)
 
 
 def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]:
@@ -145,19 +162,19 @@ def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]
     queue = track.queue
     name = queue.name
     dead = queues.get(name + DEAD_LETTER_SUFFIX)
-    rate_in, rate_out = track.rates()
+    rates = window_rates(track.points)
     return {
         "name": queue_name_text(name),
         "length": len(queue),
         "jobs_in": queue.jobs_in,
         "jobs_out": queue.jobs_out,
-        "rate_in": _round_rate(rate_in),
-        "rate_out": _round_rate(rate_out),
+        "rate_in": None if rates is None else round(rates[1], 2),
+        "rate_out": None if rates is None else round(rates[2], 2),
         "blocked_clients": queue.blocked_count,
         "paused": PAUSE_NAMES[queue.paused].decode(),
         "dead_letter_queue": name.endswith(DEAD_LETTER_SUFFIX),
         "dead_letters": None if dead is None else len(dead),
-        "history": [point[1] for point in track.points],
+        "history": [values[0] for _, values in track.points],
     }
 
 
@@ -220,12 +237,27 @@ def aof_entry(server: Server) -> dict[str, Any]:
     }
 
 
-def build_stats(server: Server, sampler: QueueSampler, at: float,
+def jobs_entry(node: Node, sampler: Sampler) -> dict[str, Any]:
+    """Registered jobs, what happened to jobs since start, and how fast lately."""
+    counters = node.counters
+    points = sampler.counters
+    rates = window_rates(points)
+    return {
+        "registered": len(node.jobs),
+        "counters": {name: getattr(counters, name) for name in JOB_COUNTERS},
+        "rates": (dict.fromkeys(JOB_COUNTERS) if rates is None
+                  else {name: round(rate, 2) for name, rate in zip(JOB_COUNTERS, rates)}),
+        "history": {name: interval_rates(points, JOB_COUNTERS.index(name))
+                    for name in JOB_SPARKLINES},
+    }
+
+
+def build_stats(server: Server, sampler: Sampler, at: float,
                 own_host: str = "") -> dict[str, Any]:
     """The whole /api/stats document, sampled at monotonic time ``at``."""
     node = server.node
     queues = node.queues.by_name
-    tracks = sampler.sample(queues, at)
+    sampler.sample(node, at)
     return {
         "time_ms": int(time.time() * 1000),
         "node": {
@@ -237,11 +269,11 @@ def build_stats(server: Server, sampler: QueueSampler, at: float,
             "blocked_clients": len(node.blocked),
             "ops_per_sec": node.stats.ops_per_sec(),
         },
-        "jobs": {"registered": len(node.jobs)},
+        "jobs": jobs_entry(node, sampler),
         "nodes": nodes_entries(server, own_host),
         "queues": {
             "total": len(queues),
-            "shown": [queue_entry(track, queues) for track in tracks],
+            "shown": [queue_entry(track, queues) for track in sampler.shown],
             # Jobs waiting in dead-letter queues (named <queue>:dead), on this node.
             "dead_letter_jobs": sum(len(queue) for name, queue in queues.items()
                                     if name.endswith(DEAD_LETTER_SUFFIX)),
@@ -256,7 +288,7 @@ class Dashboard:
 
     def __init__(self, server: Server) -> None:
         self.server = server
-        self.sampler = QueueSampler()
+        self.sampler = Sampler()
 
     async def index(self, request: web.Request) -> web.StreamResponse:
         """The page itself."""

@@ -7,6 +7,8 @@ const STATS_URL = "api/stats";
 const POLL_MS = 1000;
 const SPARK_WIDTH = 120;
 const SPARK_HEIGHT = 22;
+const THROUGHPUT_WIDTH = 300;
+const THROUGHPUT_HEIGHT = 28;
 const SVG_NS = "http://www.w3.org/2000/svg";
 const NO_VALUE = "–";
 
@@ -43,23 +45,33 @@ function formatDuration(seconds) {
   return minutes + "m " + (seconds % 60) + "s";
 }
 
-function sparkline(values) {
+// values: one series (filled), or several lines sharing one scale (the first filled).
+function sparkline(series, width, height) {
   const svg = document.createElementNS(SVG_NS, "svg");
   svg.setAttribute("class", "spark");
-  svg.setAttribute("width", SPARK_WIDTH);
-  svg.setAttribute("height", SPARK_HEIGHT);
-  svg.setAttribute("viewBox", "0 0 " + SPARK_WIDTH + " " + SPARK_HEIGHT);
-  if (values.length < 2) return svg;
-  const max = Math.max(1, ...values);
-  const step = SPARK_WIDTH / (values.length - 1);
-  const points = values.map((v, i) =>
-    (i * step).toFixed(1) + "," + (SPARK_HEIGHT - 1 - (v / max) * (SPARK_HEIGHT - 2)).toFixed(1));
-  const area = document.createElementNS(SVG_NS, "polygon");
-  area.setAttribute("points", "0," + SPARK_HEIGHT + " " + points.join(" ") + " " +
-                    SPARK_WIDTH + "," + SPARK_HEIGHT);
-  const line = document.createElementNS(SVG_NS, "polyline");
-  line.setAttribute("points", points.join(" "));
-  svg.append(area, line);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+  svg.setAttribute("preserveAspectRatio", "none");
+  const longest = Math.max(...series.map((values) => values.length));
+  if (longest < 2) return svg;
+  const max = Math.max(1, ...series.flat());
+  const step = width / (longest - 1);
+  series.forEach((values, index) => {
+    const offset = longest - values.length;
+    const points = values.map((v, i) =>
+      ((i + offset) * step).toFixed(1) + "," + (height - 1 - (v / max) * (height - 2)).toFixed(1));
+    if (index === 0) {
+      const area = document.createElementNS(SVG_NS, "polygon");
+      area.setAttribute("points", (offset * step).toFixed(1) + "," + height + " " + points.join(" ") +
+                        " " + width + "," + height);
+      svg.append(area);
+    }
+    const line = document.createElementNS(SVG_NS, "polyline");
+    line.setAttribute("points", points.join(" "));
+    if (index > 0) line.setAttribute("class", "second");
+    svg.append(line);
+  });
   return svg;
 }
 
@@ -67,11 +79,19 @@ function renderSummary(stats) {
   const node = stats.node;
   setText("node-id", "node " + node.id.slice(0, 8) + " · port " + node.port + " · v" + node.version +
           " · up " + formatDuration(node.uptime_s));
-  setText("jobs-registered", formatCount(stats.jobs.registered));
-  setText("queues-total", formatCount(stats.queues.total));
+  const jobs = stats.jobs;
+  setText("jobs-registered", formatCount(jobs.registered));
+  setText("queues-total", "in " + formatCount(stats.queues.total) + (stats.queues.total === 1 ? " queue" : " queues"));
+  setText("rate-added", formatRate(jobs.rates.added));
+  for (const name of ["added", "delivered", "acked", "nacked"]) {
+    setText("rate-" + name, formatRate(jobs.rates[name]));
+  }
+  byId("throughput-spark").replaceChildren(
+    sparkline([jobs.history.added, jobs.history.delivered], THROUGHPUT_WIDTH, THROUGHPUT_HEIGHT));
   setText("dead-letter-jobs", formatCount(stats.queues.dead_letter_jobs));
-  setText("ops", formatCount(node.ops_per_sec) + " /s");
-  setText("clients", node.connected_clients + " clients, " + node.blocked_clients + " blocked");
+  setText("dead-lettered", formatCount(jobs.counters.dead_lettered) + " dead-lettered since start");
+  setText("clients", formatCount(node.ops_per_sec) + " commands/s · " + node.connected_clients +
+          " clients, " + node.blocked_clients + " blocked");
   const memory = stats.memory;
   setText("memory-used", memory.used_human);
   setText("memory-detail", (memory.maxmemory_human ? "of " + memory.maxmemory_human + " maxmemory · " : "no maxmemory · ") +
@@ -113,7 +133,7 @@ function renderQueues(queues) {
     const name = cell(q.name, "name");
     name.title = q.name;
     const spark = document.createElement("td");
-    spark.append(sparkline(q.history));
+    spark.append(sparkline([q.history], SPARK_WIDTH, SPARK_HEIGHT));
     const dead = cell(formatCount(q.dead_letters), "num dead-letters");
     if (q.dead_letters) dead.classList.add("has-dead");
     tr.append(name, cell(formatCount(q.length), "num length"), cell(formatRate(q.rate_in), "num rate-in"),

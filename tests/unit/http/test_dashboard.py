@@ -10,7 +10,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL
 from disque.config import Config
 from disque.http import dashboard
-from disque.http.dashboard import (HISTORY_POINTS, SAMPLE_INTERVAL_S, STALE_AFTER_S, QueueSampler,
+from disque.http.dashboard import (HISTORY_POINTS, RATE_WINDOW_S, SAMPLE_INTERVAL_S, STALE_AFTER_S, Sampler,
                                    add_routes, build_stats, node_state)
 from disque.server import Server
 from tests.unit.helpers import Cmd, add_peer
@@ -46,12 +46,17 @@ def shown(stats: dict) -> dict[str, dict]:
 
 def test_the_document_has_every_section_the_page_reads(server):
     add_jobs(server, "orders", 3)
-    stats = build_stats(server, QueueSampler(), 100.0)
+    stats = build_stats(server, Sampler(), 100.0)
     assert set(stats) == {"time_ms", "node", "jobs", "nodes", "queues", "memory", "aof"}
     assert stats["node"]["id"] == server.node.id.decode()
     assert set(stats["node"]) == {"id", "version", "port", "uptime_s", "connected_clients",
                                   "blocked_clients", "ops_per_sec"}
-    assert stats["jobs"] == {"registered": 3}
+    assert stats["jobs"]["registered"] == 3
+    assert stats["jobs"]["counters"] == {
+        "added": 3, "delivered": 0, "acked": 0, "nacked": 0, "requeued": 0, "expired": 0,
+        "evicted": 0, "dead_lettered": 0}
+    assert stats["jobs"]["rates"] == dict.fromkeys(stats["jobs"]["counters"])
+    assert stats["jobs"]["history"] == {"added": [], "delivered": []}
     assert stats["queues"]["total"] == 1
     assert stats["queues"]["dead_letter_jobs"] == 0
     assert shown(stats)["orders"] == {
@@ -67,14 +72,14 @@ def test_the_document_has_every_section_the_page_reads(server):
 def test_a_node_without_maxmemory_says_so(server):
     server.config.maxmemory = 0
     server.node.update_memory_limits()
-    memory = build_stats(server, QueueSampler(), 0.0)["memory"]
+    memory = build_stats(server, Sampler(), 0.0)["memory"]
     assert memory["maxmemory"] == 0 and memory["maxmemory_human"] is None
 
 
 def test_nodes_are_listed_with_their_state_myself_first(server):
     peer = add_peer(server.node)
     peer.flags = PFAIL
-    nodes = build_stats(server, QueueSampler(), 0.0)["nodes"]
+    nodes = build_stats(server, Sampler(), 0.0)["nodes"]
     assert [n["myself"] for n in nodes] == [True, False]
     assert nodes[0]["state"] == "ok" and nodes[0]["connected"] is True
     assert nodes[0]["flags"] == ["myself"]
@@ -90,18 +95,36 @@ def test_a_node_shows_its_worst_flag(flags, state):
 
 
 def test_rates_come_from_the_samples_of_successive_polls(server):
-    sampler = QueueSampler()
+    sampler = Sampler()
     add_jobs(server, "q", 2)
     build_stats(server, sampler, 10.0)
     add_jobs(server, "q", 8)
     Cmd(server.node)("GETJOB", "COUNT", 4, "FROM", "q")
-    entry = shown(build_stats(server, sampler, 12.0))["q"]
+    stats = build_stats(server, sampler, 12.0)
+    entry = shown(stats)["q"]
     assert entry["rate_in"] == 4.0 and entry["rate_out"] == 2.0
     assert entry["history"] == [2, 6]
+    jobs = stats["jobs"]
+    assert jobs["rates"]["added"] == 4.0 and jobs["rates"]["delivered"] == 2.0
+    assert jobs["rates"]["acked"] == 0.0
+    assert jobs["history"] == {"added": [4.0], "delivered": [2.0]}
+
+
+def test_rates_are_averaged_over_the_last_seconds_only(server):
+    sampler = Sampler()
+    add_jobs(server, "q", 1)
+    build_stats(server, sampler, 0.0)
+    add_jobs(server, "q", 100)
+    build_stats(server, sampler, 1.0)
+    for second in range(2, 2 + int(RATE_WINDOW_S)):
+        add_jobs(server, "q", 2)
+        stats = build_stats(server, sampler, float(second))
+    assert shown(stats)["q"]["rate_in"] == 2.0
+    assert stats["jobs"]["history"]["added"][0] == 100.0
 
 
 def test_polls_closer_than_the_interval_share_a_sample(server):
-    sampler = QueueSampler()
+    sampler = Sampler()
     add_jobs(server, "q", 1)
     build_stats(server, sampler, 10.0)
     add_jobs(server, "q", 1)
@@ -110,7 +133,7 @@ def test_polls_closer_than_the_interval_share_a_sample(server):
 
 
 def test_history_is_bounded_and_restarts_after_a_gap_without_polls(server):
-    sampler = QueueSampler()
+    sampler = Sampler()
     add_jobs(server, "q", 1)
     for tick in range(HISTORY_POINTS + 5):
         stats = build_stats(server, sampler, float(tick))
@@ -120,7 +143,7 @@ def test_history_is_bounded_and_restarts_after_a_gap_without_polls(server):
 
 
 def test_a_queue_collected_and_created_again_starts_a_new_history(server):
-    sampler = QueueSampler()
+    sampler = Sampler()
     add_jobs(server, "q", 3)
     build_stats(server, sampler, 1.0)
     queues = server.node.queues
@@ -134,7 +157,7 @@ def test_a_queue_collected_and_created_again_starts_a_new_history(server):
 def test_only_the_longest_queues_are_shown(server):
     for index, length in enumerate([5, 1, 7, 3, 2]):
         add_jobs(server, "q%d" % index, length)
-    stats = build_stats(server, QueueSampler(limit=3), 0.0)
+    stats = build_stats(server, Sampler(limit=3), 0.0)
     assert stats["queues"]["total"] == 5
     assert [(e["name"], e["length"]) for e in stats["queues"]["shown"]] == [
         ("q2", 7), ("q0", 5), ("q3", 3)]
@@ -144,7 +167,7 @@ def test_dead_letter_queues_are_counted_and_linked_to_their_origin(server):
     add_jobs(server, "mail", 2)
     add_jobs(server, "mail:dead", 3)
     add_jobs(server, "other:dead", 1)
-    stats = build_stats(server, QueueSampler(), 0.0)
+    stats = build_stats(server, Sampler(), 0.0)
     entries = shown(stats)
     assert entries["mail"]["dead_letters"] == 3
     assert entries["mail:dead"]["dead_letter_queue"] is True
@@ -155,7 +178,7 @@ def test_dead_letter_queues_are_counted_and_linked_to_their_origin(server):
 def test_queue_names_are_text_whatever_their_bytes(server):
     add_jobs(server, b"<img src=x onerror=alert(1)>", 1)
     add_jobs(server, b"bin\xff\x00", 1)
-    names = set(shown(build_stats(server, QueueSampler(), 0.0)))
+    names = set(shown(build_stats(server, Sampler(), 0.0)))
     assert names == {"<img src=x onerror=alert(1)>", "bin\\xff\x00"}
 
 
