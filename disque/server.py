@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import uvloop
 
@@ -33,6 +34,9 @@ from disque.log import logger
 from disque.node import Node
 from disque.osprocess import (RESERVED_FDS, atomic_write, daemonize, notify_systemd,
                                raise_fd_limit)
+
+if TYPE_CHECKING:
+    from disque.http.service import HttpService
 
 TIMER_SLACK_MS = 1
 
@@ -75,6 +79,7 @@ class Server(Host):
         self.aof: AofService | None = None
         self.aof_writer = None
         self.bus: ClusterBus | None = None
+        self.http: HttpService | None = None  # metrics-port: /metrics and the dashboard
         self.output_limited = any(config.client_output_buffer_limit)
         self._output_batch: OutputBatch | None = None
         self.node: Node = self._create_node()
@@ -203,6 +208,8 @@ class Server(Host):
                 raise StartupError("Opening Unix socket %s: %s" % (config.unixsocket, exc)) from None
             if config.unixsocketperm:
                 os.chmod(config.unixsocket, config.unixsocketperm)
+        if config.metrics_port:
+            await self._start_http()
         self.loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
         self.loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
         try:
@@ -216,7 +223,25 @@ class Server(Host):
             logger.info("The server is now ready to accept connections on port %d", config.port)
         if config.unixsocket:
             logger.info("The server is now ready to accept connections at %s", config.unixsocket)
+        if config.metrics_port:
+            logger.info("Metrics and the dashboard are served over HTTP on port %d",
+                        config.metrics_port)
         self._notify("READY=1")
+
+    async def _start_http(self) -> None:
+        """Serve /metrics and the dashboard on metrics-port, at the client
+        port's addresses; its listener closes with theirs."""
+        # Imported here: aiohttp and prometheus_client take 0.2 s to load,
+        # which a node without metrics-port does not pay.
+        from disque.http.service import HttpService
+        config = self.config
+        self.http = HttpService(self)
+        try:
+            self.listeners.append(await self.http.listen(config.bind or None, config.metrics_port,
+                                                         config.tcp_backlog))
+        except OSError as exc:
+            raise StartupError("Creating the metrics HTTP listening socket %s:%d: %s" % (
+                ",".join(config.bind) or "*", config.metrics_port, exc.strerror or exc)) from None
 
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
@@ -475,6 +500,8 @@ async def _serve(server: Server) -> int:
     server.output_batch.flush()
     for client in list(server.clients.values()):
         client.transport.close()
+    if server.http is not None:
+        await server.http.close()
     return code
 
 

@@ -69,28 +69,29 @@ class JobCounters:
 
 
 class LatencyHistogram:
-    """Durations in ms counted in fixed buckets, as ints: an observation is a
-    few comparisons and increments; the metrics collector turns the counts
-    into a Prometheus histogram at scrape time."""
+    """Durations counted in fixed buckets, as ints, in one integer unit
+    (ms for replication waits, µs for AOF fsyncs): an observation is a few
+    comparisons and increments; the metrics collector turns the counts into
+    a Prometheus histogram at scrape time."""
 
-    def __init__(self, bounds_ms: tuple[int, ...]) -> None:
-        self.bounds_ms = bounds_ms
-        # counts[i]: observations in (bounds_ms[i-1], bounds_ms[i]]; the last
-        # one counts those above the largest bound.
-        self.counts = [0] * (len(bounds_ms) + 1)
+    def __init__(self, bounds: tuple[int, ...]) -> None:
+        self.bounds = bounds
+        # counts[i]: observations in (bounds[i-1], bounds[i]]; the last one
+        # counts those above the largest bound.
+        self.counts = [0] * (len(bounds) + 1)
         self.count = 0
-        self.sum_ms = 0
+        self.total = 0
 
-    def observe(self, ms: int) -> None:
-        """Count one duration of ``ms`` milliseconds."""
-        bounds = self.bounds_ms
+    def observe(self, duration: int) -> None:
+        """Count one duration."""
+        bounds = self.bounds
         n = len(bounds)
         i = 0
-        while i < n and ms > bounds[i]:
+        while i < n and duration > bounds[i]:
             i += 1
         self.counts[i] += 1
         self.count += 1
-        self.sum_ms += ms
+        self.total += duration
 
 
 class Stats:
