@@ -36,26 +36,47 @@ def pack_commands(conn: redis.Connection, commands: Sequence[tuple | bytes]) -> 
                       for cmd in commands])]
 
 
-def addjob_args(queue: str | bytes, body: bytes | str, timeout_ms: int = 0, *,
-                replicate: int | None = None, delay: int | None = None,
-                retry: int | None = None, ttl: int | None = None,
-                maxlen: int | None = None, async_: bool = False) -> tuple:
-    """The argv of one ADDJOB (spec: commands.md ADDJOB)."""
-    return ("ADDJOB", encode_arg(queue), encode_arg(body), timeout_ms) + addjob_options(
-        replicate=replicate, delay=delay, retry=retry, ttl=ttl, maxlen=maxlen, async_=async_)
+# ADDJOB's integer options, in the order they are written (spec: commands.md ADDJOB;
+# PRIORITY and MAXDELIVER are this server's extensions, docs/commands.md "Extensions").
+_INT_OPTIONS = (("replicate", "REPLICATE"), ("delay", "DELAY"), ("retry", "RETRY"),
+                ("ttl", "TTL"), ("maxlen", "MAXLEN"), ("priority", "PRIORITY"),
+                ("maxdeliver", "MAXDELIVER"), ("maxretry", "MAXRETRY"))
+_ASYNC = "ASYNC"
+_DEADLETTER = "DEADLETTER"
+_BACKOFF = "BACKOFF"
+_DEDUPID = "DEDUPID"
+
+
+def addjob_args(queue: str | bytes, body: bytes | str, timeout_ms: int = 0, **options: Any
+                ) -> tuple:
+    """The argv of one ADDJOB (spec: commands.md ADDJOB); ``options`` as ``addjob_options``."""
+    return ("ADDJOB", encode_arg(queue), encode_arg(body), timeout_ms) + addjob_options(**options)
 
 
 def addjob_options(*, replicate: int | None = None, delay: int | None = None,
                    retry: int | None = None, ttl: int | None = None,
-                   maxlen: int | None = None, async_: bool = False) -> tuple:
-    """The option words that follow ``ADDJOB queue body timeout``."""
+                   maxlen: int | None = None, async_: bool = False,
+                   priority: int | None = None, maxdeliver: int | None = None,
+                   deadletter: str | bytes | None = None, backoff: float | None = None,
+                   maxretry: int | None = None, dedupid: str | bytes | None = None) -> tuple:
+    """The option words that follow ``ADDJOB queue body timeout``; an option left at None
+    is not sent, so a job without extensions is a Disque 1.0 ADDJOB."""
+    given = {"replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
+             "maxlen": maxlen, "priority": priority, "maxdeliver": maxdeliver,
+             "maxretry": maxretry}
     opts: list[Any] = []
-    for word, value in (("REPLICATE", replicate), ("DELAY", delay), ("RETRY", retry),
-                        ("TTL", ttl), ("MAXLEN", maxlen)):
+    for name, word in _INT_OPTIONS:
+        value = given[name]
         if value is not None:
             opts += [word, int(value)]
+    if deadletter is not None:
+        opts += [_DEADLETTER, encode_arg(deadletter)]
+    if backoff is not None:
+        opts += [_BACKOFF, repr(float(backoff))]
+    if dedupid is not None:
+        opts += [_DEDUPID, encode_arg(dedupid)]
     if async_:
-        opts.append("ASYNC")
+        opts.append(_ASYNC)
     return tuple(opts)
 
 

@@ -15,7 +15,7 @@ from disque.client.addresses import DEFAULT_SEED, NodeAddress, parse_nodes
 from disque.client.arguments import (addjob_args, addjob_options, encode_arg, ids_command,
                                      pack_commands)
 from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
-                                  NoNodeAvailable, ResponseError, is_leaving)
+                                  NoNodeAvailable, ResponseError, is_badid, is_leaving)
 from disque.client.replies import Job, job_from_entry, job_info, text
 
 DEFAULT_CHUNK = 500
@@ -24,6 +24,10 @@ _LINES_READ = 1 << 16
 DEFAULT_GETJOB_COUNT = 1000
 # How long a node that failed is skipped when choosing where to go next.
 FAILED_NODE_QUARANTINE = 5.0
+NACK = "NACK"
+DELAY = b"DELAY"
+# A well-formed job ID no node makes (node prefix and random part all zeros).
+NACK_DELAY_PROBE_ID = "D-00000000-000000000000000000000000-0000"
 
 _SOCKET_DEFAULT = object()  # read with the connection's own socket timeout
 
@@ -46,6 +50,7 @@ class DisqueClient:
         self.node_id: str | None = None
         self.failovers = 0
         self._failed: dict[NodeAddress, float] = {}
+        self._nack_delay: dict[NodeAddress, bool] = {}   # supports_nack_delay, per node
         self._conn: redis.Connection | None = None
 
     # -- connection management -------------------------------------------
@@ -145,6 +150,33 @@ class DisqueClient:
         # Stable sort: among equal priorities, the node we are on stays first.
         nodes.sort(key=lambda n: (n.priority, n != via))
         return nodes
+
+    def use_node(self, node: NodeAddress) -> NodeAddress:
+        """Talk to ``node`` from now on, for commands only some nodes can serve (a NACK
+        or WORKING belongs on the node that delivered the job). A node that failed
+        recently or does not answer is not used: the client stays where it is, or
+        connects as usual, and the next command fails over as always."""
+        if self._conn is not None and self.node == node:
+            return node
+        now = time.monotonic()
+        if now - self._failed.get(node, -1e9) > FAILED_NODE_QUARANTINE:
+            try:
+                conn = self._open(node)
+            except (*CONNECTION_ERRORS, ResponseError):
+                self._failed[node] = now
+            else:
+                self.close()
+                self._conn, self.node, self.node_id = conn, node, node.node_id
+                return node
+        return self.connect()
+
+    def rebalance(self) -> NodeAddress:
+        """Ask HELLO again and move to a node with a lower priority than the current one,
+        if one answers: a long-lived client leaves a node that started failing or
+        leaving before its commands fail there."""
+        self.connect()
+        self._retrying(lambda: self._switch_to_best(self.node))
+        return self.node
 
     def hello(self) -> list[NodeAddress]:
         """HELLO on the current node: every node it knows, best (lowest priority) first."""
@@ -279,10 +311,26 @@ class DisqueClient:
 
     # -- job commands ----------------------------------------------------------
 
+    def add(self, queue: str | bytes, body: bytes | str, *, timeout_ms: int = 0,
+            replicate: int | None = None, delay: int | None = None, retry: int | None = None,
+            ttl: int | None = None, maxlen: int | None = None, async_: bool = False,
+            priority: int | None = None, maxdeliver: int | None = None,
+            deadletter: str | bytes | None = None, backoff: float | None = None,
+            maxretry: int | None = None, dedupid: str | bytes | None = None) -> str:
+        """ADDJOB with the job's options as keywords (None: the server's default); the job ID.
+
+        priority, maxdeliver, deadletter, backoff, maxretry and dedupid are this
+        server's extensions (docs/commands.md "Extensions"): a Disque 1.0 node
+        refuses them with ``-ERR syntax error``."""
+        return text(self.execute(*addjob_args(
+            queue, body, timeout_ms, replicate=replicate, delay=delay, retry=retry, ttl=ttl,
+            maxlen=maxlen, async_=async_, priority=priority, maxdeliver=maxdeliver,
+            deadletter=deadletter, backoff=backoff, maxretry=maxretry, dedupid=dedupid)))
+
     def add_job(self, queue: str | bytes, body: bytes | str, timeout_ms: int = 0,
                 **options: Any) -> str:
-        """ADDJOB; options are replicate, delay, retry, ttl, maxlen, async_. Returns the job ID."""
-        return text(self.execute(*addjob_args(queue, body, timeout_ms, **options)))
+        """``add`` with the timeout as third positional argument (the first API)."""
+        return self.add(queue, body, timeout_ms=timeout_ms, **options)
 
     def add_jobs(self, jobs: Iterable[tuple[str | bytes, bytes | str]], timeout_ms: int = 0,
                  chunk_size: int = DEFAULT_CHUNK, **options: Any) -> list[str | ResponseError]:
@@ -347,17 +395,50 @@ class DisqueClient:
         """FASTACK in chunks; the number of jobs deleted on the current node."""
         return self._multi_id("FASTACK", ids, chunk_size)
 
-    def nack(self, ids: Iterable[str], chunk_size: int = 1000) -> int:
-        """NACK in chunks; the number of jobs put back in their queue."""
-        return self._multi_id("NACK", ids, chunk_size)
+    def nack(self, ids: Iterable[str], chunk_size: int = 1000, delay: int = 0) -> int:
+        """NACK in chunks; the number of jobs put back in their queue.
+
+        ``delay`` > 0 asks for ``NACK ... DELAY <seconds>`` (requeue that much later) where
+        the node supports it (``supports_nack_delay``); a Disque 1.0 node gets a plain NACK."""
+        ids = list(ids)
+        if delay > 0 and self.supports_nack_delay():
+            try:
+                return self._multi_id(NACK, ids, chunk_size, (DELAY, b"%d" % delay))
+            except ResponseError as exc:
+                if not is_badid(exc):
+                    raise
+                # A failover landed on a node without the extension: it read DELAY as an ID.
+                self._nack_delay[self.node] = False
+        return self._multi_id(NACK, ids, chunk_size)
+
+    def supports_nack_delay(self) -> bool:
+        """Whether the current node takes ``NACK ... DELAY``, probed once per node.
+
+        The probe NACKs an ID no node ever made, with ``DELAY 0`` (a plain NACK):
+        this server answers ``:0``; Disque 1.0 checks every word as a job ID and
+        answers ``-BADID``."""
+        self.connect()
+        known = self._nack_delay.get(self.node)
+        if known is not None:
+            return known
+        try:
+            self.execute(NACK, NACK_DELAY_PROBE_ID, DELAY, 0)
+            known = True
+        except ResponseError as exc:
+            if not is_badid(exc):
+                raise
+            known = False
+        self._nack_delay[self.node] = known
+        return known
 
     def del_jobs(self, ids: Iterable[str], chunk_size: int = 1000) -> int:
         """DELJOB (this node only) in chunks; the number deleted."""
         return self._multi_id("DELJOB", ids, chunk_size)
 
-    def _multi_id(self, command: str, ids: Iterable[str], chunk_size: int) -> int:
+    def _multi_id(self, command: str, ids: Iterable[str], chunk_size: int,
+                  tail: tuple[bytes, ...] = ()) -> int:
         ids = list(ids)
-        commands = [ids_command(command, ids[i:i + chunk_size])
+        commands = [ids_command(command, [*ids[i:i + chunk_size], *tail])
                     for i in range(0, len(ids), chunk_size)]
         total = 0
         for replies in self.pipeline_chunks(commands, 16):

@@ -8,9 +8,10 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = ["AuthenticationError", "CONNECTION_ERRORS", "DisqueError", "LEAVING_PREFIX",
-           "NOREPL_LEAVING_TEXT", "NoNodeAvailable", "ResponseError", "is_leaving"]
+           "NOREPL_LEAVING_TEXT", "NoNodeAvailable", "ResponseError", "is_badid", "is_leaving"]
 
 LEAVING_PREFIX = "LEAVING"
+BADID_PREFIX = "BADID"
 # ADDJOB on a leaving node that cannot replicate elsewhere (spec: commands.md ADDJOB step 6).
 NOREPL_LEAVING_TEXT = "I'm leaving the cluster"
 
@@ -29,3 +30,8 @@ def is_leaving(error: BaseException) -> bool:
     """Whether a server error says the node is leaving, so another node should get the command."""
     text = str(error)
     return text.startswith(LEAVING_PREFIX) or NOREPL_LEAVING_TEXT in text
+
+
+def is_badid(error: BaseException) -> bool:
+    """Whether a server error is ``-BADID`` (a word where a job ID was expected)."""
+    return str(error).startswith(BADID_PREFIX)
