@@ -9,6 +9,7 @@ their own, so the loop only runs handlers: a slow GETJOB never stalls it.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -30,17 +31,20 @@ class AsyncioWorker(Worker):
         self._wake: asyncio.Event | None = None
 
     def run(self) -> None:
-        """``serve()`` on a new event loop, SIGTERM and SIGINT stopping it gracefully."""
+        """``serve()`` on a new event loop; SIGTERM and SIGINT stop it gracefully (when
+        called from the main thread)."""
         asyncio.run(self._serve_with_signals())
 
     async def _serve_with_signals(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
+        # Python delivers signals to the main thread only.
+        signals = STOP_SIGNALS if threading.current_thread() is threading.main_thread() else ()
+        for sig in signals:
             loop.add_signal_handler(sig, self.stop)
         try:
             await self.serve()
         finally:
-            for sig in STOP_SIGNALS:
+            for sig in signals:
                 loop.remove_signal_handler(sig)
 
     async def serve(self) -> None:

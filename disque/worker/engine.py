@@ -104,6 +104,7 @@ class Worker(abc.ABC):
         self._settler: Settler | None = None
         self._fetch_thread: threading.Thread | None = None
         self._supports_delay = False
+        self.fetch_node: NodeAddress | None = None  # where jobs come from now
 
     # -- registration ------------------------------------------------------------
 
@@ -240,7 +241,7 @@ class Worker(abc.ABC):
                     continue
                 backoff.reset()
                 if client.node != node:
-                    node = client.node
+                    node = self.fetch_node = client.node
                     emit(logging.INFO, "worker.node", node=node, node_id=client.node_id,
                          failovers=client.failovers)
                 if jobs:
