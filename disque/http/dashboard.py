@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from disque import __version__
-from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL,
-                                       render_flags)
+from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
+                                       PFAIL)
 from disque.memory import format_human
 from disque.queues.queue import PAUSE_NAMES
 
@@ -183,21 +183,17 @@ def nodes_entries(server: Server, own_host: str) -> list[dict[str, Any]]:
 
     A node learns its own IP from its peers; until then it is shown at
     ``own_host``, the host the page was loaded from."""
-    membership = server.node.membership
-    entries = []
-    for node in membership.nodes.values():
-        myself = bool(node.flags & MYSELF)
-        entries.append({
-            "id": node.id.decode("ascii", "replace"),
-            "address": "%s:%d" % (node.ip or (own_host if myself else ""), node.port),
-            "state": node_state(node.flags),
-            "flags": render_flags(node.flags).split(","),
-            "myself": myself,
-            "connected": myself or node.link,
-            "priority": int(node.priority()),
-        })
-    entries.sort(key=lambda entry: (not entry["myself"], entry["address"]))
-    return entries
+    nodes = sorted(server.node.membership.nodes.values(),
+                   key=lambda node: (not node.flags & MYSELF, node.ip, node.port))
+    return [{
+        "id": node.id.decode("ascii", "replace"),
+        "address": "%s:%d" % (node.ip or (own_host if node.flags & MYSELF else ""), node.port),
+        "state": node_state(node.flags),
+        "flags": [name for name, flag in FLAGS_BY_NAME.items() if node.flags & flag],
+        "myself": bool(node.flags & MYSELF),
+        "connected": bool(node.flags & MYSELF) or node.link,
+        "priority": int(node.priority()),
+    } for node in nodes]
 
 
 def _info(server: Server, section: str) -> dict[str, object]:

@@ -31,6 +31,10 @@ function formatCount(n) {
   return n === null || n === undefined ? NO_VALUE : n.toLocaleString("en-US");
 }
 
+function plural(n, noun) {
+  return formatCount(n) + " " + noun + (n === 1 ? "" : "s");
+}
+
 function formatRate(rate) {
   if (rate === null || rate === undefined) return NO_VALUE;
   return rate >= 100 ? Math.round(rate).toLocaleString("en-US") : rate.toFixed(1);
@@ -81,7 +85,7 @@ function renderSummary(stats) {
           " · up " + formatDuration(node.uptime_s));
   const jobs = stats.jobs;
   setText("jobs-registered", formatCount(jobs.registered));
-  setText("queues-total", "in " + formatCount(stats.queues.total) + (stats.queues.total === 1 ? " queue" : " queues"));
+  setText("queues-total", "in " + plural(stats.queues.total, "queue"));
   setText("rate-added", formatRate(jobs.rates.added));
   for (const name of ["added", "delivered", "acked", "nacked"]) {
     setText("rate-" + name, formatRate(jobs.rates[name]));
@@ -90,12 +94,15 @@ function renderSummary(stats) {
     sparkline([jobs.history.added, jobs.history.delivered], THROUGHPUT_WIDTH, THROUGHPUT_HEIGHT));
   setText("dead-letter-jobs", formatCount(stats.queues.dead_letter_jobs));
   setText("dead-lettered", formatCount(jobs.counters.dead_lettered) + " dead-lettered since start");
-  setText("clients", formatCount(node.ops_per_sec) + " commands/s · " + node.connected_clients +
-          " clients, " + node.blocked_clients + " blocked");
+  setText("clients", formatCount(node.ops_per_sec) + " commands/s · " +
+          plural(node.connected_clients, "client") + ", " + node.blocked_clients + " blocked");
   const memory = stats.memory;
   setText("memory-used", memory.used_human);
-  setText("memory-detail", (memory.maxmemory_human ? "of " + memory.maxmemory_human + " maxmemory · " : "no maxmemory · ") +
-          "peak " + memory.peak_human);
+  setText("memory-detail", (memory.maxmemory_human ? "of " + memory.maxmemory_human + " maxmemory · "
+                                                   : "no maxmemory · ") + "peak " + memory.peak_human);
+  const bar = byId("memory-bar");
+  bar.hidden = !memory.maxmemory;
+  bar.value = memory.maxmemory ? Math.min(1, memory.used / memory.maxmemory) : 0;
   const aof = stats.aof;
   setText("aof-state", aof.loading ? "loading" : aof.enabled ? "on" : "off");
   setText("aof-detail", aof.enabled

@@ -79,12 +79,14 @@ def test_a_node_without_maxmemory_says_so(server):
 def test_nodes_are_listed_with_their_state_myself_first(server):
     peer = add_peer(server.node)
     peer.flags = PFAIL
+    add_peer(server.node, b"c" * 40).flags = 0
     nodes = build_stats(server, Sampler(), 0.0)["nodes"]
-    assert [n["myself"] for n in nodes] == [True, False]
+    assert [n["myself"] for n in nodes] == [True, False, False]
     assert nodes[0]["state"] == "ok" and nodes[0]["connected"] is True
     assert nodes[0]["flags"] == ["myself"]
     assert nodes[1] == {"id": peer.id.decode(), "address": "127.0.0.1:7712", "state": "pfail",
                         "flags": ["fail?"], "myself": False, "connected": True, "priority": 10}
+    assert nodes[2]["flags"] == [] and nodes[2]["state"] == "ok"
 
 
 @pytest.mark.parametrize("flags, state", [
