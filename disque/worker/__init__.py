@@ -22,14 +22,15 @@ one function from the command line. docs/worker.md has the details.
 Modules: ``engine`` (fetching, settling, stopping: the ``Worker`` base and
 ``WorkerOptions``), ``threaded`` and ``aioworker`` (where handlers run),
 ``settler`` (ACK/NACK/WORKING connection), ``leases`` (when WORKING is due),
-``backoff`` (NACK delays, reconnect waits), ``tasks`` (queue → handler),
+``backoff`` (NACK delays, reconnect waits), ``tasks`` (queue → handler), ``stats``,
 ``events`` (structured log lines), ``cli``.
 """
 
 from __future__ import annotations
 
 from disque.worker.aioworker import AsyncioWorker
-from disque.worker.engine import Worker, WorkerOptions, WorkerStats
+from disque.worker.engine import Worker, WorkerOptions
+from disque.worker.stats import WorkerStats
 from disque.worker.threaded import ThreadedWorker
 
 __all__ = ["AsyncioWorker", "ThreadedWorker", "Worker", "WorkerOptions", "WorkerStats"]

@@ -35,6 +35,7 @@ from disque.client.errors import CONNECTION_ERRORS
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
 from disque.worker.settler import Settler
+from disque.worker.stats import WorkerStats
 from disque.worker.tasks import Handler, TaskRegistry
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -69,16 +70,6 @@ class WorkerOptions:
     def capacity(self) -> int:
         """Jobs held at most: running plus prefetched."""
         return self.concurrency + (self.concurrency if self.prefetch is None else self.prefetch)
-
-
-@dataclass
-class WorkerStats:
-    """What a worker did; logged when it stops."""
-
-    fetched: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    abandoned: int = 0  # NACKed because the worker stopped
 
 
 class Worker(abc.ABC):
@@ -158,7 +149,7 @@ class Worker(abc.ABC):
                      error="%s: %s" % (type(exc).__name__, exc), retry_in=wait)
                 if self._stopping.wait(wait):
                     return False
-        self._settler = Settler(settle_client, self.options.working_after)
+        self._settler = Settler(settle_client, self.options.working_after, self.stats)
         emit(logging.INFO, "worker.started", mode=self.mode, queues=",".join(self.tasks.queues()),
              concurrency=self.options.concurrency, capacity=self.options.capacity, node=node,
              nack_delay=self._supports_delay)
@@ -179,7 +170,8 @@ class Worker(abc.ABC):
         settled = self._settler.close(self.options.settle_timeout) if self._settler else True
         stats = self.stats
         emit(logging.INFO, "worker.stopped", fetched=stats.fetched, succeeded=stats.succeeded,
-             failed=stats.failed, abandoned=stats.abandoned, settled=settled)
+             failed=stats.failed, abandoned=stats.abandoned, acked=stats.acked,
+             nacked=stats.nacked, settled=settled)
         self._stopped.set()
 
     def _wait_idle(self, timeout: float) -> bool:

@@ -23,6 +23,7 @@ from disque.client.errors import CONNECTION_ERRORS
 from disque.worker.backoff import Backoff
 from disque.worker.events import emit
 from disque.worker.leases import LeaseBook
+from disque.worker.stats import WorkerStats
 
 NOJOB_PREFIX = "NOJOB"
 TOOLATE_PREFIX = "TOOLATE"
@@ -45,11 +46,10 @@ class _NodeWork:
 class Settler:
     """ACKs, NACKs and WORKINGs on a thread of their own, fed through ``inbox``."""
 
-    def __init__(self, client: DisqueClient, working_after: float) -> None:
+    def __init__(self, client: DisqueClient, working_after: float, stats: WorkerStats) -> None:
         self.client = client
         self.leases = LeaseBook(working_after)
-        self.acked = 0
-        self.nacked = 0
+        self.stats = stats  # acked and nacked are counted here, as the replies come
         self._origin: dict[str, NodeAddress] = {}
         self._work: dict[NodeAddress, _NodeWork] = {}
         self._inbox: queue.SimpleQueue[tuple] = queue.SimpleQueue()
@@ -161,13 +161,13 @@ class Settler:
         if work.acks:
             self.client.ack_jobs(work.acks)
             emit(logging.DEBUG, "jobs.acked", count=len(work.acks), node=self.client.node)
-            self.acked += len(work.acks)
+            self.stats.acked += len(work.acks)
             work.acks.clear()
         for delay, ids in list(work.nacks.items()):
             self.client.nack(ids, delay=delay)
             emit(logging.DEBUG, "jobs.nacked", count=len(ids), delay=delay,
                  node=self.client.node)
-            self.nacked += len(ids)
+            self.stats.nacked += len(ids)
             del work.nacks[delay]
 
     def _send_working(self, now: float) -> None:
