@@ -3,11 +3,11 @@
 The page polls ``/api/stats`` about once a second instead of holding a
 server-sent-event stream: a poll leaves no open stream for shutdown to
 close, works through any proxy, serves scripts and curl alike, and the
-node samples its queues only while someone is watching. Each poll samples
-the longest queues (at most once per ``SAMPLE_INTERVAL_S``) into a short
-history, from which the in/out rates and the sparklines come. Nothing runs
-in the cron or on the job path; the cost of a poll is one pass over the
-queues to pick the longest.
+node samples only while someone is watching. Each poll samples the job
+counters and the longest queues (at most once per ``SAMPLE_INTERVAL_S``)
+into a short history, from which the rates and the sparklines come.
+Nothing runs in the cron or on the job path; a poll costs a pass over the
+queues to pick the longest and one over their names for the dead letters.
 """
 
 from __future__ import annotations
