@@ -68,6 +68,10 @@ class DashboardPage:
     def node_state(self, node_id: str):
         return self.page.locator("#nodes tbody tr[data-node='%s'] .badge" % node_id)
 
+    def forget_errors(self, pattern: str) -> None:
+        """Drop the console errors the test caused on purpose."""
+        self.errors = [error for error in self.errors if not re.search(pattern, error)]
+
     def close(self) -> None:
         self.context.close()
         own = urlsplit(self.origin).netloc
@@ -115,6 +119,24 @@ def test_the_page_shows_a_queue_and_follows_its_length(server_factory, open_dash
     client.execute_command("GETJOB", "COUNT", 5, "FROM", "orders")
     expect(length).to_have_text("2", timeout=PAGE_WAIT_MS)
     expect(dashboard.page.locator("#status")).to_have_text("live")
+
+
+def test_the_page_says_when_the_node_is_gone_and_recovers(server_factory, open_dashboard):
+    metrics_port = free_port()
+    node = server_factory("metrics-port %d\n" % metrics_port)
+    dashboard = open_dashboard(metrics_port)
+    status = dashboard.page.locator("#status")
+    expect(status).to_have_text("live", timeout=PAGE_WAIT_MS)
+    node.stop()
+    expect(status).to_have_text("disconnected", timeout=PAGE_WAIT_MS)
+    node.start()
+    add_jobs(node.client(), "after-restart", 1)
+    expect(status).to_have_text("live", timeout=PAGE_WAIT_MS)
+    expect(dashboard.queue_cell("after-restart", "length")).to_have_text("1",
+                                                                         timeout=PAGE_WAIT_MS)
+    # The polls while the node was down failed in the console too (net::ERR_CONNECTION_REFUSED,
+    # or a connection closed as the node stopped).
+    dashboard.forget_errors(r"^Failed to load resource: net::ERR_")
 
 
 def test_queue_names_are_shown_as_text_never_as_markup(server_factory, open_dashboard):
