@@ -149,7 +149,7 @@ class Worker(abc.ABC):
                      error="%s: %s" % (type(exc).__name__, exc), retry_in=wait)
                 if self._stopping.wait(wait):
                     return False
-        self._settler = Settler(settle_client, self.options.working_after, self.stats)
+        self._settler = Settler(settle_client, self.options.working_after, self.stats, self.stop)
         emit(logging.INFO, "worker.started", mode=self.mode, queues=",".join(self.tasks.queues()),
              concurrency=self.options.concurrency, capacity=self.options.capacity, node=node,
              nack_delay=self._supports_delay)
@@ -202,7 +202,8 @@ class Worker(abc.ABC):
         try:
             self._fetch()
         except BaseException as exc:  # the worker cannot go on without fetching: stop it
-            emit(logging.CRITICAL, "worker.crashed", error="%s: %s" % (type(exc).__name__, exc))
+            emit(logging.CRITICAL, "worker.crashed", part="fetcher",
+                 error="%s: %s" % (type(exc).__name__, exc))
             self.stop()
             raise
 
@@ -285,7 +286,7 @@ class Worker(abc.ABC):
         delay = nack_delay(job.nacks, self.options.nack_delay, self.options.nack_delay_max)
         self._settler.nack(job.id, delay)
         emit(logging.WARNING, "job.failed", queue=job.queue, id=job.id, ms=round(took_ms, 3),
-             nacks=job.nacks, retry_in=delay if self._supports_delay else "retry",
+             nacks=job.nacks, nack_delay=delay if self._supports_delay else 0,
              error="%s: %s" % (type(error).__name__, error), where=_where(error))
 
     def _abandon(self, jobs: list[Job]) -> None:

@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from disque.client import DisqueClient, DisqueError, NodeAddress, ResponseError
 from disque.client.errors import CONNECTION_ERRORS
@@ -46,8 +47,10 @@ class _NodeWork:
 class Settler:
     """ACKs, NACKs and WORKINGs on a thread of their own, fed through ``inbox``."""
 
-    def __init__(self, client: DisqueClient, working_after: float, stats: WorkerStats) -> None:
+    def __init__(self, client: DisqueClient, working_after: float, stats: WorkerStats,
+                 on_crash: Callable[[], None]) -> None:
         self.client = client
+        self.on_crash = on_crash  # a worker that cannot settle must stop fetching
         self.leases = LeaseBook(working_after)
         self.stats = stats  # acked and nacked are counted here, as the replies come
         self._origin: dict[str, NodeAddress] = {}
@@ -56,7 +59,7 @@ class Settler:
         self._backoff = Backoff()
         self._retry_at = 0.0
         self._stop_by: float | None = None
-        self._thread = threading.Thread(target=self._run, name="disque-worker-settle",
+        self._thread = threading.Thread(target=self._run_guarded, name="disque-worker-settle",
                                         daemon=True)
 
     # -- called from other threads ------------------------------------------
@@ -86,6 +89,15 @@ class Settler:
         return not self._pending()
 
     # -- the thread -----------------------------------------------------------
+
+    def _run_guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # unsettled jobs go back to their queues by their retry
+            emit(logging.CRITICAL, "worker.crashed", part="settler",
+                 error="%s: %s" % (type(exc).__name__, exc))
+            self.on_crash()
+            raise
 
     def _run(self) -> None:
         while True:
