@@ -54,7 +54,7 @@ ASSET_HEADERS = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache
 STATS_HEADERS = {"Cache-Control": "no-store"}
 
 QUEUES_SHOWN = 50           # the longest queues listed; the rest are only counted
-SAMPLE_INTERVAL_S = 0.5     # polls closer than this share one sample
+SAMPLE_INTERVAL_S = 0.9     # polls closer than this share one sample (the page polls each 1 s)
 HISTORY_POINTS = 60         # samples kept per shown queue (a minute at one poll a second)
 RATE_WINDOW_S = 5.0         # rates are averaged over the samples of the last seconds
 STALE_AFTER_S = 10.0        # a longer gap between polls starts the history afresh
