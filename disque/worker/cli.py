@@ -17,7 +17,7 @@ import sys
 from disque.client import DEFAULT_SEED
 from disque.worker.aioworker import AsyncioWorker
 from disque.worker.engine import Worker, WorkerOptions
-from disque.worker.events import FORMATS, configure
+from disque.worker.events import FORMATS, configure, emit
 from disque.worker.tasks import is_coroutine_handler, load_target
 from disque.worker.threaded import ThreadedWorker
 
@@ -29,7 +29,8 @@ EXIT_USAGE = 2
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; ``WorkerOptions`` holds their defaults."""
     defaults = WorkerOptions()
-    parser = argparse.ArgumentParser(prog="disque-worker", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(prog="disque-worker", description=__doc__.split("\n\n")[1],
+                                     epilog="$%s, when set, is sent with AUTH." % PASSWORD_ENV)
     parser.add_argument("target", help="the handler, as package.module:function")
     parser.add_argument("--queue", "-q", action="append", required=True,
                         help="a queue to take jobs from (repeatable)")
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker = build_worker(args)
     except (ImportError, ValueError, TypeError) as exc:
-        logging.getLogger("disque.worker").error("cannot start: %s", exc)
+        emit(logging.ERROR, "worker.cannot_start", error="%s: %s" % (type(exc).__name__, exc))
         return EXIT_USAGE
     worker.run()
     return 0

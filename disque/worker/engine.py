@@ -74,7 +74,7 @@ class WorkerOptions:
 
 class Worker(abc.ABC):
     """The common part of ``ThreadedWorker`` and ``AsyncioWorker``: tasks, fetching,
-    settling, stopping. Subclasses run the handlers (``_submit``, ``_unstarted``)."""
+    settling, stopping. Subclasses run the handlers (``_submit``) and ``run()``."""
 
     coroutines = False  # whether handlers are async def
     mode = "worker"
@@ -89,7 +89,6 @@ class Worker(abc.ABC):
         self.tasks = TaskRegistry(self.coroutines)
         self.stats = WorkerStats()
         self._stopping = threading.Event()
-        self._stopped = threading.Event()
         self._lock = threading.Condition()
         self._held: dict[str, Job] = {}  # fetched and not finished
         self._settler: Settler | None = None
@@ -172,18 +171,16 @@ class Worker(abc.ABC):
         emit(logging.INFO, "worker.stopped", fetched=stats.fetched, succeeded=stats.succeeded,
              failed=stats.failed, abandoned=stats.abandoned, acked=stats.acked,
              nacked=stats.nacked, settled=settled)
-        self._stopped.set()
 
-    def _wait_idle(self, timeout: float) -> bool:
-        """Wait until no job is held (or ``timeout``); whether none is."""
+    def _wait_idle(self, timeout: float) -> None:
+        """Wait until no job is held, at most ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._held:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
+                    return
                 self._lock.wait(left)
-        return True
 
     def _install_signals(self) -> dict[int, Any]:
         """SIGTERM and SIGINT call ``stop`` (only from the main thread, as Python allows)."""
