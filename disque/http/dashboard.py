@@ -3,11 +3,11 @@
 The page polls ``/api/stats`` about once a second instead of holding a
 server-sent-event stream: a poll leaves no open stream for shutdown to
 close, works through any proxy, serves scripts and curl alike, and the
-node samples only while someone is watching. Each poll samples the job
-counters and the longest queues (at most once per ``SAMPLE_INTERVAL_S``)
-into a short history, from which the rates and the sparklines come.
-Nothing runs in the cron or on the job path; a poll costs a pass over the
-queues to pick the longest and one over their names for the dead letters.
+node samples only while someone is watching. A poll samples the job
+counters and the longest queues into a short history (at most once per
+``SAMPLE_INTERVAL_S``, less often when the node has so many queues that a
+sample is costly), from which the rates and the sparklines come. Nothing
+runs in the cron or on the job path.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import heapq
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +57,9 @@ STATS_HEADERS = {"Cache-Control": "no-store"}
 QUEUES_SHOWN = 50           # the longest queues listed; the rest are only counted
 SAMPLE_INTERVAL_S = 0.9     # polls closer than this share one sample (the page polls each 1 s)
 HISTORY_POINTS = 60         # samples kept per shown queue (a minute at one poll a second)
-RATE_WINDOW_S = 5.0         # rates are averaged over the samples of the last seconds
+RATE_WINDOW_S = 5.0         # rates are averaged over at least this long once samples allow
 STALE_AFTER_S = 10.0        # a longer gap between polls starts the history afresh
+SCAN_COST_RATIO = 50        # a sample costing t waits at least 50 t for the next: <= 2 % of the loop
 DEAD_LETTER_SUFFIX = b":dead"  # the default dead-letter queue of <queue> (docs/dead-letters.md)
 # node.counters (stats.JobCounters), in the order the sampler keeps them.
 JOB_COUNTERS = ("added", "delivered", "acked", "nacked", "requeued", "expired", "evicted",
@@ -88,13 +90,14 @@ Point = tuple[float, tuple[int, ...]]  # (monotonic s, values)
 
 
 def window_rates(points: deque[Point]) -> list[float] | None:
-    """Each value's change per second over the last RATE_WINDOW_S; None before two samples."""
+    """Each value's change per second since the newest sample at least
+    RATE_WINDOW_S old (or the oldest kept); None before two samples."""
     newest_at, newest = points[-1]
-    oldest_at, oldest = newest_at, newest
+    oldest_at, oldest = points[0]
     for at, values in reversed(points):
-        if newest_at - at > RATE_WINDOW_S:
+        if newest_at - at >= RATE_WINDOW_S:
+            oldest_at, oldest = at, values
             break
-        oldest_at, oldest = at, values
     elapsed = newest_at - oldest_at
     if elapsed <= 0:
         return None
@@ -125,26 +128,38 @@ class QueueTrack:
 
 class Sampler:
     """Recent samples of the node's job counters and of its longest queues,
-    taken when the dashboard asks."""
+    taken when the dashboard asks.
 
-    def __init__(self, limit: int = QUEUES_SHOWN) -> None:
+    Picking the longest queues is a pass over all of them (about 0.1 s for
+    a million): the next sample waits SCAN_COST_RATIO times as long as the
+    last one took, so the dashboard never takes more than a small share of
+    the event loop the node serves its clients on."""
+
+    def __init__(self, limit: int = QUEUES_SHOWN,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self.limit = limit
+        self.timer = timer
         self.tracks: dict[bytes, QueueTrack] = {}
         self.counters: deque[Point] = deque(maxlen=HISTORY_POINTS)
-        self.sampled_at = float("-inf")
         self.shown: list[QueueTrack] = []
+        self.dead_letter_jobs = 0
+        self.polled_at = float("-inf")
+        self.next_sample_at = float("-inf")
 
     def sample(self, node: Node, at: float) -> None:
-        """Sample now, unless the last sample is younger than SAMPLE_INTERVAL_S."""
-        if at - self.sampled_at < SAMPLE_INTERVAL_S:
-            return
-        if at - self.sampled_at > STALE_AFTER_S:
+        """Sample now, unless the last sample is too recent."""
+        if at - self.polled_at > STALE_AFTER_S:
             self.tracks.clear()
             self.counters.clear()
-        self.sampled_at = at
+            self.next_sample_at = at
+        self.polled_at = at
+        if at < self.next_sample_at:
+            return
+        started = self.timer()
         counters = node.counters
         self.counters.append((at, tuple(getattr(counters, name) for name in JOB_COUNTERS)))
-        longest = heapq.nlargest(self.limit, node.queues.by_name.values(), key=len)
+        queues = node.queues.by_name
+        longest = heapq.nlargest(self.limit, queues.values(), key=len)
         tracks: dict[bytes, QueueTrack] = {}
         for queue in longest:
             track = self.tracks.get(queue.name)
@@ -155,6 +170,10 @@ class Sampler:
             tracks[queue.name] = track
         self.tracks = tracks
         self.shown = list(tracks.values())
+        self.dead_letter_jobs = sum(len(queue) for name, queue in queues.items()
+                                    if name.endswith(DEAD_LETTER_SUFFIX))
+        cost = self.timer() - started
+        self.next_sample_at = at + max(SAMPLE_INTERVAL_S, cost * SCAN_COST_RATIO)
 
 
 def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]:
@@ -271,8 +290,7 @@ def build_stats(server: Server, sampler: Sampler, at: float,
             "total": len(queues),
             "shown": [queue_entry(track, queues) for track in sampler.shown],
             # Jobs waiting in dead-letter queues (named <queue>:dead), on this node.
-            "dead_letter_jobs": sum(len(queue) for name, queue in queues.items()
-                                    if name.endswith(DEAD_LETTER_SUFFIX)),
+            "dead_letter_jobs": sampler.dead_letter_jobs,
         },
         "memory": memory_entry(server),
         "aof": aof_entry(server),

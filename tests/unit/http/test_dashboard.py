@@ -10,7 +10,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL
 from disque.config import Config
 from disque.http import dashboard
-from disque.http.dashboard import (HISTORY_POINTS, RATE_WINDOW_S, SAMPLE_INTERVAL_S, STALE_AFTER_S, Sampler,
+from disque.http.dashboard import (HISTORY_POINTS, RATE_WINDOW_S, SAMPLE_INTERVAL_S,
+                                   SCAN_COST_RATIO, STALE_AFTER_S, Sampler,
                                    add_routes, build_stats, node_state)
 from disque.server import Server
 from tests.unit.helpers import Cmd, add_peer
@@ -132,6 +133,38 @@ def test_polls_closer_than_the_interval_share_a_sample(server):
     add_jobs(server, "q", 1)
     entry = shown(build_stats(server, sampler, 10.0 + SAMPLE_INTERVAL_S / 2))["q"]
     assert entry["history"] == [1] and entry["length"] == 2
+
+
+class ScanTimer:
+    """A perf counter under which every sample's scan takes ``cost`` seconds."""
+
+    def __init__(self, cost: float) -> None:
+        self.cost = cost
+        self.now = 0.0
+        self.started = False
+
+    def __call__(self) -> float:
+        self.started = not self.started
+        if not self.started:
+            self.now += self.cost
+        return self.now
+
+
+def test_a_costly_scan_spaces_the_samples_out(server):
+    sampler = Sampler(timer=ScanTimer(cost=0.1))
+    wait = 0.1 * SCAN_COST_RATIO
+    add_jobs(server, "q", 1)
+    build_stats(server, sampler, 0.0)
+    for length, at in enumerate((1.0, 2.0, 3.0, wait - 0.5), start=2):
+        add_jobs(server, "q", 1)
+        entry = shown(build_stats(server, sampler, at))["q"]
+        # The row shows the queue as it is now; the history waits for the next sample.
+        assert entry["length"] == length and entry["history"] == [1]
+    add_jobs(server, "q", 1)
+    stats = build_stats(server, sampler, wait)
+    # Both samples are used however far apart: no rate is lost to a long interval.
+    assert shown(stats)["q"]["history"] == [1, 6]
+    assert shown(stats)["q"]["rate_in"] == 5 / wait
 
 
 def test_history_is_bounded_and_restarts_after_a_gap_without_polls(server):
