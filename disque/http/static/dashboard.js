@@ -49,7 +49,7 @@ function formatDuration(seconds) {
   return minutes + "m " + (seconds % 60) + "s";
 }
 
-// values: one series (filled), or several lines sharing one scale (the first filled).
+// series: lists of values drawn as lines on one scale, the first one filled below.
 function sparkline(series, width, height) {
   const svg = document.createElementNS(SVG_NS, "svg");
   svg.setAttribute("class", "spark");
