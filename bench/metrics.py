@@ -91,15 +91,19 @@ def overhead(servers: Servers, settings: Settings) -> list[Measurement]:
     on_rps, off_rps, on_cpu, off_cpu, scrapes = [], [], [], [], []
     with servers.fresh_disque("metrics-off") as off, \
             servers.fresh_disque("metrics-on", "metrics-port %d\n" % metrics_port) as on:
-        for _ in range(settings.repeats):
-            rps, cpu = _addjob_sample(off, command, settings)
-            off_rps.append(rps)
-            off_cpu.append(cpu)
-            with Scraper(metrics_port) as scraper:
-                rps, cpu = _addjob_sample(on, command, settings)
-            on_rps.append(rps)
-            on_cpu.append(cpu)
-            scrapes.extend(scraper.durations)
+        for round_number in range(settings.repeats):
+            # Off then on, then on then off, ...: neither node always runs first.
+            for metrics_on in ((False, True) if round_number % 2 == 0 else (True, False)):
+                if metrics_on:
+                    with Scraper(metrics_port) as scraper:
+                        rps, cpu = _addjob_sample(on, command, settings)
+                    on_rps.append(rps)
+                    on_cpu.append(cpu)
+                    scrapes.extend(scraper.durations)
+                else:
+                    rps, cpu = _addjob_sample(off, command, settings)
+                    off_rps.append(rps)
+                    off_cpu.append(cpu)
             log.info("  ADDJOB -P 16 metrics off %9.0f req/s %5.2f µs CPU/req | on, %d scrapes "
                      "%9.0f req/s %5.2f µs CPU/req", off_rps[-1], off_cpu[-1],
                      len(scraper.durations), on_rps[-1], on_cpu[-1])
@@ -107,7 +111,7 @@ def overhead(servers: Servers, settings: Settings) -> list[Measurement]:
             build = client.info("build").get("core_build")
     shape = ("redis-benchmark -c %d -n %d -P 16 ADDJOB q <%d-byte body> 0 on a node with "
              "metrics-port on and /metrics scraped every %.0f s, against a node with "
-             "metrics-port 0 (rounds alternating)"
+             "metrics-port 0 (rounds alternating which node runs first)"
              % (settings.clients, settings.requests, settings.body_bytes, SCRAPE_INTERVAL_S))
     reference = "disque ADDJOB -P 16, metrics-port 0"
     return [
