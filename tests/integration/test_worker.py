@@ -89,6 +89,31 @@ def test_asyncio_worker_runs_handlers_concurrently(server):
     assert peak <= 20
 
 
+async def test_asyncio_worker_serves_in_a_running_loop(server):
+    """``await worker.serve()`` in the caller's loop: handlers run on that loop."""
+    produce(server, "work", 20)
+    loop = asyncio.get_running_loop()
+    seen: list[bytes] = []
+    worker = AsyncioWorker("127.0.0.1:%d" % server.port, concurrency=4)
+
+    @worker.task("work")
+    async def handle(job):
+        assert asyncio.get_running_loop() is loop
+        seen.append(job.body)
+
+    serving = asyncio.create_task(worker.serve())
+    try:
+        for _ in range(500):  # a bounded poll: up to 10 s
+            if len(seen) == 20 or serving.done():
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(serving, 30)
+    assert sorted(seen) == sorted(b"job-%d" % i for i in range(20))
+    assert worker.stats.acked == 20
+
+
 @pytest.mark.parametrize("nack_delay", [1.0, 0.0])
 def test_failed_job_is_nacked_with_the_delay(server, nack_delay):
     """A handler that raises NACKs its job: with DELAY (this server has it), the
@@ -176,45 +201,110 @@ def test_worker_reconnects_after_its_node_restarts(server, caplog):
         wait_until(lambda: registered_jobs(server) == 0, message="the second job acknowledged")
 
 
-def test_sigterm_stops_the_cli_gracefully(server, tmp_path):
-    """SIGTERM: running jobs finish and are acknowledged, fetched ones not started are
-    NACKed back to the queue, the process exits 0; no job is left held (active)."""
-    done_file = tmp_path / "done.txt"
-    (tmp_path / "slowjobs.py").write_text(
-        "import time\n"
-        "def handle(job):\n"
-        "    time.sleep(0.4)\n"
-        "    with open(%r, 'ab') as out:\n"
-        "        out.write(job.body + b'\\n')\n" % str(done_file))
-    produce(server, "cli", 30, retry=60)
+THREADED_HANDLER = """
+import time
+def handle(job):
+    time.sleep(float(job.body.split(b"-")[2]))
+    with open(%r, "ab") as out:
+        out.write(job.body + b"\\n")
+"""
+ASYNC_HANDLER = """
+import asyncio
+async def handle(job):
+    await asyncio.sleep(float(job.body.split(b"-")[2]))
+    with open(%r, "ab") as out:
+        out.write(job.body + b"\\n")
+"""
+
+
+def start_cli(server, tmp_path: Path, handler: str, *options: str) -> subprocess.Popen:
+    """``disque-worker`` on the ``cli`` queue with ``handler`` (its source; it appends
+    each job's body to done.txt after sleeping the seconds the body names)."""
+    (tmp_path / "jobcode.py").write_text(handler % str(tmp_path / "done.txt"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open(tmp_path / "worker.log", "wb") as log:
-        proc = subprocess.Popen(WORKER_CLI + ["slowjobs:handle", "--queue", "cli", "--cluster",
-                                              "127.0.0.1:%d" % server.port, "--concurrency", "3",
-                                              "--grace", "5"],
+        return subprocess.Popen(WORKER_CLI + ["jobcode:handle", "--queue", "cli", "--cluster",
+                                              "127.0.0.1:%d" % server.port, *options],
                                 cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+@contextlib.contextmanager
+def killed_on_error(proc: subprocess.Popen):
+    """Kill the worker process if the block fails (the test stops it itself otherwise)."""
     try:
-        wait_until(lambda: done_file.exists() and len(done_file.read_bytes().split()) >= 3,
-                   message="a few jobs done")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
+        yield
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def stop_cli(proc: subprocess.Popen, timeout: float) -> int:
+    """SIGTERM, and the exit status within ``timeout`` seconds (killed otherwise)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    output = (tmp_path / "worker.log").read_text()
-    done = done_file.read_bytes().split()
-    assert len(done) == len(set(done)), "a job ran twice"
+
+
+def done_bodies(tmp_path: Path) -> list[bytes]:
+    path = tmp_path / "done.txt"
+    return path.read_bytes().split() if path.exists() else []
+
+
+def jobs_left(server) -> list[dict]:
+    """Every job the node still has, as SHOW-like dicts with bytes keys."""
     cursor, left = server.client().execute_command("JSCAN", "0", "BUSYLOOP", "REPLY", "all")
-    jobs = [dict(zip(flat[0::2], flat[1::2])) for flat in left]
+    return [dict(zip(flat[0::2], flat[1::2])) for flat in left]
+
+
+def stopped_line(tmp_path: Path) -> str:
+    output = (tmp_path / "worker.log").read_text()
+    lines = [line for line in output.splitlines() if "event=worker.stopped" in line]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+@pytest.mark.parametrize("handler", [THREADED_HANDLER, ASYNC_HANDLER], ids=["threaded", "asyncio"])
+def test_sigterm_stops_the_cli_gracefully(server, tmp_path, handler):
+    """SIGTERM: running jobs finish and are acknowledged, fetched ones not started are
+    NACKed back to the queue, the process exits 0; no job is left held (active)."""
+    produce_bodies = [b"job-%d-0.3" % i for i in range(30)]
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        client.add_jobs([("cli", body) for body in produce_bodies], retry=60)
+    proc = start_cli(server, tmp_path, handler, "--concurrency", "3", "--grace", "5")
+    with killed_on_error(proc):
+        wait_until(lambda: len(done_bodies(tmp_path)) >= 3, message="a few jobs done")
+    assert stop_cli(proc, 15) == 0
+    done = done_bodies(tmp_path)
+    assert len(done) == len(set(done)), "a job ran twice"
+    jobs = jobs_left(server)
     assert {job[b"state"] for job in jobs} <= {b"queued"}, "jobs left held: %s" % jobs
-    assert sorted(done + [job[b"body"] for job in jobs]) == sorted(
-        b"job-%d" % i for i in range(30)), output
-    stopped = [line for line in output.splitlines() if "event=worker.stopped" in line]
-    assert len(stopped) == 1 and "settled=True" in stopped[0], output
+    assert sorted(done + [job[b"body"] for job in jobs]) == sorted(produce_bodies)
+    stopped = stopped_line(tmp_path)
+    assert "settled=True" in stopped, stopped
     # The jobs fetched ahead and never started went back with one NACK each.
     nacked_back = sum(1 for job in jobs if job[b"nacks"] > 0)
-    assert "abandoned=%d" % nacked_back in stopped[0], output
+    assert "abandoned=%d" % nacked_back in stopped, stopped
+
+
+@pytest.mark.parametrize("handler", [THREADED_HANDLER, ASYNC_HANDLER], ids=["threaded", "asyncio"])
+def test_sigterm_nacks_jobs_that_outlast_the_grace(server, tmp_path, handler):
+    """A job still running when the grace period ends is NACKed back to its queue
+    and the process exits anyway (an asyncio task is cancelled, a thread left behind)."""
+    server.call("ADDJOB", "cli", "job-1-60", 0, "RETRY", 120)
+    proc = start_cli(server, tmp_path, handler, "--grace", "0.5")
+    with killed_on_error(proc):
+        wait_until(lambda: server.client().info("clients")["blocked_clients"] == 1 and
+                   jobs_left(server)[0][b"state"] == b"active", message="the job running")
+    assert stop_cli(proc, 15) == 0  # not the handler's 60 s
+    [job] = jobs_left(server)
+    assert (job[b"state"], job[b"nacks"]) == (b"queued", 1)
+    assert done_bodies(tmp_path) == []
+    assert "abandoned=1" in stopped_line(tmp_path)
 
 
 def test_producer_add_takes_every_job_option(server):
