@@ -33,6 +33,7 @@ def test_needjobs_gets_half_of_a_short_queue_and_the_requester_becomes_a_holder(
     (dest, msg), = parts.transport.of_type(m.YOURJOBS)
     assert dest == PEER_A and [p[0] for p in msg[m.JOBS]] == [j.id for j in jobs[:2]]
     assert all(PEER_A in j.delivered for j in jobs[:2]) and len(parts.queues[b"q"].jobs) == 2
+    assert (fed.jobs_exported, fed.jobs_imported) == (2, 0)  # the metrics' counters
 
 
 def test_at_most_once_jobs_leave_the_node_they_are_given_away_from():
@@ -71,6 +72,7 @@ def test_yourjobs_queues_the_jobs_and_remembers_the_sender():
     copy = parts.registry.get(job.id)
     assert copy is not None and copy.state == QUEUED
     assert list(parts.queues[b"q"].responders or {}) == [PEER_A]
+    assert (fed.jobs_imported, fed.jobs_exported) == (1, 0)  # the metrics' counters
 
 
 def test_consumers_get_jobs_round_robin_and_blocked_ones_are_served_on_arrival():

@@ -39,6 +39,7 @@ def test_a_synchronous_addjob_waits_for_enough_gotjob(parts):
     repl.on_gotjob(PEER_B, m.job_message(m.GOTJOB, job.id), LINK)
     assert producer.sent == [status(job.id)] and job.state == QUEUED
     assert parts.journal.events == [("stored", job.id)]
+    assert (repl.waits, repl.wait_failures, repl.wait_latency.count) == (1, 0, 1)
 
 
 def test_a_producer_that_times_out_gets_norepl_and_the_job_goes(parts):
@@ -51,6 +52,7 @@ def test_a_producer_that_times_out_gets_norepl_and_the_job_goes(parts):
     parts.blocked.unblock(producer, errors.NOREPL_TIMEOUT)  # as Node does at the deadline
     repl.producer_gone(block)
     assert producer.sent == [errors.NOREPL_TIMEOUT] and parts.registry.get(job.id) is None
+    assert (repl.waits, repl.wait_failures, repl.wait_latency.count) == (1, 1, 0)
     assert {dest for dest, _ in parts.transport.of_type(m.DELJOB)} == {PEER_A, PEER_B}
 
 
