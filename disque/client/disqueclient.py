@@ -96,6 +96,8 @@ class DisqueClient:
         for node in self._candidates():
             try:
                 conn = self._open(node)
+            except AuthenticationError:
+                raise  # a wrong password is no reason to try the next node
             except (*CONNECTION_ERRORS, ResponseError) as exc:
                 self._failed[node] = time.monotonic()
                 errors.append("%s: %s" % (node, exc))

@@ -104,6 +104,10 @@ class AsyncioWorker(Worker):
             started = time.monotonic()
             try:
                 await handler(job)
+            except asyncio.CancelledError as exc:
+                if asyncio.current_task().cancelling():
+                    raise  # the grace period is over: _finish_stop NACKs the job
+                self._finished(job, started, exc)  # the handler's own cancellation: a failure
             except Exception as exc:  # the job failed: NACK it, and go on with the next
                 self._finished(job, started, exc)
             else:

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from disque.client import DEFAULT_SEED
+from disque.client import DEFAULT_SEED, AuthenticationError
 from disque.worker.aioworker import AsyncioWorker
 from disque.worker.engine import Worker, WorkerOptions
 from disque.worker.events import FORMATS, configure, emit
@@ -24,6 +24,7 @@ from disque.worker.threaded import ThreadedWorker
 CLUSTER_ENV = "DISQUE_CLUSTER"
 PASSWORD_ENV = "DISQUE_PASSWORD"
 EXIT_USAGE = 2
+EXIT_AUTH = 3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -84,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ImportError, ValueError, TypeError) as exc:
         emit(logging.ERROR, "worker.cannot_start", error="%s: %s" % (type(exc).__name__, exc))
         return EXIT_USAGE
-    worker.run()
+    try:
+        worker.run()
+    except AuthenticationError as exc:
+        emit(logging.ERROR, "worker.cannot_start", error="%s: %s" % (type(exc).__name__, exc))
+        return EXIT_AUTH
     return 0
 
 

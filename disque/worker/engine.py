@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from disque.client import DEFAULT_SEED, DisqueClient, DisqueError, Job, NodeAddress, ResponseError
+from disque.client import (DEFAULT_SEED, AuthenticationError, DisqueClient, DisqueError, Job,
+                           NodeAddress, ResponseError)
 from disque.client.errors import CONNECTION_ERRORS
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
@@ -142,6 +143,8 @@ class Worker(abc.ABC):
                 if self.options.nack_delay > 0:
                     self._supports_delay = settle_client.supports_nack_delay()
                 break
+            except AuthenticationError:
+                raise  # every node would refuse us: not worth waiting for
             except FETCH_ERRORS as exc:  # no node up yet: wait for one, as after a failure
                 wait = backoff.next()
                 emit(logging.WARNING, "worker.connect_error",

@@ -73,7 +73,7 @@ class ThreadedWorker(Worker):
             started = time.monotonic()
             try:
                 handler(job)
-            except Exception as exc:  # the job failed: NACK it, and go on with the next
+            except BaseException as exc:  # even SystemExit: the job failed, the thread goes on
                 self._finished(job, started, exc)
             else:
                 self._finished(job, started, None)

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from redis.exceptions import AuthenticationError
 
 from disque.client import DisqueClient
 from disque.worker import AsyncioWorker, ThreadedWorker, Worker
@@ -305,6 +306,24 @@ def test_sigterm_nacks_jobs_that_outlast_the_grace(server, tmp_path, handler):
     assert (job[b"state"], job[b"nacks"]) == (b"queued", 1)
     assert done_bodies(tmp_path) == []
     assert "abandoned=1" in stopped_line(tmp_path)
+
+
+@pytest.mark.parametrize("password", [None, "wrong"])
+def test_worker_refused_by_the_server_stops_at_once(server, password):
+    """Without the password (or with a wrong one) the worker does not wait for a node
+    that would accept it: run() raises."""
+    assert server.call("CONFIG", "SET", "requirepass", "s3cret") == b"OK"
+    worker = ThreadedWorker("127.0.0.1:%d" % server.port, password=password)
+    worker.task("work")(lambda job: None)
+    with pytest.raises(AuthenticationError):
+        worker.run()
+    right = ThreadedWorker("127.0.0.1:%d" % server.port, password="s3cret")
+    done: list[bytes] = []
+    right.task("work")(lambda job: done.append(job.body))
+    with running(right):
+        with DisqueClient("127.0.0.1:%d" % server.port, password="s3cret") as client:
+            client.add("work", b"authorized")
+        wait_until(lambda: done == [b"authorized"], message="the job with the password")
 
 
 def test_producer_add_takes_every_job_option(server):
