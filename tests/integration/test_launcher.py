@@ -1,0 +1,268 @@
+"""disque-cluster (disque/launcher.py): the real command starts, reports on and
+stops daemonized nodes on free loopback ports.
+
+Every cluster a test creates is stopped at teardown even when the test fails,
+every node process must be gone by then, and the nodes' logs must hold no
+unexpected error (tests/support/process.py's log check)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.support.cluster import parse_cluster_info, parse_cluster_nodes, parse_show
+from tests.support.process import REPO, UNEXPECTED_LOG, log_entries, wait_until
+from tests.support.teardown import fail_on
+
+SCRIPT = Path(sys.executable).parent / "disque-cluster"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "disque.launcher"]
+BUS_PORT_OFFSET = 10000
+COMMAND_TIMEOUT_S = 120   # a hung launcher fails the test instead of blocking the run
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` consecutive free loopback ports whose bus ports are free too."""
+    for _ in range(200):
+        base = random.randrange(20000, 30000)
+        ports = list(range(base, base + count))
+        if all(_port_free(p) and _port_free(p + BUS_PORT_OFFSET) for p in ports):
+            return ports
+    raise RuntimeError("no run of %d free ports found" % count)
+
+
+def running(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path("/proc/%d/stat" % pid)
+    try:
+        return stat.read_text().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pidfile_pids(directory: Path) -> dict[int, int]:
+    """{port: pid} from the pid files under a cluster directory."""
+    pids = {}
+    for pidfile in directory.glob("*/disque.pid"):
+        text = pidfile.read_text().strip()
+        if text:
+            pids[int(pidfile.parent.name)] = int(text)
+    return pids
+
+
+class Launcher:
+    """Runs the real disque-cluster command and remembers what it started."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.directories: list[Path] = []
+        self.pids: set[int] = set()
+
+    def run(self, *args: str) -> subprocess.CompletedProcess:
+        """Run ``disque-cluster args``; the output is text, the status not checked."""
+        if "--dir" in args:
+            directory = Path(args[args.index("--dir") + 1])
+            if directory not in self.directories:
+                self.directories.append(directory)
+        result = subprocess.run(COMMAND + list(args), cwd=self.workdir, capture_output=True,
+                                text=True, timeout=COMMAND_TIMEOUT_S,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)))
+        self.note_pids()
+        return result
+
+    def create(self, directory: Path, ports: list[int], *options: str) -> str:
+        """``create`` that must succeed; returns its output."""
+        result = self.run("create", str(len(ports)), "--port", str(ports[0]),
+                          "--dir", str(directory), *options)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    def note_pids(self) -> None:
+        for directory in self.directories:
+            self.pids.update(pidfile_pids(directory).values())
+
+    def finish(self) -> list[str]:
+        """Stop what still runs; return the problems: survivors and error log entries."""
+        problems = []
+        self.note_pids()
+        for directory in self.directories:
+            if any(running(pid) for pid in pidfile_pids(directory).values()):
+                result = self.run("stop", "--dir", str(directory))
+                if result.returncode != 0:
+                    problems.append("stop --dir %s failed: %s" % (directory, result.stderr))
+        for pid in sorted(self.pids):
+            if running(pid):
+                problems.append("pid %d still runs after stop: killed" % pid)
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+        for directory in self.directories:
+            for log in sorted(directory.glob("*/disque.log")):
+                problems += ["%s: %s" % (log, entry)
+                             for entry in log_entries(log.read_text(errors="replace"))
+                             if UNEXPECTED_LOG.search(entry)]
+        return problems
+
+
+@pytest.fixture
+def launcher(tmp_path):
+    """The disque-cluster command; what it started is stopped and judged at teardown."""
+    runner = Launcher(tmp_path)
+    yield runner
+    fail_on(runner.finish())
+
+
+def status_rows(output: str) -> dict[int, list[str]]:
+    """status's table: {port: [pid, state, known, reachable, jobs, queued]}."""
+    rows = {}
+    for line in output.splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit():
+            rows[int(cells[0])] = cells[1:]
+    return rows
+
+
+def test_create_status_stop(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    output = launcher.create(directory, ports)
+    assert "redis-cli -p %d" % ports[0] in output
+    assert "redis-cli -p %d HELLO" % ports[0] in output
+    assert "disque-cluster stop --dir %s" % directory in output
+
+    clients = [redis.Redis(port=port, socket_timeout=30) for port in ports]
+    for port, client in zip(ports, clients):
+        info = parse_cluster_info(client.execute_command("CLUSTER", "INFO"))
+        assert (info["cluster_known_nodes"], info["cluster_reachable_nodes"]) == ("3", "2")
+        nodes = parse_cluster_nodes(client.execute_command("CLUSTER", "NODES"))
+        assert sorted(line.port for line in nodes.values()) == ports
+        # Each node has its own config file and directory.
+        assert client.execute_command("CONFIG", "GET", "dir") == [
+            b"dir", str(directory / str(port)).encode()]
+        assert ("port %d" % port) in (directory / str(port) / "disque.conf").read_text()
+    job = clients[0].execute_command("ADDJOB", "launched", b"body", 5000, "REPLICATE", 3)
+    for client in clients:
+        assert parse_show(client.execute_command("SHOW", job))["id"] == job.decode()
+    for client in clients:
+        client.close()
+
+    pids = pidfile_pids(directory)
+    assert sorted(pids) == ports
+    result = launcher.run("status", "--dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    rows = status_rows(result.stdout)
+    assert sorted(rows) == ports
+    for port, (pid, state, known, reachable, jobs, queued) in rows.items():
+        assert (int(pid), state, known, reachable, jobs) == (pids[port], "up", "3", "3", "1")
+    assert sum(int(row[5]) for row in rows.values()) == 1   # queued on the node that took it
+
+    result = launcher.run("stop", "--dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    for port, pid in pids.items():
+        assert "%d: stopped (pid %d, SHUTDOWN)" % (port, pid) in result.stdout
+        assert not running(pid)
+    assert pidfile_pids(directory) == {}
+
+    result = launcher.run("status", "--dir", str(directory))
+    assert result.returncode == 1
+    assert [row[1] for row in status_rows(result.stdout).values()] == ["down"] * 3
+
+
+def test_appendonly_nodes_write_their_aof(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(2)
+    assert "AOF on" in launcher.create(directory, ports, "--appendonly")
+    with redis.Redis(port=ports[0], socket_timeout=30) as client:
+        job = client.execute_command("ADDJOB", "durable", b"kept", 5000, "REPLICATE", 2)
+    for port in ports:
+        aof = directory / str(port) / "disque.aof"
+        with redis.Redis(port=port, socket_timeout=30) as client:
+            assert client.execute_command("CONFIG", "GET", "appendonly") == [
+                b"appendonly", b"yes"]
+        wait_until(lambda: aof.exists() and job in aof.read_bytes(),
+                   message="%s to hold the job" % aof)
+    result = launcher.run("stop", "--dir", str(directory))
+    assert result.returncode == 0 and "AOFs" in result.stdout, result.stdout + result.stderr
+
+
+def test_create_refuses_a_running_or_stopped_cluster(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(2)
+    launcher.create(directory, ports)
+    pids = pidfile_pids(directory)
+
+    result = launcher.run("create", "3", "--port", str(free_ports(3)[0]), "--dir", str(directory))
+    assert result.returncode == 1
+    assert "already running in %s" % directory in result.stderr
+    assert sorted(p.name for p in directory.iterdir()) == sorted(map(str, ports))
+    assert pidfile_pids(directory) == pids and all(map(running, pids.values()))
+
+    assert launcher.run("stop", "--dir", str(directory)).returncode == 0
+    result = launcher.run("create", "2", "--port", str(ports[0]), "--dir", str(directory))
+    assert result.returncode == 1
+    assert "holds a stopped cluster's files" in result.stderr and "rm -r" in result.stderr
+    assert pidfile_pids(directory) == {}
+
+
+def test_create_refuses_ports_in_use(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", ports[1] + BUS_PORT_OFFSET))
+        taken.listen()
+        result = launcher.run("create", "3", "--port", str(ports[0]), "--dir", str(directory))
+    assert result.returncode == 1
+    assert "ports in use: %d (the bus port of node 2)" % (ports[1] + BUS_PORT_OFFSET) \
+        in result.stderr
+    assert not directory.exists()
+
+
+def test_status_and_stop_with_a_dead_and_a_frozen_node(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    launcher.create(directory, ports)
+    pids = pidfile_pids(directory)
+    dead, frozen, healthy = ports
+    os.kill(pids[dead], signal.SIGKILL)
+    wait_until(lambda: not running(pids[dead]), message="the killed node to be gone")
+    os.kill(pids[frozen], signal.SIGSTOP)
+
+    result = launcher.run("status", "--dir", str(directory))
+    assert result.returncode == 1
+    rows = status_rows(result.stdout)
+    assert [rows[port][1] for port in ports] == ["down", "no-reply", "up"]
+    assert rows[frozen][0] == str(pids[frozen])
+
+    result = launcher.run("stop", "--dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    assert "%d: not running" % dead in result.stdout
+    assert "%d: stopped (pid %d, SIGTERM)" % (frozen, pids[frozen]) in result.stdout
+    assert "%d: stopped (pid %d, SHUTDOWN)" % (healthy, pids[healthy]) in result.stdout
+    assert not any(map(running, pids.values()))
+
+
+def test_status_and_stop_without_a_cluster(launcher, tmp_path):
+    for command in ("status", "stop"):
+        result = launcher.run(command, "--dir", str(tmp_path / "nothing"))
+        assert result.returncode == 1
+        assert "no cluster in %s" % (tmp_path / "nothing") in result.stderr
