@@ -26,9 +26,10 @@ class AsyncioWorker(Worker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._work: asyncio.Queue[tuple[Job, Handler] | None] | None = None
-        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # serve()'s, once it runs
+        # Neither binds to a loop before its first use (Python 3.10+).
+        self._work: asyncio.Queue[tuple[Job, Handler] | None] = asyncio.Queue()
+        self._wake = asyncio.Event()
 
     def run(self) -> None:
         """``serve()`` on a new event loop; SIGTERM and SIGINT stop it gracefully (when
@@ -50,8 +51,6 @@ class AsyncioWorker(Worker):
     async def serve(self) -> None:
         """Process jobs until ``stop()``, then stop gracefully (signals are the caller's)."""
         loop = self._loop = asyncio.get_running_loop()
-        self._work = asyncio.Queue()
-        self._wake = asyncio.Event()
         if self.stopping:
             self._wake.set()
         if await loop.run_in_executor(None, self._begin):
@@ -70,12 +69,14 @@ class AsyncioWorker(Worker):
     def stop(self) -> None:
         """Ask the worker to stop gracefully; callable from any thread."""
         super().stop()
-        loop, wake = self._loop, self._wake
-        if loop is not None and wake is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(wake.set)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._wake.set)
 
     def _submit(self, work: list[tuple[Job, Handler]]) -> None:
-        self._loop.call_soon_threadsafe(self._enqueue, work)
+        loop = self._loop
+        assert loop is not None, "the fetcher starts from serve(), which sets the loop"
+        loop.call_soon_threadsafe(self._enqueue, work)
 
     def _enqueue(self, work: list[tuple[Job, Handler]]) -> None:
         if self.stopping:
@@ -85,7 +86,7 @@ class AsyncioWorker(Worker):
             self._work.put_nowait(item)
 
     def _unstarted(self) -> list[Job]:
-        jobs = []
+        jobs: list[Job] = []
         while not self._work.empty():
             item = self._work.get_nowait()
             if item is not None:
@@ -105,7 +106,8 @@ class AsyncioWorker(Worker):
             try:
                 await handler(job)
             except asyncio.CancelledError as exc:
-                if asyncio.current_task().cancelling():
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
                     raise  # the grace period is over: _finish_stop NACKs the job
                 self._finished(job, started, exc)  # the handler's own cancellation: a failure
             except Exception as exc:  # the job failed: NACK it, and go on with the next

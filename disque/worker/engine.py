@@ -92,7 +92,8 @@ class Worker(abc.ABC):
         self._stopping = threading.Event()
         self._lock = threading.Condition()
         self._held: dict[str, Job] = {}  # fetched and not finished
-        self._settler: Settler | None = None
+        self._settler = Settler(self._client(), self.options.working_after, self.stats,
+                                self.stop)
         self._fetch_thread: threading.Thread | None = None
         self._supports_delay = False
         self.fetch_node: NodeAddress | None = None  # where jobs come from now
@@ -135,7 +136,7 @@ class Worker(abc.ABC):
         and the fetcher; False if the worker was stopped first."""
         if not self.tasks.handlers:
             raise ValueError("no task registered: use @worker.task(queue)")
-        settle_client = self._client()
+        settle_client = self._settler.client
         backoff = Backoff(cap=5.0)
         while True:
             try:
@@ -151,7 +152,6 @@ class Worker(abc.ABC):
                      error="%s: %s" % (type(exc).__name__, exc), retry_in=wait)
                 if self._stopping.wait(wait):
                     return False
-        self._settler = Settler(settle_client, self.options.working_after, self.stats, self.stop)
         emit(logging.INFO, "worker.started", mode=self.mode, queues=",".join(self.tasks.queues()),
              concurrency=self.options.concurrency, capacity=self.options.capacity, node=node,
              nack_delay=self._supports_delay)
@@ -169,7 +169,7 @@ class Worker(abc.ABC):
         self._abandon(left)
         if self._fetch_thread is not None:
             self._fetch_thread.join(self.options.poll_ms / 1000 + self.options.socket_timeout)
-        settled = self._settler.close(self.options.settle_timeout) if self._settler else True
+        settled = self._settler.close(self.options.settle_timeout)
         stats = self.stats
         emit(logging.INFO, "worker.stopped", fetched=stats.fetched, succeeded=stats.succeeded,
              failed=stats.failed, abandoned=stats.abandoned, acked=stats.acked,
@@ -237,7 +237,7 @@ class Worker(abc.ABC):
                     node = self.fetch_node = client.node
                     emit(logging.INFO, "worker.node", node=node, node_id=client.node_id,
                          failovers=client.failovers)
-                if jobs:
+                if jobs and node is not None:
                     self._hand_out(node, jobs)
         finally:
             client.close()
@@ -305,6 +305,10 @@ class Worker(abc.ABC):
         self._abandon(mine)
 
     # -- for the subclasses --------------------------------------------------------
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Process jobs until ``stop()`` (or SIGTERM / SIGINT), then stop gracefully."""
 
     @abc.abstractmethod
     def _submit(self, work: list[tuple[Job, Handler]]) -> None:

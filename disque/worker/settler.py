@@ -83,7 +83,10 @@ class Settler:
 
     def close(self, timeout: float) -> bool:
         """Send what is pending (for at most ``timeout`` seconds), then stop; whether
-        everything was sent."""
+        everything was sent. A settler never started had nothing to send."""
+        if self._thread.ident is None:
+            self.client.close()
+            return True
         self._inbox.put(("stop", time.monotonic() + timeout))
         self._thread.join(timeout + 5)
         return not self._pending()
@@ -140,8 +143,8 @@ class Settler:
         if kind == "ack" or kind == "nack":
             job_id = item[1]
             self.leases.release(job_id)
-            node = self._origin.pop(job_id, None) or self.client.node or self.client.seeds[0]
-            work = self._work.setdefault(node, _NodeWork())
+            work = self._work.setdefault(self._node_of(job_id), _NodeWork())
+            self._origin.pop(job_id, None)
             if kind == "ack":
                 work.acks.append(job_id)
             else:
@@ -153,6 +156,10 @@ class Settler:
                 self.leases.hold(job_id, at)
         else:  # stop
             self._stop_by = item[1]
+
+    def _node_of(self, job_id: str) -> NodeAddress:
+        """The node that delivered the job (or, not knowing it, the current one)."""
+        return self._origin.get(job_id) or self.client.node or self.client.seeds[0]
 
     def _send(self, now: float) -> None:
         try:
@@ -186,7 +193,7 @@ class Settler:
         due = self.leases.due(now)
         by_node: dict[NodeAddress, list[str]] = {}
         for job_id in due:
-            by_node.setdefault(self._origin.get(job_id) or self.client.node, []).append(job_id)
+            by_node.setdefault(self._node_of(job_id), []).append(job_id)
         for node, ids in by_node.items():
             self.client.use_node(node)
             replies = self.client.working_many(ids)

@@ -52,7 +52,7 @@ class ThreadedWorker(Worker):
             self._work.put(item)
 
     def _unstarted(self) -> list[Job]:
-        jobs = []
+        jobs: list[Job] = []
         while True:
             try:
                 item = self._work.get_nowait()
