@@ -254,17 +254,25 @@ class Worker(abc.ABC):
         """Hold the fetched jobs and give them to the handlers (or back, when stopping)."""
         self.stats.fetched += len(jobs)
         self._settler.held(node, [job.id for job in jobs])
+        fresh: list[Job] = []
         with self._lock:
             if self.stopping:  # fetched while the stop came: nobody will run them
                 late = jobs
             else:
                 late = []
                 for job in jobs:
-                    self._held[job.id] = job
+                    if job.id in self._held:
+                        # Delivered again (its retry ran out first) while it runs here:
+                        # the run under way acknowledges it.
+                        emit(logging.INFO, "job.redelivered", queue=job.queue, id=job.id,
+                             nacks=job.nacks, additional_deliveries=job.additional_deliveries)
+                    else:
+                        self._held[job.id] = job
+                        fresh.append(job)
         if late:
             self._abandon(late)
-        else:
-            self._submit([(job, self.tasks.handler(job.queue)) for job in jobs])
+        elif fresh:
+            self._submit([(job, self.tasks.handler(job.queue)) for job in fresh])
 
     # -- outcomes (from the threads or tasks that run handlers) -----------------
 
