@@ -176,6 +176,30 @@ def test_long_job_is_kept_with_working(server, caplog, working_after, kept):
         assert redelivered[0]["additional_deliveries"] >= 1  # requeued by its retry timer
 
 
+def test_worker_reconnects_after_its_node_restarts(server, caplog):
+    """SIGKILL of the only node: the worker logs fetch errors and retries with backoff;
+    once the node is back on its port, jobs added there are processed."""
+    processed: list[bytes] = []
+    worker = ThreadedWorker("127.0.0.1:%d" % server.port, concurrency=1)
+
+    @worker.task("work")
+    def handle(job):
+        processed.append(job.body)
+
+    with running(worker):
+        server.call("ADDJOB", "work", "before", 0)
+        wait_until(lambda: processed == [b"before"], message="the first job")
+        wait_until(lambda: registered_jobs(server) == 0, message="the first job acknowledged")
+        server.kill()
+        wait_until(lambda: any(getattr(r.msg, "name", "") == "worker.fetch_error"
+                               for r in caplog.records), message="a fetch error logged")
+        server.start()
+        server.call("ADDJOB", "work", "after", 0)
+        wait_until(lambda: processed == [b"before", b"after"], timeout=15,
+                   message="the job added after the restart")
+        wait_until(lambda: registered_jobs(server) == 0, message="the second job acknowledged")
+
+
 THREADED_HANDLER = """
 import time
 def handle(job):
