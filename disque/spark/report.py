@@ -1,11 +1,12 @@
-"""``disque-pipeline report``: per-queue statistics from AOF files, as Parquet and a PNG chart.
+"""``disque-pipeline report``: per-queue statistics from AOF files, as Parquet and a chart.
 
     disque-pipeline report --aof '/var/lib/disque/*.aof' --out report/
 
 Writes ``report/queue_stats/`` (one row per queue), ``report/timeseries/``
 (jobs created and deleted per queue and time bucket), ``report/jobs_over_time.png``
-and ``report/summary.json``. How the numbers are derived (docs/aof-format.md,
-"Reading it offline"):
+(drawn with matplotlib, the ``charts`` extra; without it the report skips the
+chart and says so in the summary) and ``report/summary.json``. How the numbers
+are derived (docs/aof-format.md, "Reading it offline"):
 
 * created: distinct job IDs with a LOADJOB record (replicas log the same ID).
 * deleted: distinct IDs with a DELJOB whose reason ends the job (not ``moved``);
@@ -21,13 +22,20 @@ import argparse
 import json
 import os
 import sys
-import time
+from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from disque.spark.png import DARK_GREY, GREY, Canvas, text_width
-
-CREATED_COLOR = (31, 119, 180)
-DELETED_COLOR = (255, 127, 14)
+CREATED_COLOR = "#1f77b4"
+DELETED_COLOR = "#ff7f0e"
+SERIES = (("created", CREATED_COLOR, "created"),
+          ("deleted", DELETED_COLOR, "deleted (acked, expired, deleted, evicted)"))
+CHART_DPI = 100
+CHART_WIDTH_IN = 9.6          # 960 px
+CHART_TITLE_IN = 0.9          # the title and the legend
+CHART_PANEL_IN = 1.9          # per queue
+CHARTS_MISSING = ("matplotlib is not installed, so the report has no chart: "
+                  "pip install 'disque-server[charts]'")
+CHART_NAME = "jobs_over_time.png"
 NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
                   21600, 43200, 86400, 172800, 604800)
 TARGET_BUCKETS = 60
@@ -125,73 +133,95 @@ def timeseries(jobs, bucket_ms: int):
             .na.fill(0, ["created", "deleted"]).orderBy("queue", "bucket_ms"))
 
 
-def _clock(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
+class ChartUnavailable(Exception):
+    """matplotlib (the ``charts`` extra) is not installed: the report goes without its chart."""
 
 
-def draw_chart(points: Sequence[dict], bucket_ms: int, path: str, top: int = 8) -> list[str]:
-    """Small multiples: created (blue) and deleted (orange) jobs per bucket, one panel per queue.
+def bucket_label(bucket_ms: int) -> str:
+    """A bucket's length for labels: ``1 min``, ``30 s``, ``2 h``, ``1 day``."""
+    seconds = bucket_ms // 1000
+    for unit, size in (("day", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = seconds // size
+            return "%d %s%s" % (count, unit, "s" if unit == "day" and count > 1 else "")
+    return "%d s" % seconds
 
-    ``points`` are timeseries rows (queue, bucket_ms, created, deleted). The ``top``
-    queues by jobs created get a panel; returns their names."""
+
+def figure_size_in(panels: int) -> tuple[float, float]:
+    """The chart's size in inches (at CHART_DPI): a title band, then one panel per queue."""
+    return CHART_WIDTH_IN, CHART_TITLE_IN + max(1, panels) * CHART_PANEL_IN
+
+
+def charted_queues(points: Sequence[dict], top: int) -> list[str]:
+    """The ``top`` queues with the most jobs created and deleted, busiest first."""
     totals: dict[str, int] = {}
     for p in points:
         totals[p["queue"]] = totals.get(p["queue"], 0) + p["created"] + p["deleted"]
-    queues = sorted(totals, key=lambda q: (-totals[q], q))[:top]
-    width, panel_h, margin_l, margin_r, top_h, gap = 960, 150, 70, 20, 40, 34
-    height = top_h + max(1, len(queues)) * (panel_h + gap) + 10
-    canvas = Canvas(width, height)
-    x = canvas.text(margin_l, 10, "JOBS PER %s" % _bucket_label(bucket_ms), scale=2)
-    for label, color in (("CREATED", CREATED_COLOR), ("DELETED", DELETED_COLOR)):
-        x += 30
-        canvas.rect(x, 14, x + 12, 24, color)
-        x = canvas.text(x + 18, 14, label, DARK_GREY)
+    return sorted(totals, key=lambda q: (-totals[q], q))[:top]
+
+
+def draw_chart(points: Sequence[dict], bucket_ms: int, path: str, top: int = 8) -> list[str]:
+    """Small multiples: jobs created and deleted per time bucket, one panel per queue.
+
+    ``points`` are timeseries rows (queue, bucket_ms, created, deleted). The ``top``
+    queues by jobs created and deleted get a panel; returns their names. Raises
+    ChartUnavailable without matplotlib, which only this chart needs."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+        from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
+    except ImportError as exc:
+        raise ChartUnavailable(CHARTS_MISSING) from exc
+
+    queues = charted_queues(points, top)
+    figure = Figure(figsize=figure_size_in(len(queues)), dpi=CHART_DPI, layout="constrained")
+    FigureCanvasAgg(figure)   # Agg, whatever backend pyplot would pick: no display needed
+    unit = bucket_label(bucket_ms)
+    figure.suptitle("Jobs created and deleted per %s, by queue" % unit, x=0.01, ha="left",
+                     fontsize="large")
     if not queues:
-        canvas.text(margin_l, top_h + 20, "NO JOBS IN THE AOF", DARK_GREY, scale=2)
-        canvas.save(path)
+        axes = figure.add_subplot()
+        axes.set_axis_off()
+        axes.text(0.5, 0.5, "No jobs in the AOF files", ha="center", va="center",
+                  fontsize="large", transform=axes.transAxes)
+        figure.savefig(path)
         return []
-    t0 = min(p["bucket_ms"] for p in points)
-    t1 = max(p["bucket_ms"] for p in points)
-    steps = max(1, (t1 - t0) // bucket_ms)
-    plot_w = width - margin_l - margin_r
-    for n, queue in enumerate(queues):
-        y_top = top_h + n * (panel_h + gap) + 16
-        y_bottom = y_top + panel_h - 16
+    # Buckets without a record are zeros. A step spans its bucket, so each
+    # series repeats its last value at the end of the last bucket.
+    buckets = range(min(p["bucket_ms"] for p in points),
+                    max(p["bucket_ms"] for p in points) + bucket_ms, bucket_ms)
+    times = [datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+             for ms in (*buckets, buckets[-1] + bucket_ms)]
+    panels = figure.subplots(len(queues), 1, sharex=True, squeeze=False)[:, 0]
+    for axes, queue in zip(panels, queues):
         series = {p["bucket_ms"]: p for p in points if p["queue"] == queue}
-        peak = max(max(p["created"], p["deleted"]) for p in series.values()) or 1
-        canvas.text(margin_l, y_top - 14, "QUEUE %s  (MAX %d)" % (queue, peak), scale=1)
-        canvas.line(margin_l, y_bottom, width - margin_r, y_bottom, GREY)
-        canvas.line(margin_l, y_top, margin_l, y_bottom, GREY)
-        canvas.text(margin_l - 6 - text_width(str(peak)), y_top, str(peak), DARK_GREY)
-        canvas.text(margin_l - 12, y_bottom - 7, "0", DARK_GREY)
-
-        def xy(bucket: int, value: int) -> tuple[int, int]:
-            px = margin_l + int((bucket - t0) / bucket_ms / steps * plot_w) if t1 > t0 \
-                else margin_l + plot_w // 2
-            py = y_bottom - int(value / peak * (y_bottom - y_top))
-            return px, py
-
-        for key, color in (("created", CREATED_COLOR), ("deleted", DELETED_COLOR)):
-            previous = None
-            for bucket in range(t0, t1 + 1, bucket_ms):
-                point = xy(bucket, series[bucket][key] if bucket in series else 0)
-                if previous is not None:
-                    canvas.line(*previous, *point, color, width=2)
-                canvas.rect(point[0] - 1, point[1] - 1, point[0] + 1, point[1] + 1, color)
-                previous = point
-        canvas.text(margin_l, y_bottom + 5, _clock(t0), DARK_GREY)
-        label = _clock(t1)
-        canvas.text(width - margin_r - text_width(label), y_bottom + 5, label, DARK_GREY)
-    canvas.save(path)
+        totals = []
+        for key, color, label in SERIES:
+            values = [series[ms][key] if ms in series else 0 for ms in buckets]
+            axes.step(times, values + values[-1:], where="post", color=color, linewidth=1.6,
+                      label=label)
+            if key == "created":
+                axes.fill_between(times, values + values[-1:], step="post", color=color,
+                                  alpha=0.15, linewidth=0)
+            totals.append("%d %s" % (sum(values), key))
+        axes.set_title("queue %s: %s" % (queue, ", ".join(totals)), loc="left",
+                       fontsize="medium")
+        axes.set_ylabel("jobs / %s" % unit)
+        axes.set_ylim(bottom=0)
+        axes.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+        axes.set_xlim(times[0], times[-1])
+        axes.grid(True, color="0.9")
+        axes.spines[["top", "right"]].set_visible(False)
+    locator = AutoDateLocator(tz=timezone.utc)
+    panels[-1].xaxis.set_major_locator(locator)
+    panels[-1].xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=timezone.utc))
+    panels[-1].set_xlabel("time (UTC), %s buckets" % unit)
+    figure.align_ylabels(panels)
+    figure.legend(*panels[0].get_legend_handles_labels(), loc="outside upper right",
+                  ncols=len(SERIES), frameon=False)
+    figure.savefig(path)
     return queues
-
-
-def _bucket_label(bucket_ms: int) -> str:
-    seconds = bucket_ms // 1000
-    for unit, size in (("DAY", 86400), ("H", 3600), ("MIN", 60)):
-        if seconds >= size and seconds % size == 0:
-            return "%d %s" % (seconds // size, unit)
-    return "%d S" % seconds
 
 
 def run_report(spark, patterns: Sequence[str], out: str, bucket_s: int | None = None,
@@ -221,10 +251,15 @@ def run_report(spark, patterns: Sequence[str], out: str, bucket_s: int | None = 
         series.unpersist()
     finally:
         jobs.unpersist()
-    chart = os.path.join(out, "jobs_over_time.png")
-    charted = draw_chart(points, bucket_ms, chart, top)
+    chart: str | None = os.path.join(out, CHART_NAME)
+    try:
+        charted = draw_chart(points, bucket_ms, chart, top)
+        skipped = None
+    except ChartUnavailable as exc:
+        chart, charted, skipped = None, [], str(exc)
+        sys.stderr.write("disque-pipeline: %s\n" % skipped)
     summary = {"queues": queues, "bucket_ms": bucket_ms, "chart": chart,
-               "charted_queues": charted}
+               "charted_queues": charted, "chart_skipped": skipped}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2, default=str)
     return summary

@@ -41,3 +41,12 @@ def node(server_factory):
     client = DisqueClient(address)
     yield proc, address, client
     client.close()
+
+
+@pytest.fixture
+def without_matplotlib(monkeypatch):
+    """Imports of matplotlib fail, as when the charts extra is not installed
+    (submodules imported earlier would still be found: they go too)."""
+    imported = [name for name in sys.modules if name.startswith("matplotlib.")]
+    for name in ["matplotlib", *imported]:
+        monkeypatch.setitem(sys.modules, name, None)

@@ -6,8 +6,6 @@ import glob
 import json
 import os
 import random
-import struct
-import zlib
 from dataclasses import dataclass
 
 import pytest
@@ -15,6 +13,7 @@ import pytest
 from disque.spark.report import main as pipeline_main
 from disque.spark.report import run_report
 from tests.spark import aofgen
+from tests.spark.charts import check_chart
 from tests.support.process import wait_until
 
 pytestmark = pytest.mark.spark
@@ -179,10 +178,22 @@ def test_report_numbers(spark, tmp_path):
             == T0 // bucket * bucket] == [created_in_first]
 
     chart = os.path.join(out, "jobs_over_time.png")
-    width, height, colors = _png_info(chart)
-    assert width == 960 and height > 300
-    assert (31, 119, 180) in colors and (255, 127, 14) in colors
+    assert (summary["chart"], summary["chart_skipped"]) == (chart, None)
     assert summary["charted_queues"][0] == "emails"
+    assert sorted(summary["charted_queues"]) == ["emails", "slow", "thumbs"]
+    check_chart(chart, panels=3)
+
+
+def test_report_without_matplotlib(spark, tmp_path, without_matplotlib, capsys):
+    generate(str(tmp_path / "aof"))
+    out = tmp_path / "report"
+    summary = run_report(spark, [str(tmp_path / "aof" / "*.aof")], str(out))
+    assert (summary["chart"], summary["charted_queues"]) == (None, [])
+    assert "pip install 'disque-server[charts]'" in summary["chart_skipped"]
+    assert summary["chart_skipped"] in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["chart_skipped"] \
+        == summary["chart_skipped"]
+    assert sorted(p.name for p in out.iterdir()) == ["queue_stats", "summary.json", "timeseries"]
 
 
 def test_pipeline_cli_on_a_real_server_aof(spark, server_factory, tmp_path, capsys):
@@ -205,34 +216,10 @@ def test_pipeline_cli_on_a_real_server_aof(spark, server_factory, tmp_path, caps
     assert (real["queue"], real["jobs_created"], real["jobs_deleted"], real["acked"],
             real["jobs_live"], real["lifetimes_known"]) == ("real", 20, 10, 10, 10, 10)
     assert 0 <= real["lifetime_p50_ms"] <= real["lifetime_p99_ms"] < 60_000
-    assert os.path.getsize(os.path.join(out, "jobs_over_time.png")) > 0
+    check_chart(os.path.join(out, "jobs_over_time.png"), panels=1)
     records = spark.read.format("disque-aof").option("body", "true").load(str(aof))
     assert sorted(r.body for r in records.where("record = 'LOADJOB'").collect()) == sorted(
         b"line\r\n%d" % i for i in range(20))
-
-
-def _png_info(path):
-    """(width, height, set of colors) of an 8-bit RGB PNG without filters."""
-    data = open(path, "rb").read()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, idat = 8, b""
-    width = height = 0
-    while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        assert zlib.crc32(kind + body) & 0xFFFFFFFF == struct.unpack(
-            ">I", data[pos + 8 + length:pos + 12 + length])[0]
-        if kind == b"IHDR":
-            width, height = struct.unpack(">II", body[:8])
-        elif kind == b"IDAT":
-            idat += body
-        pos += 12 + length
-    raw = zlib.decompress(idat)
-    stride = width * 3 + 1
-    assert len(raw) == stride * height
-    colors = {tuple(raw[y * stride + 1 + 3 * x:y * stride + 4 + 3 * x])
-              for y in range(0, height, 2) for x in range(width)}
-    return width, height, colors
 
 
 def test_aof_paths_must_match(spark, tmp_path):
