@@ -16,7 +16,7 @@ from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
 from disque.jobs.codec import FIELDS, BadJobPayload, from_bus, to_bus
-from disque.jobs.job import ACKED, ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job
+from disque.jobs.job import ACKED, ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job, extras_of
 from disque.jobs.journal import REASON_MOVED
 from disque.jobs.registry import JobRegistry
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
@@ -233,8 +233,8 @@ class Federation:
             received = from_bus(payload, self.runtime.now, self.membership.nodes)
         except BadJobPayload:
             return False
-        theirs = received.ext
-        ours = job.ext
+        theirs = extras_of(received)
+        ours = extras_of(job)
         if (theirs is not None and theirs.moves > (ours.moves if ours is not None else 0)
                 and (job.state == ACTIVE or job.state == QUEUED)):
             queue = received.queue

@@ -17,7 +17,7 @@ from disque.cluster import messages as m
 from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED,
-                             WAIT_REPL, Job, JobExtras)
+                             WAIT_REPL, Job, JobExtras, extras_of, own_extras)
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import (REASON_ACKED, REASON_DELETED, REASON_EXPIRED,
                                  REASON_QUEUE_CHANGED, Journal)
@@ -141,7 +141,7 @@ class JobLifecycle:
                 job.adeliv += 1
                 mflag = m.MFLAG_INCR_DELIV
             ext = job.ext
-            if ext is not None:
+            if isinstance(ext, JobExtras):  # not a DEDUPID token alone
                 self._requeue_extended(job, ext, flags, mflag, timeout)
                 return True
             self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
@@ -184,7 +184,7 @@ class JobLifecycle:
         """QREDRIVE: a dead letter queued here goes back to its origin queue
         as a new generation, its counters reset and its retry period back to
         ADDJOB's; the other holders hear it. False for any other job."""
-        ext = job.ext
+        ext = extras_of(job)
         if ext is None or ext.origin is None or job.state != QUEUED:
             return False
         self.journal.job_removed(job, REASON_QUEUE_CHANGED)
@@ -208,9 +208,7 @@ class JobLifecycle:
         here (in the older generation's queue) leaves its queue: it is
         active now, and the caller postpones it."""
         queue, origin, reason, moves, nacks, adeliv, retry = state
-        ext = job.ext
-        if ext is None:
-            ext = job.ext = JobExtras()
+        ext = own_extras(job)
         was = job.state
         journaled = was == ACTIVE or was == QUEUED
         if journaled:
@@ -233,7 +231,7 @@ class JobLifecycle:
         adds its generation, and the state it decides once it moved or
         backs off (see messages.MOVES)."""
         msg = m.job_message(kind, job.id, mflags)
-        ext = job.ext
+        ext = extras_of(job)
         if ext is not None:
             msg[m.MOVES] = ext.moves
             if ext.moves or ext.backoff:
@@ -419,7 +417,7 @@ class JobLifecycle:
         elif state == QUEUED and qtime and qtime <= now and job.retry:
             job.flags |= BCAST_WILLQUEUE
             job.qtime = now + job.retry * 1000 + self.runtime.jitter()
-            ext = job.ext
+            ext = extras_of(job)
             if ext is not None and ext.moves:
                 # A moved job still queued here says so once a retry period:
                 # copies that missed the move (a partition) catch up, and

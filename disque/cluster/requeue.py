@@ -16,7 +16,7 @@ from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
-from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job
+from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job, extras_of
 from disque.jobs.registry import JobRegistry
 from disque.queues.queue import PAUSE_BY_NAME
 from disque.queues.queueset import QueueSet
@@ -50,7 +50,7 @@ class RequeueCoordination:
         (the sender is told this one's state), 1 newer (taken here: see
         ``JobLifecycle.apply_state``), 0 the same or not comparable."""
         theirs = m.count_field(msg, m.MOVES)
-        ext = job.ext
+        ext = extras_of(job)
         ours = ext.moves if ext is not None else 0
         if theirs < 0 or theirs == ours:
             return 0

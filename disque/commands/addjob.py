@@ -177,9 +177,9 @@ def _addjob_defaults(node: Node, argv: list[bytes], priority: int = DEFAULT_PRIO
         known = node.dedup.claim(name, token, job.id, node.runtime.now,
                                  node.config.dedup_window * 1000)
         if known is not None:
-            return _known_job(node, known)  # the new job is dropped unseen
-        ext = job.ext = JobExtras(0, None, 0.0, 0, token)
-        ext.base_retry = MAX_DEFAULT_RETRY
+            node.counters.added -= 1  # the ID was handed out, the job is dropped unseen
+            return _known_job(node, known)
+        job.ext = token
     job.delivered = node.runtime.self_delivered
     if priority != DEFAULT_PRIORITY:
         job.priority = priority
@@ -378,12 +378,13 @@ def _extend(node: Node, job: Job, extras: JobExtras | None) -> None:
     if ext.maxdeliver == MAXDELIVER_UNSET:
         ext.maxdeliver = node.config.maxdeliver_default
     ext.base_retry = job.retry
-    job.ext = ext
-    if ext.dedupid is not None:
+    token = ext.dedupid
+    job.ext = token if token is not None and ext.token_only() else ext
+    if token is not None:
         queue = job.queue
         assert queue is not None
         # ADDJOB found no job of the token (_deduplicated): this one takes it.
-        node.dedup.claim(queue, ext.dedupid, job.id, node.runtime.now,
+        node.dedup.claim(queue, token, job.id, node.runtime.now,
                          node.config.dedup_window * 1000)
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 from disque import errors
 from disque.commands.args import option_name, parse_int
 from disque.jobs.ids import is_valid_job_id
-from disque.jobs.job import ACTIVE, DELIVERED, Job
+from disque.jobs.job import ACTIVE, DELIVERED, Job, extras_of
 from disque.resp import integer
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def qredrive(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         return integer(0)
     dead: list[Job] = []
     for job in queue.jobs.iter_from_head():
-        ext = job.ext
+        ext = extras_of(job)
         if ext is not None and ext.origin is not None:
             dead.append(job)
             if len(dead) == count:

@@ -68,7 +68,10 @@ def extension_fields(job: Job) -> dict[str, object]:
     if job.priority != DEFAULT_PRIORITY:
         fields[EXT_PRIORITY] = job.priority
     ext = job.ext
-    if ext is not None:
+    if type(ext) is bytes:  # a DEDUPID token only
+        fields[EXT_MAXDELIVER] = 0
+        fields[EXT_DEDUPID] = ext
+    elif isinstance(ext, JobExtras):
         fields[EXT_MAXDELIVER] = ext.maxdeliver
         if ext.deadletter is not None:
             fields[EXT_DEADLETTER] = ext.deadletter
@@ -126,7 +129,11 @@ def apply_extension_fields(job: Job, fields: object) -> None:
     ext.base_retry = _count(fields, EXT_BASE_RETRY, _MAX_COUNT)
     dedupid = _name(fields, EXT_DEDUPID)
     ext.dedupid = dedupid
-    job.ext = ext
+    if dedupid is not None and ext.token_only():
+        job.ext = dedupid  # held as the origin holds it: no JobExtras
+    else:
+        job.ext = ext
+
 
 
 def to_bus(job: Job, now_ms: int) -> list[object]:

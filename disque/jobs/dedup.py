@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.jobs.job import Job
+from disque.jobs.job import Job, dedup_token, extras_of
 
 
 # A queue's arrival groups are compacted once this many are dropped.
@@ -24,48 +24,49 @@ _COMPACT_GROUPS: Final = 1024
 class _QueueTokens:
     """One queue's tokens in the order they came, and when: the entries of
     ``ids`` (token -> job ID, b"" once forgotten) fall in groups of one
-    arrival time each (``times``/``counts`` from index ``first`` on), so an
-    entry costs no tuple nor time object of its own."""
+    arrival time each: group ``g`` (from index ``first`` on) came at
+    ``times[g]`` and starts at entry number ``starts[g]``, counted over
+    every entry ever added (``dropped`` of them are gone from the front).
+    An entry costs no tuple, time or count object of its own."""
 
-    __slots__ = ("ids", "times", "counts", "first")
+    __slots__ = ("ids", "times", "starts", "first", "dropped")
 
     def __init__(self) -> None:
         self.ids: dict[bytes, bytes] = {}
         self.times: list[int] = []
-        self.counts: list[int] = []
+        self.starts: list[int] = []
         self.first = 0
+        self.dropped = 0
 
     def arrived(self, ms: int) -> None:
-        """One entry was added to ``ids`` at ``ms``."""
+        """The last entry of ``ids`` was added at ``ms``."""
         times = self.times
-        if len(times) > self.first and times[-1] == ms:
-            self.counts[-1] += 1
-        else:
+        if len(times) == self.first or times[-1] != ms:
             times.append(ms)
-            self.counts.append(1)
+            self.starts.append(self.dropped + len(self.ids) - 1)
 
     def drop_until(self, oldest_ms: int) -> int:
         """Drop the entries that came at ``oldest_ms`` or before, from the
         front; return how many named a job (not forgotten ones)."""
         times = self.times
-        counts = self.counts
         first = self.first
-        drop = 0
         while first < len(times) and times[first] <= oldest_ms:
-            drop += counts[first]
             first += 1
-        if not drop:
+        if first == self.first:
             return 0
         ids = self.ids
+        end = self.starts[first] if first < len(times) else self.dropped + len(ids)
+        drop = end - self.dropped
+        self.dropped = end
         it = iter(ids)
-        tokens = [next(it) for _ in range(min(drop, len(ids)))]
+        tokens = [next(it) for _ in range(drop)]
         live = 0
         for token in tokens:
             if ids.pop(token):
                 live += 1
         if first >= _COMPACT_GROUPS or first == len(times):
             del times[:first]
-            del counts[:first]
+            del self.starts[:first]
             first = 0
         self.first = first
         return live
@@ -147,19 +148,19 @@ class DedupIndex:
     def remember_job(self, job: Job) -> None:
         """Index ``job``'s token, if it has one (a copy, a loaded job), from
         its creation time."""
-        ext = job.ext
+        token = dedup_token(job)
         queue = _indexed_queue(job)
-        if ext is not None and ext.dedupid is not None and queue is not None:
-            self.remember(queue, ext.dedupid, job.id, job.ctime // 1_000_000)
+        if token is not None and queue is not None:
+            self.remember(queue, token, job.id, job.ctime // 1_000_000)
 
     def forget_job(self, job: Job) -> None:
         """``job``'s token, if it has one, names no job any more: a copy deleted
         before any ACK (DELJOB from an origin whose ADDJOB failed, or FASTACK),
         or a job whose ADDJOB failed here."""
-        ext = job.ext
+        token = dedup_token(job)
         queue = _indexed_queue(job)
-        if ext is not None and ext.dedupid is not None and queue is not None:
-            self.forget(queue, ext.dedupid, job.id)
+        if token is not None and queue is not None:
+            self.forget(queue, token, job.id)
 
     def expire(self, now_ms: int, window_ms: int) -> None:
         """Drop the entries older than the window (from the server's cron).
@@ -183,7 +184,7 @@ class DedupIndex:
 def _indexed_queue(job: Job) -> bytes | None:
     """The queue a job's token is indexed under: the one its ADDJOB named
     (a dead letter's origin)."""
-    ext = job.ext
+    ext = extras_of(job)
     if ext is not None and ext.origin is not None:
         return ext.origin
     return job.queue

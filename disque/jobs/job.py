@@ -58,6 +58,12 @@ class JobExtras:
         self.base_retry = 0
         self.dedupid = dedupid
 
+    def token_only(self) -> bool:
+        """Every field but ``dedupid`` has its default (``base_retry`` counts
+        only with a backoff): the job may hold the token alone."""
+        return (not self.maxdeliver and self.deadletter is None and self.origin is None
+                and self.reason is None and not self.moves and not self.backoff)
+
     def copy(self) -> JobExtras:
         """A job's own extras, made from the ones ADDJOB parsed (shared by a run)."""
         other = JobExtras(self.maxdeliver, self.deadletter, self.backoff, self.maxretry,
@@ -77,7 +83,9 @@ class Job:
     ``delivered`` is a tuple of node IDs (tuples are small and shared by
     every single-node job); ``confirmed`` is a set only while it matters.
     ``priority`` (0-9, higher served first) orders the job in its queue
-    before its ctime; ``ext`` holds the extensions' fields, or None.
+    before its ctime; ``ext`` holds the extensions' fields, or None, or
+    only its DEDUPID token (bytes: the common producer's retry guard costs
+    no JobExtras; ``extras_of``, ``dedup_token`` and ``own_extras`` read it).
     ``counts`` packs three 16-bit counters (``nacks``, ``adeliv``,
     ``gc_retry``, read and set through properties): unsigned 16-bit like the
     original's, and one slot instead of three keeps a compiled job at 208
@@ -110,7 +118,7 @@ class Job:
         self.flags = 0
         self.seq = -1
         self.priority = DEFAULT_PRIORITY
-        self.ext: JobExtras | None = None
+        self.ext: JobExtras | bytes | None = None
         self._sl: Job | None = None
         self._slprev: Job | None = None
         self._slup: list[Job | None] | None = None
@@ -158,3 +166,30 @@ class Job:
 
     def __repr__(self) -> str:
         return "<Job %s %s>" % (self.id.decode("latin-1"), STATE_NAMES[self.state].decode())
+
+
+def extras_of(job: Job) -> JobExtras | None:
+    """The job's JobExtras, or None when it has none beyond a DEDUPID token
+    (whose other fields are then all the defaults)."""
+    ext = job.ext
+    return ext if isinstance(ext, JobExtras) else None
+
+
+def dedup_token(job: Job) -> bytes | None:
+    """The job's ADDJOB DEDUPID token, or None."""
+    ext = job.ext
+    if ext is None:
+        return None
+    if isinstance(ext, JobExtras):
+        return ext.dedupid
+    return ext
+
+
+def own_extras(job: Job) -> JobExtras:
+    """The job's JobExtras, made (with its token, if any) when a rule first
+    sets one of their fields."""
+    ext = job.ext
+    if isinstance(ext, JobExtras):
+        return ext
+    own = job.ext = JobExtras(dedupid=ext)
+    return own

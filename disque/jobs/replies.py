@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job
+from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of
 from disque.resp import encode
 
 _NACKS: Final = b"$5\r\nnacks\r\n"
@@ -52,9 +52,11 @@ def job_info(job: Job, now_ms: int) -> list[object]:
 def dead_letter_queue(job: Job) -> bytes | None:
     """Where the job goes when it has been delivered too often (None: it
     has no such limit)."""
-    ext = job.ext
-    if ext is None or job.queue is None:
+    if job.ext is None or job.queue is None:
         return None
+    ext = extras_of(job)
+    if ext is None:  # a DEDUPID token only
+        return job.queue + DEAD_SUFFIX
     if ext.deadletter is not None:
         return ext.deadletter
     return (ext.origin if ext.origin is not None else job.queue) + DEAD_SUFFIX
@@ -66,15 +68,20 @@ def extension_info(job: Job) -> list[object]:
     info: list[object] = []
     if job.priority != DEFAULT_PRIORITY:
         info += [b"priority", job.priority]
-    ext = job.ext
-    if ext is not None:
-        info += [b"maxdeliver", ext.maxdeliver, b"deadletter", dead_letter_queue(job),
-                 b"origin-queue", ext.origin, b"dead-reason", ext.reason]
-        if ext.backoff:
-            info += [b"backoff", repr(ext.backoff).encode(), b"maxretry", ext.maxretry,
-                     b"base-retry", ext.base_retry]
-        if ext.dedupid is not None:
-            info += [b"dedupid", ext.dedupid]
+    if job.ext is not None:
+        ext = extras_of(job)
+        if ext is None:  # a DEDUPID token only: the defaults' pairs
+            info += [b"maxdeliver", 0, b"deadletter", dead_letter_queue(job),
+                     b"origin-queue", None, b"dead-reason", None]
+        else:
+            info += [b"maxdeliver", ext.maxdeliver, b"deadletter", dead_letter_queue(job),
+                     b"origin-queue", ext.origin, b"dead-reason", ext.reason]
+            if ext.backoff:
+                info += [b"backoff", repr(ext.backoff).encode(), b"maxretry", ext.maxretry,
+                         b"base-retry", ext.base_retry]
+        token = dedup_token(job)
+        if token is not None:
+            info += [b"dedupid", token]
     return info
 
 

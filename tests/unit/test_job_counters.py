@@ -45,6 +45,15 @@ def test_a_rejected_addjob_is_not_added():
     assert node.counters.added == 0
 
 
+def test_a_repeated_dedupid_is_not_added():
+    node = make_node()
+    cmd = Cmd(node)
+    first = cmd.addjob("q", "a", "DEDUPID", "t")  # the lone node's one-option path
+    assert cmd.addjob("q", "a", "DEDUPID", "t") == first
+    assert cmd.addjob("q", "a", "RETRY", 9, "DEDUPID", "t") == first  # the options parser's
+    assert node.counters.added == 1
+
+
 def test_blocked_consumer_served_later_is_delivered():
     node = make_node()
     consumer = Cmd(node)

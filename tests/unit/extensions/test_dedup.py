@@ -115,6 +115,24 @@ def test_claim_is_find_then_remember_in_one_lookup():
 
 # ------------------------------------------------------------ one node
 
+def test_a_token_alone_is_held_without_job_extras(cmd):
+    fast = cmd.addjob("q", "body", "DEDUPID", "t1")  # the lone node's one-option path
+    parsed = cmd.addjob("q", "body", "RETRY", 10, "DEDUPID", "t2")  # the options parser
+    rich = cmd.addjob("q", "body", "MAXDELIVER", 3, "DEDUPID", "t3")
+    jobs = cmd.node.jobs.by_id
+    assert jobs[fast].ext == b"t1" and jobs[parsed].ext == b"t2"
+    assert jobs[rich].ext.dedupid == b"t3" and jobs[rich].ext.maxdeliver == 3
+    # SHOW gives the pairs a JobExtras of defaults would.
+    shown = cmd.show(fast)
+    assert (shown["maxdeliver"], shown["deadletter"], shown["origin-queue"],
+            shown["dead-reason"], shown["dedupid"]) == (0, b"q:dead", None, None, b"t1")
+    # A rule that sets an extension field gives the job its JobExtras, token kept.
+    cmd.node.lifecycle.apply_state(jobs[fast], (b"q:dead", b"q", b"maxdeliver", 1, 0, 0, 300))
+    assert jobs[fast].ext.dedupid == b"t1" and jobs[fast].ext.moves == 1
+    assert cmd.raw("ADDJOB", "q", "again", 0, "DEDUPID", "t1") == b"+" + fast + b"\r\n"
+
+
+
 def test_a_repeated_token_returns_the_first_job_and_creates_nothing(cmd):
     first = cmd.addjob("q", "body", "DEDUPID", "order-17")
     assert cmd.raw("ADDJOB", "q", "other body", 0, "DEDUPID", "order-17") == (
@@ -324,7 +342,7 @@ def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
     assert (copy.ext.maxdeliver, copy.ext.deadletter, copy.ext.backoff, copy.ext.maxretry,
             copy.ext.base_retry, copy.ext.dedupid) == (4, b"dl", 1.5, 90, 3, b"rich")
     assert node.jobs.by_id[plain].ext is None
-    assert node.jobs.by_id[jobs[3]].ext.dedupid == b"tok-3"
+    assert node.jobs.by_id[jobs[3]].ext == b"tok-3"  # a token alone: no JobExtras
     again = Cmd(node)
     assert again.addjob("q", "x", "DEDUPID", "tok-3") == jobs[3]
     assert again.addjob("q", "x", "DEDUPID", "acked") == acked  # acked: still answered
