@@ -31,6 +31,7 @@ from typing import Any, Final, TextIO
 
 import hiredis
 
+PROGRAM: Final = "disque-cluster"
 DEFAULT_DIR: Final = "disque-cluster"
 DEFAULT_PORT: Final = 7711
 HOST: Final = "127.0.0.1"
@@ -309,15 +310,13 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
                      "or choose another --dir"
                      % (root, _port_list([node.port for node in existing]),
                         shlex.quote(str(root))))
-    busy = [(port, kind) for port in ports
-            for port_checked, kind in ((port, "client"), (port + BUS_PORT_OFFSET, "bus"))
-            if port_in_use(port_checked)]
+    busy = ["%d (the %s port of node %d)" % (checked, kind, index + 1)
+            for index, port in enumerate(ports)
+            for checked, kind in ((port, "client"), (port + BUS_PORT_OFFSET, "bus"))
+            if port_in_use(checked)]
     if busy:
         return _fail("ports in use: %s; choose another --port or stop what listens there"
-                     % ", ".join("%d (the %s port of node %d)"
-                                 % (port + (BUS_PORT_OFFSET if kind == "bus" else 0), kind,
-                                    port - first_port + 1)
-                                 for port, kind in busy))
+                     % ", ".join(busy))
     nodes = [NodeFiles(port, root.resolve() / str(port)) for port in ports]
     for index, node in enumerate(nodes):
         node.directory.mkdir(parents=True, exist_ok=True)
@@ -326,8 +325,8 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
         _start(nodes)
         _join(nodes)
         ids = _node_ids(nodes)
-    except LaunchError as exc:
-        sys.stderr.write("disque-cluster: %s\n" % exc)
+    except (LaunchError, OSError, NodeReplyError) as exc:
+        sys.stderr.write("%s: %s\n" % (PROGRAM, exc))
         _stop_nodes(nodes, sys.stderr)
         sys.stderr.write("The nodes' files stay in %s for a look; remove them (rm -r %s) "
                          "before the next create.\n" % (root, shlex.quote(str(root))))
@@ -452,8 +451,8 @@ def status(root: Path) -> int:
     """Print each node's state; 0 if every node is up."""
     nodes = cluster_nodes(root)
     if not nodes:
-        return _fail("no cluster in %s (start one with disque-cluster create N --dir %s)"
-                     % (root, shlex.quote(str(root))))
+        return _fail("no cluster in %s (start one with %s)"
+                     % (root, _command("create N", root)))
     rows = [node_status(node) for node in nodes]
     up = sum(row.up for row in rows)
     print("Cluster in %s: %d of %d node%s up" % (root, up, len(rows), "" if len(rows) == 1 else "s"))
@@ -544,21 +543,24 @@ def _port_list(ports: Sequence[int]) -> str:
 
 
 def _command(name: str, root: Path) -> str:
-    """How to run another subcommand on the same cluster."""
+    """How to run another subcommand on the same cluster, spelled as this one
+    was run (``.venv/bin/disque-cluster`` when it is not on PATH)."""
+    program = sys.argv[0] if os.path.basename(sys.argv[0]) == PROGRAM else PROGRAM
+    command = "%s %s" % (shlex.quote(program), name)
     if root == Path(DEFAULT_DIR):
-        return "disque-cluster %s" % name
-    return "disque-cluster %s --dir %s" % (name, shlex.quote(str(root)))
+        return command
+    return "%s --dir %s" % (command, shlex.quote(str(root)))
 
 
 def _fail(message: str) -> int:
-    sys.stderr.write("disque-cluster: %s\n" % message)
+    sys.stderr.write("%s: %s\n" % (PROGRAM, message))
     return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``disque-cluster``."""
     parser = argparse.ArgumentParser(
-        prog="disque-cluster",
+        prog=PROGRAM,
         description="Start, inspect and stop a cluster of disque nodes on this machine.")
     commands = parser.add_subparsers(dest="command", required=True)
     create_parser = commands.add_parser(
