@@ -251,10 +251,11 @@ def run_report(spark, patterns: Sequence[str], out: str, bucket_s: int | None = 
         series.unpersist()
     finally:
         jobs.unpersist()
-    chart: str | None = os.path.join(out, CHART_NAME)
+    chart_path = os.path.join(out, CHART_NAME)
+    chart: str | None = chart_path
+    skipped: str | None = None
     try:
-        charted = draw_chart(points, bucket_ms, chart, top)
-        skipped = None
+        charted = draw_chart(points, bucket_ms, chart_path, top)
     except ChartUnavailable as exc:
         chart, charted, skipped = None, [], str(exc)
         sys.stderr.write("disque-pipeline: %s\n" % skipped)
