@@ -163,6 +163,13 @@ def test_create_status_stop(launcher, tmp_path):
     job = clients[0].execute_command("ADDJOB", "launched", b"body", 5000, "REPLICATE", 3)
     for client in clients:
         assert parse_show(client.execute_command("SHOW", job))["id"] == job.decode()
+    # CONFIG REWRITE saves into the node's own file only.
+    others = {port: (directory / str(port) / "disque.conf").read_text() for port in ports[1:]}
+    clients[0].execute_command("CONFIG", "SET", "hz", 20)
+    clients[0].execute_command("CONFIG", "REWRITE")
+    assert "\nhz 20\n" in (directory / str(ports[0]) / "disque.conf").read_text()
+    assert {port: (directory / str(port) / "disque.conf").read_text()
+            for port in ports[1:]} == others
     for client in clients:
         client.close()
 
