@@ -68,6 +68,22 @@ class Config:
     dedup_window: int
     metrics_port: int
     metrics_max_queues: int
+    tls_port: int
+    tls_cert_file: str
+    tls_key_file: str
+    tls_key_file_pass: str
+    tls_ca_cert_file: str
+    tls_ca_cert_dir: str
+    tls_auth_clients: str
+    tls_cluster: bool
+    tls_protocols: str
+    tls_ciphers: str
+    tls_ciphersuites: str
+    tls_prefer_server_ciphers: bool
+    client_query_buffer_limit: int
+    unauthenticated_query_buffer_limit: int
+    getjob_max_queues: int
+    client_request_timeout: int
     config_file: str | None
 
     def __init__(self) -> None:

@@ -40,6 +40,13 @@ from disque.config.messages import (
     INVALID_SOCKET_PERM,
     INVALID_SUPERVISED,
     INVALID_TIMEOUT,
+    INVALID_GETJOB_MAX_QUEUES,
+    INVALID_REQUEST_TIMEOUT,
+    INVALID_TLS_AUTH_CLIENTS,
+    INVALID_TLS_PORT,
+    INVALID_TLS_PROTOCOLS,
+    UNAUTH_BUFFER_LIMIT_TOO_SMALL,
+    QUERY_BUFFER_LIMIT_TOO_SMALL,
     MAXMEMORY_NOT_POSITIVE,
     NEGATIVE_LATENCY,
     NEGATIVE_MIN_SIZE,
@@ -57,6 +64,7 @@ from disque.config.messages import (
 from disque.config.values import (
     GB,
     INT_MAX,
+    KB,
     LLONG_MIN,
     MB,
     ascii_lower,
@@ -155,6 +163,19 @@ def _write_client_limit(value: tuple[int, int, int]) -> str:
     return f"normal {format_memory(hard)} {format_memory(soft)} {seconds}"
 
 
+# tls-protocols' words (Redis' spelling, matched without case) in order of age.
+TLS_PROTOCOLS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+
+
+def _parse_tls_protocols(args: list[str]) -> str:
+    """One or more protocol names, in one quoted argument or several."""
+    known = {ascii_lower(name): name for name in TLS_PROTOCOLS}
+    words = " ".join(args).split()
+    if not words or any(ascii_lower(word) not in known for word in words):
+        raise InvalidValue(INVALID_TLS_PROTOCOLS)
+    return " ".join(known[ascii_lower(word)] for word in words)
+
+
 MAX_DEDUP_WINDOW: Final = 30 * 86400
 # Per-queue metric series are bounded (docs/metrics.md): at most this many queues.
 MAX_METRICS_QUEUES: Final = 100_000
@@ -223,6 +244,27 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            integer("metrics-port", 0, "FGR", INVALID_METRICS_PORT, high=65535),
            integer("metrics-max-queues", 100, "FSGR", INVALID_METRICS_MAX_QUEUES,
                    high=MAX_METRICS_QUEUES),
+           # TLS (docs/security.md), with Redis' names: read at startup.
+           integer("tls-port", 0, "FGR", INVALID_TLS_PORT, high=65535),
+           string("tls-cert-file", "", "FGR", optional=True),
+           string("tls-key-file", "", "FGR", optional=True),
+           string("tls-key-file-pass", "", "FR", optional=True),  # a secret: not in CONFIG GET
+           string("tls-ca-cert-file", "", "FGR", optional=True),
+           string("tls-ca-cert-dir", "", "FGR", optional=True),
+           choice("tls-auth-clients", "yes", "FGR", ("yes", "no", "optional"),
+                  INVALID_TLS_AUTH_CLIENTS),
+           boolean("tls-cluster", False, "FGR"),
+           Directive("tls-protocols", "", "FGR", _parse_tls_protocols, nargs=(1, sys.maxsize),
+                     write=quoted_if_set, write_always=True),
+           string("tls-ciphers", "", "FGR", optional=True),
+           string("tls-ciphersuites", "", "FGR", optional=True),
+           boolean("tls-prefer-server-ciphers", False, "FGR"),
+           # Client limits (docs/security.md "Limits").
+           memory("client-query-buffer-limit", GB, "FSGR", QUERY_BUFFER_LIMIT_TOO_SMALL, low=MB),
+           memory("unauthenticated-query-buffer-limit", 16 * KB, "FSGR",
+                  UNAUTH_BUFFER_LIMIT_TOO_SMALL, low=KB),
+           integer("getjob-max-queues", 1024, "FSGR", INVALID_GETJOB_MAX_QUEUES, low=1),
+           integer("client-request-timeout", 30, "FSGR", INVALID_REQUEST_TIMEOUT),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

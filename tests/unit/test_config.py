@@ -56,6 +56,10 @@ GETTABLE = [
     "proto-max-bulk-len",
     # The extensions' directives come after the original's (docs/commands.md).
     "maxdeliver-default", "dedup-window", "metrics-port", "metrics-max-queues",
+    "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
+    "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
+    "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
+    "getjob-max-queues", "client-request-timeout",
 ]
 
 
@@ -527,7 +531,7 @@ def test_get_hides_non_visible_parameters(name):
     (b"maxmemory", ["maxmemory"]),
     (b"MAXMEMORY", ["maxmemory"]),
     (b"maxmemory*", ["maxmemory", "maxmemory-policy", "maxmemory-samples"]),
-    (b"*timeout*", ["timeout", "cluster-node-timeout"]),
+    (b"*timeout*", ["timeout", "cluster-node-timeout", "client-request-timeout"]),
     (b"?z", ["hz"]),
     (b"[ab]ind", ["bind"]),
     (b"[^a]ind", ["bind"]),
@@ -536,7 +540,7 @@ def test_get_hides_non_visible_parameters(name):
     (b"[c-a]ind", ["bind"]),
     (b"[A-C]IND", ["bind"]),
     (b"d\\ir", ["dir"]),
-    (b"*port", ["port", "cluster-bus-port", "metrics-port"]),
+    (b"*port", ["port", "cluster-bus-port", "metrics-port", "tls-port"]),
     (b"nomatch", []),
     (b"", []),
     (b"appendf*", ["appendfsync"]),

@@ -30,13 +30,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
                   "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
                   "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
-                  "disque.launcher")),
+                  "disque.launcher", "disque.tls")),
 ]
 
 ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
             "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
             "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
-            "disque.launcher")
+            "disque.launcher", "disque.tls")
 # The core reads time and randomness only through what the node is given,
 # and does no I/O: none of these may be imported there.
 IO_MODULES = ("asyncio", "socket", "selectors", "os", "time", "threading", "subprocess",
