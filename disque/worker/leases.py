@@ -4,8 +4,8 @@ A delivered job goes back to its queue when its retry period runs out
 (spec: commands.md WORKING), and GETJOB does not restart that period: the
 clock runs from when the job was queued. A job still held ``working_after``
 seconds after it was fetched gets a WORKING, which restarts the period and
-answers its length R (±250 ms of jitter on the server); the next WORKING
-follows R/3 later, which leaves more than R/2 of margin.
+answers its length R; the next WORKING follows R/3 later, which leaves two
+thirds of R as margin, less the server's jitter of up to 250 ms.
 """
 
 from __future__ import annotations
