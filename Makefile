@@ -15,7 +15,7 @@ CONF ?= conf/disque.conf
 # pure. The stamp names the mode, so switching modes rebuilds.
 CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,compiled)
 
-.PHONY: install run typecheck test test-fast test-pure bench clean
+.PHONY: install run typecheck test test-fast test-pure bench sim-search chaos clean
 
 install: $(CORE_STAMP)
 
@@ -62,6 +62,17 @@ test-pure: install
 
 bench: install
 	$(BIN)/python -m bench.run
+
+# Fault-schedule search (docs/testing.md): SEEDS seeded random histories of
+# the simulated cluster, on 2 processes; a failing seed prints its replay.
+SEEDS ?= 1000
+sim-search: install
+	$(BIN)/python -m tests.sim.search --seeds $(SEEDS)
+
+# Real nodes killed, paused and partitioned for DURATION seconds (docs/testing.md).
+DURATION ?= 180
+chaos: install
+	$(BIN)/python -m chaos.run --duration $(DURATION)
 
 clean:
 	rm -rf $(VENV) build *.egg-info disque_core__mypyc.*.so disque/compiled-core.json
