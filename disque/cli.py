@@ -19,6 +19,7 @@ USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
        ./disque-server - (read config from stdin)
        ./disque-server -v or --version
        ./disque-server -h or --help
+       ./disque-server --gen-certs <dir> [hostname ...] (development TLS certificates)
 
 Examples:
        ./disque-server (run the server with default conf)
@@ -33,6 +34,7 @@ NO_CONFIG_WARNING = ("Warning: no config file specified, using the default confi
 VERSION_FLAGS = ("-v", "--version")
 HELP_FLAGS = ("-h", "--help")
 OVERRIDE_PREFIX = "--"
+GEN_CERTS_FLAG = "--gen-certs"
 
 
 class CommandLineExit(Exception):
@@ -56,6 +58,8 @@ def load_config(args: list[str]) -> Config:
     if args and args[0] in HELP_FLAGS:
         sys.stderr.write(USAGE)
         raise CommandLineExit(1)
+    if args and args[0] == GEN_CERTS_FLAG:
+        raise CommandLineExit(_gen_certs(args[1:]))
     path = None
     overrides = args
     if args and not args[0].startswith(OVERRIDE_PREFIX):
@@ -66,3 +70,21 @@ def load_config(args: list[str]) -> Config:
     except ConfigError as exc:
         sys.stderr.write(str(exc))
         raise CommandLineExit(1) from None
+
+
+def _gen_certs(args: list[str]) -> int:
+    """``--gen-certs <dir> [hostname ...]``: a development CA and certificates."""
+    if not args:
+        sys.stderr.write("Usage: disque-server --gen-certs <dir> [hostname ...]\n")
+        return 1
+    from disque.tls import generate_certificates
+    try:
+        paths = generate_certificates(args[0], args[1:])
+    except ImportError:
+        sys.stderr.write("--gen-certs needs the cryptography package (pip install cryptography)\n")
+        return 1
+    except (OSError, ValueError) as exc:
+        sys.stderr.write("Can't generate certificates: %s\n" % exc)
+        return 1
+    sys.stdout.write("".join(path + "\n" for path in paths))
+    return 0

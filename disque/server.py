@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import uvloop
 
-from disque import __version__, cli, log, serverinfo
+from disque import __version__, cli, log, serverinfo, tls
 from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
 from disque.cluster.bus import ClusterBus
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from disque.http.service import HttpService
 
 TIMER_SLACK_MS = 1
+DEFAULT_TLS_HANDSHAKE_TIMEOUT = 60.0  # asyncio's, when client-request-timeout is 0
 
 
 def wall_clock_ms() -> int:
@@ -196,6 +197,8 @@ class Server(Host):
             except OSError as exc:
                 raise StartupError("Creating Server TCP listening socket %s:%d: %s" % (
                     ",".join(config.bind) or "*", config.port, exc.strerror or exc)) from None
+        if config.tls_port:
+            await self._start_tls_listener(factory)
         if config.unixsocket:
             try:
                 os.unlink(config.unixsocket)
@@ -221,12 +224,32 @@ class Server(Host):
         logger.info("Server started, Disque version %s", __version__)
         if config.port:
             logger.info("The server is now ready to accept connections on port %d", config.port)
+        if config.tls_port:
+            logger.info("The server is now ready to accept TLS connections on port %d",
+                        config.tls_port)
         if config.unixsocket:
             logger.info("The server is now ready to accept connections at %s", config.unixsocket)
         if config.metrics_port:
             logger.info("Metrics and the dashboard are served over HTTP on port %d",
                         config.metrics_port)
         self._notify("READY=1")
+
+    async def _start_tls_listener(self, factory) -> None:
+        """TLS on tls-port beside the plain port: the same connection class on
+        the same loop; the handshake is bounded by client-request-timeout."""
+        config = self.config
+        try:
+            context = tls.server_context(config)
+        except tls.TlsConfigError as exc:
+            raise StartupError("Can't configure TLS: %s" % exc) from None
+        handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
+        try:
+            self.listeners.append(await self.loop.create_server(
+                factory, config.bind or None, config.tls_port, backlog=config.tcp_backlog,
+                reuse_address=True, ssl=context, ssl_handshake_timeout=handshake_timeout))
+        except OSError as exc:
+            raise StartupError("Creating Server TLS listening socket %s:%d: %s" % (
+                ",".join(config.bind) or "*", config.tls_port, exc.strerror or exc)) from None
 
     async def _start_http(self) -> None:
         """Serve /metrics and the dashboard on metrics-port, at the client
