@@ -5,7 +5,9 @@
 cron every 100 ms of virtual time (hz 10, random phase) and its job
 timers as soon as they are due (``Node.next_timer``). Nodes can crash
 (state lost, like a SIGKILL without AOF) and restart with the same ID and
-the peers saved in their simulated nodes.conf.
+the peers saved in their simulated nodes.conf. ``Sim(..., aof=True)`` (or
+a list of node indexes) turns ``appendonly`` on: such a machine keeps its
+AOF across crashes and loads it when it restarts (see ``aof``).
 
 ``Sim(..., wire=True)`` runs the real bus framing and client connection
 code over a loopback transport instead of handing decoded messages and
@@ -19,6 +21,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 from typing import Callable
 
 from disque.cluster import nodesconf
@@ -28,6 +31,7 @@ from disque.host import Host
 from disque.jobs.timers import NEVER
 from disque.node import Node
 
+from tests.sim.harness.aof import SimAof
 from tests.sim.harness.clients import Request, SimClient, SimFailure, parse_reply, to_bytes
 from tests.sim.harness.network import INF, EventLoop, Network, NetParams, SimBus
 from tests.sim.harness.ops import states
@@ -70,6 +74,8 @@ class SimNode:
         self.timer_at = INF
         self.waiting: dict[SimClient, Request] = {}  # clients with a pending (blocked) request
         self.crashes = 0
+        self.wipes = 0  # crashes that lost the machine's jobs (no AOF, or the disk went too)
+        self.aof: SimAof | None = None  # appendonly on: the file kept across crashes
         self.clock_offset = 0.0  # this machine's clock minus the true time, ms
 
     @property
@@ -91,7 +97,8 @@ class Sim:
 
     def __init__(self, nodes: int = 3, seed: int = 0, *, node_timeout: int = 3000,
                  net: NetParams | None = None, configure: Callable | None = None,
-                 trace: bool | None = None, wire: bool = False) -> None:
+                 trace: bool | None = None, wire: bool = False,
+                 aof: bool | list[int] = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.loop = EventLoop()
@@ -116,6 +123,14 @@ class Sim:
             node_id = b"%040x" % self.rng.getrandbits(160)
             sn = SimNode(i, node_id)
             self.nodes.append(sn)
+        aof_nodes = list(range(nodes)) if aof is True else list(aof or ())
+        self._aof_dir: tempfile.TemporaryDirectory | None = None
+        if aof_nodes:
+            if wire:
+                raise SimFailure("the AOF is simulated with decoded messages only (wire=False)")
+            self._aof_dir = tempfile.TemporaryDirectory(prefix="disque-sim-aof-")
+            for i in aof_nodes:
+                self.nodes[i].aof = SimAof(os.path.join(self._aof_dir.name, "n%d.aof" % i))
         for sn in self.nodes:
             self._boot(sn)
 
@@ -214,6 +229,8 @@ class Sim:
         if sn.saved_conf is not None:
             nodesconf.restore(node.membership, nodesconf.parse(sn.saved_conf, clock()),
                               config.port)
+        if sn.aof is not None:
+            sn.aof.start(node, config)
         sn.host.node = node
         sn.node = node
         sn.timer_at = INF
@@ -235,6 +252,8 @@ class Sim:
         node = sn.node
         if node is None:
             return
+        if sn.aof is not None:
+            sn.aof.flush()  # as the server does before any output of the event leaves
         due = node.next_timer()
         if due >= NEVER:
             return
@@ -256,12 +275,19 @@ class Sim:
         sn.node.run_timers()
         self.poke(sn)
 
-    def crash(self, i: int) -> None:
-        """Kill machine ``i`` instantly: jobs, queues and clients are lost."""
+    def crash(self, i: int, wipe: bool = False) -> None:
+        """Kill machine ``i`` instantly (SIGKILL): queues and clients are lost,
+        jobs too unless its AOF is on. ``wipe``: its disk is lost as well."""
         sn = self.nodes[i]
         if sn.node is None:
             return
-        self.trace("crash %s" % sn.name)
+        self.trace("crash %s%s" % (sn.name, " (disk lost)" if wipe else ""))
+        if sn.aof is not None:
+            sn.aof.crash(sn.node)
+            if wipe:
+                sn.aof.wipe()
+        if sn.aof is None or wipe:
+            sn.wipes += 1
         sn.node = None
         sn.crashes += 1
         if sn.bus is not None and not self.wire:  # (a wire node's process just dies)
@@ -276,7 +302,8 @@ class Sim:
             self._finish(request)
 
     def restart(self, i: int) -> None:
-        """Start machine ``i`` again: same ID and nodes.conf, no jobs (no AOF)."""
+        """Start machine ``i`` again: same ID and nodes.conf; its jobs are
+        those of its AOF (none without one)."""
         sn = self.nodes[i]
         if sn.node is not None:
             return
@@ -388,6 +415,15 @@ class Sim:
         for callback in request.callbacks:
             # Never re-enter a node from inside one of its calls.
             self.loop.after(0, callback, request)
+
+    def close(self) -> None:
+        """Remove the simulated AOF files (also done when the Sim is collected)."""
+        for sn in self.nodes:
+            if sn.aof is not None and sn.node is not None:
+                sn.aof.crash(sn.node)
+        if self._aof_dir is not None:
+            self._aof_dir.cleanup()
+            self._aof_dir = None
 
     def call(self, i: int, *args):
         """Run a command on node ``i`` that must reply at once; return the value."""

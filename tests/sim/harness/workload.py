@@ -9,7 +9,8 @@ and the ledger checks what the cluster promised:
 
 * a job whose synchronous ADDJOB with REPLICATE N >= 2 succeeded is
   delivered (and here acknowledged) unless every node that held it when
-  the producer got its ID crashed since (crashes lose jobs: no AOF);
+  the producer got its ID lost its jobs since (a crash without AOF, or
+  one that took the AOF too; a node with AOF restarts with its jobs);
 * once healed, acknowledged jobs disappear from every node, and an
   at-least-once job never comes back after its last copy is gone;
 * a RETRY 0 job is delivered at most once;
@@ -113,7 +114,7 @@ class Ledger:
         sim = self.sim
         record.holders = tuple(sn.index for sn in sim.nodes
                                if sn.node is not None and record.job_id in sn.node.jobs)
-        record.crash_marks = {h: sim.nodes[h].crashes for h in record.holders}
+        record.crash_marks = {h: sim.nodes[h].wipes for h in record.holders}
 
     def _bind(self, record: JobRecord, job_id: bytes) -> None:
         if record.job_id is None:
@@ -178,20 +179,23 @@ class Ledger:
     def protected(self, record: JobRecord) -> bool:
         """Must not be lost: synchronous REPLICATE >= 2 succeeded, it cannot expire
         during the run, and some node that held it when the producer got its ID
-        never crashed since."""
+        never lost its jobs since (a crash without AOF, or with its disk)."""
         if record.outcome != "ok" or not record.sync or record.ttl < 3600:
             return False
         nodes = self.sim.nodes
-        crashed = sum(1 for h in record.holders if nodes[h].crashes > record.crash_marks[h])
-        return crashed < len(record.holders)
+        wiped = sum(1 for h in record.holders if nodes[h].wipes > record.crash_marks[h])
+        return wiped < len(record.holders)
 
     def mark_gone(self) -> None:
-        """Note acked jobs that no live node holds any more."""
-        live = [sn.node for sn in self.sim.nodes if sn.node is not None]
+        """Note acked jobs that no live node holds any more (nor the AOF of
+        a crashed one: a restart brings those back)."""
+        nodes = self.sim.nodes
+        live = [sn.node.jobs for sn in nodes if sn.node is not None]
+        live += [sn.aof.live_at_crash for sn in nodes if sn.node is None and sn.aof is not None]
         for record in self.by_id.values():
             if record.acked_at and record.gone_at is None:
                 job_id = record.job_id
-                if not any(job_id in node.jobs for node in live):
+                if not any(job_id in jobs for jobs in live):
                     record.gone_at = self.sim.now
 
     def final_check(self) -> None:
@@ -208,7 +212,7 @@ class Workload:
                  max_down: int = 1, faults: bool = True, crash: bool = True,
                  partitions: bool = True, reorder: bool = False,
                  noise: "MessageFuzzer | None" = None, admin: bool = True,
-                 clocks: bool = True) -> None:
+                 clocks: bool = True, disk_loss: float = 0.0) -> None:
         self.sim = sim
         self.rng = rng
         self.ledger = Ledger(sim)
@@ -224,12 +228,14 @@ class Workload:
         self.noise = noise  # a MessageFuzzer: inject messages every node must ignore
         self.admin = admin  # the nemesis also pauses queues and makes nodes leave
         self.clocks = clocks  # the nemesis also makes node clocks jump
+        self.disk_loss = disk_loss  # chance that a crash takes a node's AOF too
         self.phase = "chaos"
         self.pending_adds: set = set()
         self.counter = 0
         self.stats = {"addjob": 0, "getjob": 0, "ackjob": 0, "fastack": 0, "nack": 0,
                       "working": 0, "enqueue": 0, "dequeue": 0, "crash": 0, "partition": 0,
-                      "pause": 0, "leaving": 0, "reads": 0}
+                      "pause": 0, "leaving": 0, "reads": 0, "disk_lost": 0, "restart": 0,
+                      "clock": 0, "faults": 0}
 
     # ------------------------------------------------------------ running
 
@@ -538,10 +544,15 @@ class Workload:
                               blackhole=rng.random() < 0.3)
             self.stats["partition"] += 1
         elif action == "crash":
-            sim.crash(rng.choice(up))
+            victim = rng.choice(up)
+            wipe = (self.disk_loss and sim.nodes[victim].aof is not None
+                    and rng.random() < self.disk_loss)
+            sim.crash(victim, wipe=bool(wipe))
             self.stats["crash"] += 1
+            self.stats["disk_lost"] += bool(wipe)
         elif action == "restart":
             sim.restart(rng.choice(down))
+            self.stats["restart"] += 1
         elif action == "pause":
             self.stats["pause"] += 1
             target = rng.choice(up)
@@ -560,10 +571,12 @@ class Workload:
             if sim.call(target, "CLUSTER", "LEAVING", value) != b"OK":
                 self.ledger.fail("CLUSTER LEAVING %s failed" % value)
         elif action == "clock":
+            self.stats["clock"] += 1
             target = rng.choice(up)
             jump = rng.uniform(-1500, 1500)
             sim.set_clock_offset(target, sim.nodes[target].clock_offset + jump)
         elif action == "faults":
+            self.stats["faults"] += 1
             params = sim.net.params
             params.drop = rng.choice((0.0, 0.0, 0.001, 0.01, 0.05))
             params.dup = rng.choice((0.0, 0.0, 0.01, 0.05))

@@ -1,0 +1,84 @@
+"""The fault-schedule search (tests/sim/search.py) and the simulated AOF it uses.
+
+A few hundred seeds of the search run here (the seed range is printed);
+``make sim-search SEEDS=10000`` runs many more. The AOF tests show that a
+simulated crash with ``appendonly`` on keeps a node's jobs through the
+server's own writer and loader, and that the ledger counts such a node
+as still holding its jobs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from tests.sim import search
+from tests.sim.harness import Sim
+from tests.sim.harness.ops import getjob_ids, states
+from tests.sim.harness.seeds import seeds
+from tests.sim.harness.start import add_ok
+
+SEARCH_SEEDS = 200
+
+
+def test_search_seeds():
+    """SEARCH_SEEDS seeded fault schedules, each checked by the ledger."""
+    count = int(os.environ.get("SIM_SEEDS", SEARCH_SEEDS))
+    base = seeds("test_search_seeds", 1)[0] + search.DEFAULT_BASE
+    print("fault-schedule search: seeds %d..%d" % (base, base + count - 1))
+    outcomes = search.search(range(base, base + count), workers=2)
+    failed = [o for o in outcomes if not o.ok]
+    assert not failed, "\n".join(search.failure_report(o) for o in failed)
+    # The schedules did what they are for: faults, AOF restarts, redeliveries.
+    totals = {key: sum(o.stats.get(key, 0) for o in outcomes)
+              for key in ("crash", "aof_loads", "partition", "duplicates", "delivered")}
+    assert all(totals.values()), totals
+
+
+def test_aof_restart_keeps_jobs():
+    """A node with its AOF on crashes and restarts: its queued job is back
+    (active, requeued after its retry time) and delivered."""
+    seed = seeds("test_aof_restart_keeps_jobs", 1)[0]
+    sim = Sim(3, seed, aof=[0])
+    try:
+        sim.join()
+        job_id = add_ok(sim, 0, "q", "kept", 0, "REPLICATE", 1, "RETRY", 2)
+        sim.crash(0)
+        assert sim.nodes[0].aof.live_at_crash == {job_id}
+        sim.restart(0)
+        assert sim.nodes[0].aof.jobs_loaded == 1 and states(sim, job_id) == {0: "active"}
+        request = sim.command(0, "GETJOB", "TIMEOUT", 5000, "FROM", "q")
+        assert sim.run_until(lambda: request.done, 5000)
+        assert getjob_ids(request.value) == [job_id]
+        assert sim.call(0, "ACKJOB", job_id) == 1
+        sim.run_for(100)
+        # The DELJOB went to the file: another crash does not bring it back.
+        sim.crash(0)
+        sim.restart(0)
+        assert states(sim, job_id) == {}
+    finally:
+        sim.close()
+
+
+def test_crash_without_aof_or_with_disk_lost_wipes():
+    """Only a crash that loses the jobs counts against a job's holders."""
+    sim = Sim(2, seeds("test_crash_wipes", 1)[0], aof=[1])
+    try:
+        sim.join()
+        job_id = add_ok(sim, 1, "q", "gone", 0, "REPLICATE", 2)
+        sim.crash(0)
+        sim.crash(1)
+        assert (sim.nodes[0].wipes, sim.nodes[1].wipes) == (1, 0)
+        sim.restart(1)
+        assert 1 in states(sim, job_id)
+        sim.crash(1, wipe=True)
+        sim.restart(1)
+        assert sim.nodes[1].wipes == 1 and states(sim, job_id) == {}
+    finally:
+        sim.close()
+
+
+def test_replay_command_runs_one_seed(capsys):
+    """The command printed for a failing seed replays it (here one that passes)."""
+    seed = seeds("test_replay_command_runs_one_seed", 1)[0] + search.DEFAULT_BASE
+    assert search.main(["--replay", str(seed)]) == 0
+    assert "seed %d passed" % seed in capsys.readouterr().out
