@@ -27,6 +27,7 @@ from disque.config.values import (
 
 if TYPE_CHECKING:
     from disque.config.loader import Loader
+    from disque.config.settings import Config
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Directive:
     write: Callable[[Any], str | None] = str         # REWRITE argument text; None = leave out
     write_always: bool = False                       # rewrite even at the default
     apply: Callable[[Loader, Any], None] | None = None  # load-time action instead of storing
+    # REWRITE's argument texts, one line each, for a directive that may appear
+    # many times (``user``): read from the whole Config, as ``apply`` stores it.
+    write_lines: Callable[[Config], list[str]] | None = None
 
     @property
     def attr(self) -> str:

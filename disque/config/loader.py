@@ -13,11 +13,13 @@ from disque.config.messages import (
     CANT_CHDIR,
     CANT_OPEN_CONFIG,
     INCLUDE_TOO_DEEP,
+    INVALID_USER_NAME,
     NO_SUCH_COMMAND,
     TARGET_EXISTS,
     UNBALANCED_QUOTES,
 )
-from disque.config.values import ascii_lower, decode, printable
+from disque.config.users import RuleError, User, user_with_rules, valid_user_name
+from disque.config.values import ascii_lower, decode, encode, printable
 
 if TYPE_CHECKING:
     from disque.config.directive import Directive
@@ -81,6 +83,24 @@ class Loader:
         except OSError as exc:
             raise InvalidValue(CANT_OPEN_CONFIG.format(path=path, reason=exc.strerror)) from None
         Loader(self.config, self.directives, self.commands, self.depth + 1).run(lines)
+
+    def user(self, args: list[str]) -> None:
+        """A ``user <name> <rules>...`` line: create or change the user, as
+        ACL SETUSER would (all rules or none)."""
+        name = encode(args[0])
+        if not valid_user_name(name):
+            raise InvalidValue(INVALID_USER_NAME)
+        users = self.config.users
+        base = users.get(name)
+        try:
+            user = user_with_rules(base if base is not None else User(name),
+                                   [encode(arg) for arg in args[1:]])
+        except RuleError as exc:
+            raise InvalidValue(str(exc)) from None
+        if base is None:
+            users[name] = user
+        else:
+            base.assign(user)
 
     def rename(self, names: tuple[str, str]) -> None:
         """Record a rename-command; checked against the command table when one is known."""

@@ -64,3 +64,5 @@ QUERY_BUFFER_LIMIT_TOO_SMALL: Final = "client-query-buffer-limit must be 1mb or 
 UNAUTH_BUFFER_LIMIT_TOO_SMALL: Final = "unauthenticated-query-buffer-limit must be 1kb or greater"
 INVALID_GETJOB_MAX_QUEUES: Final = "getjob-max-queues must be 1 or greater"
 INVALID_REQUEST_TIMEOUT: Final = "client-request-timeout can't be negative"
+INVALID_ENABLE_OPTION: Final = "argument must be 'no', 'local' or 'yes'"
+INVALID_USER_NAME: Final = "user names are printable ASCII without spaces"

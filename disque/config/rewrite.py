@@ -123,6 +123,12 @@ def rewrite_lines(config: Config) -> list[str]:
         raise ConfigSetError(ERR_NO_CONFIG_FILE)
     state = RewriteState.read(config.config_file)
     for directive in REWRITTEN:
+        if directive.write_lines is not None:
+            texts = directive.write_lines(config)
+            state.mark(directive.name)  # none left: the old lines go
+            for text in texts:
+                state.rewrite(directive.name, f"{directive.name} {text}", True)
+            continue
         value = getattr(config, directive.attr)
         text = directive.write(value)
         if text is None:

@@ -16,6 +16,7 @@ from disque.config.messages import CANT_OPEN_CONFIG
 from disque.config.rewrite import rewrite_file, rewrite_lines
 from disque.config.runtime import Listener, get_values, set_value
 from disque.config.table import DIRECTIVE_TABLE, DIRECTIVES
+from disque.config.users import DEFAULT_USER, User
 from disque.config.values import ascii_lower
 
 
@@ -68,6 +69,10 @@ class Config:
     dedup_window: int
     metrics_port: int
     metrics_max_queues: int
+    protected_mode: bool
+    enable_debug_command: str
+    enable_protected_configs: str
+    users: dict[bytes, User]
     tls_port: int
     tls_cert_file: str
     tls_key_file: str
@@ -91,6 +96,7 @@ class Config:
             if directive.stored:
                 setattr(self, directive.attr, copy.copy(directive.default))
         self.rename_commands = []
+        self.users = {DEFAULT_USER: User.default()}
         self.config_file = None
         self._listeners: dict[str, Listener] = {}
 

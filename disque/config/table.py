@@ -6,7 +6,7 @@ import re
 import sys
 from collections.abc import Callable
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from disque.config.directive import (
     Directive,
@@ -19,6 +19,7 @@ from disque.config.directive import (
 )
 from disque.config.errors import InvalidValue
 from disque.config.loader import Loader
+from disque.config.users import DEFAULT_USER, User
 from disque.jobs.job import MAX_DELIVERIES
 from disque.config.messages import (
     APPENDFILENAME_PATH,
@@ -27,6 +28,7 @@ from disque.config.messages import (
     INVALID_DATABASES,
     INVALID_FACILITY,
     INVALID_DEDUP_WINDOW,
+    INVALID_ENABLE_OPTION,
     INVALID_FSYNC,
     INVALID_KEEPALIVE,
     INVALID_LOGLEVEL,
@@ -76,6 +78,9 @@ from disque.config.values import (
     quoted_if_set,
     strict_int,
 )
+
+if TYPE_CHECKING:
+    from disque.config.settings import Config
 
 MIN_HZ: Final = 1
 MAX_HZ: Final = 500
@@ -176,6 +181,16 @@ def _parse_tls_protocols(args: list[str]) -> str:
     return " ".join(known[ascii_lower(word)] for word in words)
 
 
+ENABLE_CHOICES: Final = ("no", "local", "yes")
+
+
+def _write_users(config: Config) -> list[str]:
+    """One ``user`` line per user; the default user only when changed."""
+    untouched = User.default().describe()
+    return [user.describe() for user in config.users.values()
+            if user.name != DEFAULT_USER or user.describe() != untouched]
+
+
 MAX_DEDUP_WINDOW: Final = 30 * 86400
 # Per-queue metric series are bounded (docs/metrics.md): at most this many queues.
 MAX_METRICS_QUEUES: Final = 100_000
@@ -265,6 +280,12 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
                   UNAUTH_BUFFER_LIMIT_TOO_SMALL, low=KB),
            integer("getjob-max-queues", 1024, "FSGR", INVALID_GETJOB_MAX_QUEUES, low=1),
            integer("client-request-timeout", 30, "FSGR", INVALID_REQUEST_TIMEOUT),
+           # Access control (docs/security.md): Redis 7's names and defaults.
+           boolean("protected-mode", True, "FSGR"),
+           choice("enable-debug-command", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
+           choice("enable-protected-configs", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
+           Directive("user", None, "FR", list, nargs=(1, sys.maxsize), apply=Loader.user,
+                     write_lines=_write_users),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

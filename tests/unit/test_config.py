@@ -60,6 +60,7 @@ GETTABLE = [
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
     "getjob-max-queues", "client-request-timeout",
+    "protected-mode", "enable-debug-command", "enable-protected-configs",
 ]
 
 
