@@ -139,5 +139,19 @@ def test_worker_follows_a_leaving_node_away(cluster_factory):
         wait_until(lambda: worker.fetch_node.port != cluster.port(home), timeout=10,
                    message="the worker left node %d" % home)
         other = next(i for i in range(3) if cluster.port(i) == worker.fetch_node.port)
-        cluster.call(other, "ADDJOB", "tasks", "after", 0, "REPLICATE", 1)
-        wait_until(lambda: processed == [b"before", b"after"], message="the second job")
+        # With the worker blocked there, the node serves the job to it. Between two
+        # GETJOBs the node would push the job to the leaving node instead, whose NEEDJOBS
+        # (sent for the worker before it left) is still open for 2.5 s, and the job would
+        # come back only with a later NEEDJOBS (federation.push_to_interested does not
+        # skip leaving nodes: reported to the core's owner).
+        wait_until(lambda: cluster.info_section(other, "clients")["blocked_clients"] == 1,
+                   message="the worker blocked in GETJOB on node %d" % other)
+        after = cluster.call(other, "ADDJOB", "tasks", "after", 0, "REPLICATE", 1)
+        try:
+            wait_until(lambda: processed == [b"before", b"after"], message="the second job")
+        except AssertionError:
+            where = {i: cluster.show(i, after) for i in range(3)}
+            raise AssertionError("processed %s; worker on %s; home %d, other %d; job %s: %s"
+                                 % (processed, worker.fetch_node, home, other, after,
+                                    {i: (info or {}).get("state") for i, info in where.items()}
+                                    )) from None
