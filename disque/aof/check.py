@@ -1,8 +1,14 @@
-"""disque-check-aof [--fix] FILE: validate an AOF and repair a truncated tail.
+"""disque-check-aof [--fix [--yes]] FILE: validate an AOF, name the offset
+of its first bad record, and truncate the file there.
 
-A file that ends in the middle of a record (a crash during a write) is
-truncated to its last complete record with --fix. Damage anywhere else is
-reported with its offset and never "repaired" by dropping data silently.
+Every record is parsed, its checksum checked (docs/aof-format.md: records
+this version writes carry one, and after the file's format marker all
+must) and its job payload decoded. A file that ends in the middle of a
+record (a crash during a write) is truncated to its last complete record
+with --fix. Damage anywhere else (a checksum that does not match, bytes
+that are no record) is reported with its offset; --fix truncates there
+too, which drops every record after it, so it says how much and asks first
+(--yes answers for scripts). Nothing is ever dropped without --fix.
 """
 
 from __future__ import annotations
@@ -10,38 +16,69 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import NamedTuple
 
-from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, load_job,
-                               read_record)
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, format_marker,
+                               load_job, read_checked)
 
 
-def check(data: bytes) -> tuple[int, str | None, bool]:
-    """Return (offset of the end of the last valid record, problem, truncated?)."""
+class CheckResult(NamedTuple):
+    """What ``check`` found."""
+
+    valid: int  # offset of the end of the last valid record
+    problem: str | None  # None: the whole file is valid
+    truncated: bool  # the problem is an incomplete last record
+    records: int = 0  # valid records
+    checksummed: bool = False  # a format marker was read: every record after it carries one
+
+
+def check(data: bytes) -> CheckResult:
+    """Check every record of ``data`` up to the first bad one."""
     pos = 0
     end = len(data)
+    records = 0
+    required = False
     while pos < end:
         try:
-            argv, nxt = read_record(data, pos, end)
+            argv, nxt = read_checked(data, pos, end, required)
+            marker = format_marker(argv, pos)
         except Truncated:
-            return pos, "unexpected end of file", True
+            return CheckResult(pos, "unexpected end of file", True, records, required)
         except AofFormatError as exc:
-            return pos, "bad format at offset %d: %s" % (exc.offset, exc.reason), False
+            return CheckResult(pos, "bad format at offset %d: %s" % (exc.offset, exc.reason),
+                               False, records, required)
         name = argv[0].upper()
-        if name == LOADJOB and len(argv) >= 2:
+        if marker:
+            required = True
+        elif name == LOADJOB and len(argv) >= 2:
             try:
                 load_job(argv[1], None)
             except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
-                return pos, "corrupted job at offset %d: %s" % (pos, exc), False
+                return CheckResult(pos, "corrupted job at offset %d: %s" % (pos, exc), False,
+                                   records, required)
         elif not (name == DELJOB and len(argv) >= 2):
-            return pos, "unknown command %r at offset %d" % (argv[0][:32], pos), False
+            return CheckResult(pos, "unknown command %r at offset %d" % (argv[0][:32], pos),
+                               False, records, required)
+        records += 1
         pos = nxt
-    return pos, None, False
+    return CheckResult(pos, None, False, records, required)
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    print(question + " [y/N]: ", end="", flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(prog="disque-check-aof", description=__doc__.split("\n")[0])
-    parser.add_argument("--fix", action="store_true", help="truncate an incomplete last record")
+    parser.add_argument("--fix", action="store_true",
+                        help="truncate the file at its first bad record")
+    parser.add_argument("--yes", action="store_true",
+                        help="with --fix: truncate before damage in the middle of the file "
+                             "without asking")
     parser.add_argument("file")
     args = parser.parse_args(argv)
     try:
@@ -50,18 +87,28 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print("Cannot open file %s: %s" % (args.file, exc.strerror), file=sys.stderr)
         return 1
-    valid, problem, truncated = check(data)
+    result = check(data)
+    valid = result.valid
     print("AOF analyzed: size=%d, ok_up_to=%d, diff=%d" % (len(data), valid, len(data) - valid))
-    if problem is None:
+    print("Records: %d valid%s" % (result.records, ", checksummed" if result.checksummed
+                                   else " (no format marker: checksums where present)"))
+    if result.problem is None:
         print("AOF is valid")
         return 0
-    print("AOF problem: %s" % problem)
-    if not truncated:
-        print("The damage is not at the end of the file: fix it by hand or restore a backup.")
-        return 1
+    print("AOF problem: %s" % result.problem)
     if not args.fix:
-        print("The file ends with an incomplete record: run with --fix to truncate it.")
+        if result.truncated:
+            print("The file ends with an incomplete record: run with --fix to truncate it.")
+        else:
+            print("The damage is not at the end of the file: --fix truncates the file at "
+                  "offset %d, dropping the %d bytes from there on (every record after the "
+                  "damage); make a backup first, or restore one." % (valid, len(data) - valid))
         return 1
+    if not result.truncated and not args.yes:
+        if not _confirm("This drops %d bytes (every record after offset %d). Continue?"
+                        % (len(data) - valid, valid)):
+            print("Not truncated: answer yes, or run with --fix --yes.")
+            return 1
     os.truncate(args.file, valid)
     print("Successfully truncated AOF to %d bytes" % valid)
     return 0

@@ -10,14 +10,16 @@ The file is read in large chunks, which ``cluster.restore.JobRestore``
 applies record after record while they are in the form this version
 writes. What it stops at (a msgpack payload, another spelling of a
 record, damage, a record cut by the end of the chunk) goes through the
-strict parser here, which names the exact offset of any damage.
+strict parser here, which names the exact offset of any damage,
+including a record whose checksum does not match its bytes.
 """
 
 from __future__ import annotations
 
 import os
 
-from disque.aof.format import DELJOB, LOADJOB, AofFormatError, Truncated, load_job, read_record
+from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, format_marker,
+                               load_job, read_checked)
 from disque.cluster.restore import JobRestore
 
 READ_CHUNK = 8 * 1024 * 1024
@@ -45,6 +47,7 @@ class AofLoader:
         self.eof = False
         self.truncated_at: int | None = None
         self._strict_records = 0
+        self.checksums_required = False  # a format marker was read
         self.restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes,
                                   enqueue_once)
 
@@ -75,7 +78,9 @@ class AofLoader:
             if done >= max_records:
                 break
             try:
-                argv, used = read_record(self.buffer, pos, len(self.buffer))
+                argv, used = read_checked(self.buffer, pos, len(self.buffer),
+                                          self.checksums_required)
+                marker = format_marker(argv, pos)
             except Truncated:
                 if not self._read_more():
                     self._finish()
@@ -86,7 +91,10 @@ class AofLoader:
                 offset = self.loaded_bytes + exc.offset - pos
                 raise AofLoadError("Bad file format reading the append only file at offset %d: "
                                    "%s" % (offset, exc.reason)) from None
-            self._apply(argv, self.loaded_bytes)
+            if marker:
+                self.checksums_required = restore.checksums_required = True
+            else:
+                self._apply(argv, self.loaded_bytes)
             self.loaded_bytes += used - pos
             self._pos = used
             self._strict_records += 1

@@ -55,13 +55,13 @@ class AofService:
             return
         started = time.monotonic()
         try:
-            await self._load(path, enqueue_once)
+            marked = await self._load(path, enqueue_once)
         except (AofLoadError, OSError) as exc:
             raise AofStartupError(str(exc)) from None
         self.logger.info("DB loaded from append only file: %.3f seconds (%d jobs)",
                          time.monotonic() - started, len(self.node.jobs))
         if config.appendonly:
-            self.writer.open_existing()
+            self.writer.open_existing(marked)
         if enqueue_once:
             config.aof_enqueue_jobs_once = False
             if config.config_file:
@@ -71,7 +71,8 @@ class AofService:
                     self.logger.warning("Could not reset aof-enqueue-jobs-once in the config "
                                         "file: %s", exc)
 
-    async def _load(self, path: str, enqueue_once: bool) -> None:
+    async def _load(self, path: str, enqueue_once: bool) -> bool:
+        """Load the file; whether it ends under a format marker (checksums required)."""
         node = self.node
         node.loading = True
         self.loading_started = time.time()
@@ -82,7 +83,7 @@ class AofService:
             while True:
                 node.read_clock()
                 if loader.run(LOAD_SLICE_RECORDS):
-                    break
+                    return loader.checksums_required
                 await asyncio.sleep(0)
         finally:
             loader.close()

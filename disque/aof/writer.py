@@ -14,6 +14,11 @@ from the event loop through the job scan index (every job present for
 the whole rewrite is visited), while records produced meanwhile are kept
 in a diff buffer appended at the end; duplicates this creates are
 harmless because loading ignores an already-known job ID.
+
+Every file the writer starts (a new AOF, a rewrite) begins with the format
+marker, so its records' checksums are required when it is loaded; a file
+of an earlier version gets the marker appended once, before the first
+record this version writes to it (docs/aof-format.md).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter_ns  # fsync durations (tests fake time.monotonic, not this)
 
-from disque.aof.format import append_loadjobs, deljob_record
+from disque.aof.format import FILE_MARKER, append_loadjobs, deljob_record
 from disque.jobs.journal import NULL_JOURNAL
 from disque.jobs.job import ACTIVE, QUEUED
 from disque.stats import LatencyHistogram
@@ -144,9 +149,16 @@ class AofWriter:
 
     # ----------------------------------------------------------- the file
 
-    def open_existing(self) -> None:
-        """Start appending to the AOF (after it was loaded or created empty)."""
+    def open_existing(self, marked: bool = False) -> None:
+        """Start appending to the AOF (after it was loaded or created empty).
+
+        ``marked``: the load read a format marker, so checksums are already
+        required; otherwise the marker goes first (an empty file, or one an
+        earlier version wrote).
+        """
         self.fd = _open_append(self.path)
+        if not marked:
+            _write_all(self.fd, FILE_MARKER)
         self.current_size = self.base_size = os.fstat(self.fd).st_size
         self.state = STATE_ON
         self.node.set_journal(self)
@@ -318,6 +330,7 @@ class AofWriter:
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
+                _write_all(fd, FILE_MARKER)
                 cursor = 0
                 since_fsync = 0
                 while True:
@@ -400,6 +413,7 @@ class AofWriter:
         node = self.node
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
+            _write_all(fd, FILE_MARKER)
             jobs = _stored(node.jobs.by_id.values())
             for start in range(0, len(jobs), REWRITE_SLICE_JOBS):
                 out = bytearray()

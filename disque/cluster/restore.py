@@ -3,12 +3,14 @@
 The AOF loader (an adapter) reads the file in large chunks and hands them
 here. Records in the form this version writes them (docs/aof-format.md:
 LOADJOB with a packed payload, format 1 or 2, and a 13-digit record time,
-DELJOB) are framed and applied in one loop, in the core, so that the
-compiled build runs the per-job work as C. A format-2 payload (a job with
+DELJOB, each with or without its checksum) are framed, their checksums
+checked (one xxh3 call per record) and applied in one loop, in the core,
+so that the compiled build runs the per-job work as C. A format-2 payload (a job with
 extensions: a priority, a DEDUPID...) ends with a msgpack map, decoded
 here and applied by ``codec.apply_extension_fields``. Anything else (a
 msgpack payload, another spelling of a record, damage, a record cut by the
-end of the chunk) stops the loop before it changes anything: the loader's
+end of the chunk, a checksum that does not match, a record without one
+after the file's format marker) stops the loop before it changes anything: the loader's
 strict parser takes it, names any damage, and hands what it decoded back
 to ``load_job`` or ``delete``.
 
@@ -25,6 +27,7 @@ from collections.abc import Container
 from typing import Final
 
 import msgpack  # type: ignore[import-untyped]  # no stubs; one call, its result is checked
+import xxhash
 
 from disque.cluster.lifecycle import JobLifecycle
 from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
@@ -33,13 +36,22 @@ from disque.jobs.job import Job
 from disque.jobs.registry import JobRegistry
 from disque.runtime import Runtime
 
-# What precedes a LOADJOB payload; the group is the payload's length.
-_LOADJOB_FRAME: Final = re.compile(rb"\*3\r\n\$7\r\nLOADJOB\r\n\$([0-9]{1,18})\r\n")
+# What precedes a LOADJOB payload; the group is the payload's length. With
+# 4 arguments, the record ends with its checksum.
+_LOADJOB_FRAME: Final = re.compile(rb"\*[34]\r\n\$7\r\nLOADJOB\r\n\$([0-9]{1,18})\r\n")
+_SUMMED_LOADJOB: Final = 52  # the frame's second byte, "4"
 # What follows it when the record time has 13 digits (unix ms from 2001 to 2286).
 _STAMP_HEAD: Final = b"\r\n$13\r\n"
 _STAMP_END: Final = 20  # offset of the record's final CRLF after the payload
 _CRLF: Final = b"\r\n"
 _RECORD_TAIL: Final = 22  # bytes after the payload: CRLF, "$13", CRLF, 13 digits, CRLF
+# A checksummed record: after the 13 digits, CRLF, "$8", CRLF, then the
+# xxh3-64 of every byte before it (docs/aof-format.md), and CRLF.
+_checksum: Final = xxhash.xxh3_64_digest
+_SUM_HEAD: Final = b"\r\n$8\r\n"
+_SUM_AT: Final = 26  # offset of the checksum after the payload
+_SUM_LEN: Final = 8
+_SUMMED_TAIL: Final = 36  # bytes after the payload
 
 
 def _short_bulk(longest: int) -> bytes:
@@ -51,9 +63,12 @@ def _short_bulk(longest: int) -> bytes:
 # A DELJOB: the job ID, the record time and the queue name's length (groups
 # 1 and 2); after the queue name, the tail: nacks, additional deliveries
 # and the reason. Only the ID matters to a load.
-_DELJOB_HEAD: Final = re.compile(rb"\*7\r\n\$6\r\nDELJOB\r\n\$40\r\n([\s\S]{40})\r\n"
+# With 8 arguments, its checksum follows the tail.
+_DELJOB_HEAD: Final = re.compile(rb"\*[78]\r\n\$6\r\nDELJOB\r\n\$40\r\n([\s\S]{40})\r\n"
                                  + _short_bulk(20) + rb"\$([0-9]{1,9})\r\n")
 _DELJOB_TAIL: Final = re.compile(rb"\r\n" + _short_bulk(20) * 3)
+_SUMMED_DELJOB: Final = 56  # the head's second byte, "8"
+_SUM_BULK_HEAD: Final = b"$8\r\n"
 
 _FIXED: Final = STORED_LAYOUT.size
 _unpack_fixed: Final = STORED_LAYOUT.unpack_from
@@ -71,6 +86,9 @@ class JobRestore:
         self.runtime = runtime
         self.known_nodes = known_nodes
         self.enqueue_once = enqueue_once
+        # Set by the loader once it read a format marker: a record without
+        # a checksum is then left to the strict parser, which reports it.
+        self.checksums_required = False
         self.records = 0  # applied through load_written
         self.jobs_loaded = 0
         # One bytes object per queue name, shared by the jobs of that queue.
@@ -83,9 +101,10 @@ class JobRestore:
         the position after the last one applied.
 
         It stops at the first record not in the written form, not whole in
-        ``buf``, or whose payload does not decode: the caller's strict
-        parser takes that one. A LOADJOB's payload is unpacked in place,
-        straight into ``codec.from_checked_storage``.
+        ``buf``, whose checksum fails (or is missing where required), or
+        whose payload does not decode: the caller's strict parser takes
+        that one. A LOADJOB's payload is unpacked in place, straight into
+        ``codec.from_checked_storage``.
         """
         runtime = self.runtime
         lifecycle = self.lifecycle
@@ -97,9 +116,11 @@ class JobRestore:
         by_id = self.registry.by_id
         names = self._queue_names
         now_s = runtime.now // 1000
+        required = self.checksums_required
         frame = b""  # what precedes the payload in the last LOADJOB framed
         payload_at = 0
         size = 0
+        summed = False
         done = 0
         loaded = 0
         while done < budget:
@@ -108,7 +129,7 @@ class JobRestore:
             else:
                 match = _LOADJOB_FRAME.match(buf, pos)
                 if match is None:
-                    after = self._deljob(buf, pos)
+                    after = self._deljob(buf, pos, required)
                     if after < 0:
                         break
                     pos = after
@@ -118,11 +139,23 @@ class JobRestore:
                 size = int(match.group(1))
                 frame = buf[pos:start]
                 payload_at = start - pos
+                summed = buf[pos + 1] == _SUMMED_LOADJOB
+                if not summed and required:
+                    break
             stop = start + size
-            if (buf[stop:stop + 7] != _STAMP_HEAD
-                    or buf[stop + _STAMP_END:stop + _RECORD_TAIL] != _CRLF
-                    or size < _FIXED):
+            if buf[stop:stop + 7] != _STAMP_HEAD or size < _FIXED:
                 break
+            if summed:
+                sum_at = stop + _SUM_AT
+                end = stop + _SUMMED_TAIL
+                if (buf[stop + _STAMP_END:sum_at] != _SUM_HEAD
+                        or buf[end - 2:end] != _CRLF
+                        or _checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + _SUM_LEN]):
+                    break
+            else:
+                end = stop + _RECORD_TAIL
+                if buf[stop + _STAMP_END:end] != _CRLF:
+                    break
             marker = buf[start]
             if marker != STORED_FORMAT and marker != STORED_FORMAT_EXTENDED:
                 break
@@ -154,7 +187,7 @@ class JobRestore:
                     apply_extension_fields(job, _unpack_map(buf[nodes_end:stop], raw=False))
             except (BadJobPayload, ValueError, TypeError, msgpack.UnpackException):
                 break
-            pos = stop + _RECORD_TAIL
+            pos = end
             done += 1
             if job.etime <= now_s or job.id in by_id:
                 continue
@@ -169,17 +202,27 @@ class JobRestore:
         self.jobs_loaded += loaded
         return pos
 
-    def _deljob(self, buf: bytes, pos: int) -> int:
+    def _deljob(self, buf: bytes, pos: int, required: bool) -> int:
         """Apply the DELJOB at ``pos``; the position after it, or -1 when
-        there is none in the written form."""
+        there is none in the written form (or its checksum fails)."""
         head = _DELJOB_HEAD.match(buf, pos)
         if head is None:
             return -1
         tail = _DELJOB_TAIL.match(buf, head.end() + int(head.group(2)))
         if tail is None:
             return -1
+        end = tail.end()
+        if buf[pos + 1] == _SUMMED_DELJOB:
+            sum_at = end + len(_SUM_BULK_HEAD)
+            if (buf[end:sum_at] != _SUM_BULK_HEAD
+                    or buf[sum_at + _SUM_LEN:sum_at + _SUM_LEN + 2] != _CRLF
+                    or _checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + _SUM_LEN]):
+                return -1
+            end = sum_at + _SUM_LEN + 2
+        elif required:
+            return -1
         self.delete(head.group(1))
-        return tail.end()
+        return end
 
     def load_job(self, job: Job, queued: bool) -> None:
         """Take a job decoded by the caller (spec §5 steps 3-5): dropped if

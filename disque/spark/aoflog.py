@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import hiredis
 
-from disque.aof.format import load_job
+from disque.aof.format import FORMAT_RECORD, load_job
 
 log = logging.getLogger("disque.spark")
 
@@ -96,6 +96,8 @@ class RecordColumns:
             self._loadjob(command)
         elif name == b"DELJOB":
             self._deljob(command)
+        elif name == FORMAT_RECORD:
+            return  # the format marker (checksums follow): no event
         else:
             self._row(record=name.decode("ascii", "replace"))
 

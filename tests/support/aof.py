@@ -6,7 +6,7 @@ import logging
 
 import msgpack
 
-from disque.aof.format import append_loadjobs, read_record
+from disque.aof.format import append_loadjobs, format_marker, read_checked
 from disque.aof.loader import AofLoader
 
 
@@ -37,13 +37,18 @@ def msgpack_loadjob_record(job, now_ms: int) -> bytes:
 
 
 def file_records(path="disque.aof") -> list[list[bytes]]:
-    """Every record of a file, which must parse to its end."""
+    """Every record of a file, which must parse to its end with good
+    checksums, without them (their fields only) and without format markers."""
     with open(path, "rb") as f:
         data = f.read()
-    out, pos = [], 0
+    out, pos, required = [], 0, False
     while pos < len(data):
-        argv, pos = read_record(data, pos, len(data))
-        out.append(argv)
+        argv, nxt = read_checked(data, pos, len(data), required)
+        if format_marker(argv, pos):
+            required = True
+        else:
+            out.append(argv)
+        pos = nxt
     return out
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 import struct
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
 from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
-from disque.aof.format import (AofFormatError, Truncated,
-                               deljob_record, load_job, read_record)
+from disque.aof.format import (FILE_MARKER, AofFormatError, Truncated, deljob_record,
+                               format_marker, load_job, read_checked, read_record)
 from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, msgpack_payload
@@ -36,9 +37,10 @@ def sample_job(body: bytes = b"bo\r\ndy\x00*3\r\n$7") -> Job:
 
 
 def parse_all(data: bytes) -> list[list[bytes]]:
+    """The records' fields, checksums checked and left out."""
     records, pos = [], 0
     while pos < len(data):
-        argv, pos = read_record(data, pos, len(data))
+        argv, pos = read_checked(data, pos, len(data), False)
         records.append(argv)
     return records
 
@@ -50,11 +52,13 @@ def test_loadjob_record_layout_and_payload():
     payload = (struct.pack("<BBBHQQQQQQIIH", 1, QUEUED, BCAST_QUEUED | DELIVERED, 2, job.ctime,
                            1_700_003_600, 7, 30, 3, 258, 7, len(job.body), 2)
                + JOB_ID + b"que\r\nue" + job.body + NODE_A + NODE_B)
-    assert record == (b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$13\r\n1700000000123\r\n"
-                      % (len(payload), payload))
+    summed = (b"*4\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$13\r\n1700000000123\r\n$8\r\n"
+              % (len(payload), payload))
+    assert record == summed + xxhash.xxh3_64_digest(summed) + b"\r\n"
     argv, end = read_record(record, 0, len(record))
     assert end == len(record)
-    assert argv == [b"LOADJOB", payload, b"1700000000123"]
+    assert argv == [b"LOADJOB", payload, b"1700000000123", xxhash.xxh3_64_digest(summed)]
+    assert read_checked(record, 0, len(record), True) == (argv[:3], end)
 
 
 def assert_same_stored_job(copy, job):
@@ -112,8 +116,9 @@ def test_damaged_payloads_are_bad_job_payloads(damage):
 def test_deljob_record_layout():
     job = sample_job()
     record = deljob_record(job, RECORD_MS, REASON_ACKED)
-    assert record == (b"*7\r\n$6\r\nDELJOB\r\n$40\r\n" + JOB_ID + b"\r\n$13\r\n1700000000123\r\n"
-                      b"$7\r\nque\r\nue\r\n$1\r\n3\r\n$3\r\n258\r\n$5\r\nacked\r\n")
+    summed = (b"*8\r\n$6\r\nDELJOB\r\n$40\r\n" + JOB_ID + b"\r\n$13\r\n1700000000123\r\n"
+              b"$7\r\nque\r\nue\r\n$1\r\n3\r\n$3\r\n258\r\n$5\r\nacked\r\n$8\r\n")
+    assert record == summed + xxhash.xxh3_64_digest(summed) + b"\r\n"
     assert parse_all(record) == [[b"DELJOB", JOB_ID, b"1700000000123", b"que\r\nue", b"3",
                                   b"258", b"acked"]]
 
@@ -138,8 +143,10 @@ def test_every_cut_of_the_last_record_is_truncated_at_its_start(make):
         with pytest.raises(Truncated) as info:
             read_record(data, len(head), cut)
         assert info.value.offset == len(head), cut
+        with pytest.raises(Truncated):
+            read_checked(data, len(head), cut, True)
     # The record before it is intact whatever the cut.
-    assert read_record(data, 0, len(head) + 1) == (parse_all(head)[0], len(head))
+    assert read_checked(data, 0, len(head) + 1, True) == (parse_all(head)[0], len(head))
 
 
 @pytest.mark.parametrize("damage, offset, reason", [
@@ -180,3 +187,45 @@ def test_any_bytes_load_or_are_a_bad_job_payload(data, at):
             load_job(payload, None)
         except BadJobPayload:
             pass
+
+
+# ------------------------------------------------------------- checksums
+
+def test_every_flipped_byte_of_a_record_is_caught():
+    """Anywhere in a LOADJOB or a DELJOB: an AofFormatError (the checksum,
+    or the framing it broke) or Truncated, never the record accepted."""
+    job = sample_job()
+    for record in (loadjob_record(job, RECORD_MS), deljob_record(job, RECORD_MS, REASON_ACKED)):
+        for at in range(len(record)):
+            bad = bytearray(record)
+            bad[at] ^= 0x04
+            try:
+                argv, _ = read_checked(bytes(bad), 0, len(bad), True)
+            except (AofFormatError, Truncated):
+                continue
+            raise AssertionError("byte %d flipped, record accepted: %r" % (at, argv))
+
+
+def test_checksum_verdicts_name_the_record_start():
+    job = sample_job()
+    good = deljob_record(job, RECORD_MS, REASON_ACKED)
+    record = loadjob_record(job, RECORD_MS)
+    bad = record[:-5] + b"x" + record[-4:]
+    with pytest.raises(AofFormatError) as caught:
+        read_checked(good + bad, len(good), len(good) + len(bad), False)
+    assert (caught.value.offset, caught.value.reason) == (len(good), "checksum mismatch")
+    short = record[:-14] + b"$7\r\n1234567\r\n"
+    with pytest.raises(AofFormatError, match="bad checksum field"):
+        read_checked(short, 0, len(short), False)
+
+
+def test_records_without_checksums_are_damage_only_after_the_marker():
+    legacy = msgpack_loadjob_record(sample_job(), RECORD_MS)
+    assert read_checked(legacy, 0, len(legacy), False)[1] == len(legacy)
+    with pytest.raises(AofFormatError, match="record without a checksum after the format"):
+        read_checked(legacy, 0, len(legacy), True)
+    argv, end = read_checked(FILE_MARKER, 0, len(FILE_MARKER), True)
+    assert end == len(FILE_MARKER) and format_marker(argv, 0)
+    assert not format_marker(parse_all(legacy)[0], 0)
+    with pytest.raises(AofFormatError, match="unsupported AOF format"):
+        format_marker([b"AOFFORMAT", b"3"], 0)

@@ -9,7 +9,8 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import AofFormatError, deljob_record, read_record
+from disque.aof.format import (FILE_MARKER, AofFormatError, deljob_record, read_checked,
+                               read_record)
 from disque.jobs.journal import REASON_ACKED
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
@@ -327,11 +328,12 @@ def test_empty_file_loads_nothing(tmp_path):
 
 def for_strict_parser(record: bytes) -> bytes:
     """The same record in a form only the strict parser takes: a LOADJOB
-    with a 1-digit record time, a DELJOB with its ID only."""
-    if record.startswith(b"*7\r\n$6\r\nDELJOB\r\n"):
+    with a 1-digit record time (and no checksum, as earlier versions wrote
+    it), a DELJOB with its ID only."""
+    if record.startswith(b"*8\r\n$6\r\nDELJOB\r\n"):
         return b"*2\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n" % record[21:61]
-    assert record[-22:-15] == b"\r\n$13\r\n" and record[-2:] == b"\r\n"
-    return record[:-22] + b"\r\n$1\r\n0\r\n"
+    assert record.startswith(b"*4\r\n") and record[-36:-29] == b"\r\n$13\r\n"
+    return b"*3" + record[2:-36] + b"\r\n$1\r\n0\r\n"
 
 
 def varied_jobs(source) -> list[bytes]:
@@ -503,13 +505,59 @@ def test_records_the_node_writes_never_need_the_strict_parser(source, tmp_path, 
           *(deljob_record(source.jobs[j], source.now, REASON_ACKED) for j in ids[::3]))
     parsed = []
 
-    def strict(buf, pos, end):
-        argv, used = read_record(buf, pos, end)
+    def strict(buf, pos, end, required):
+        argv, used = read_checked(buf, pos, end, required)
         parsed.append(argv[0])
         return argv, used
 
-    monkeypatch.setattr(loader_module, "read_record", strict)
+    monkeypatch.setattr(loader_module, "read_checked", strict)
     node = make_node()
     loader = load(node, tmp_path / "a.aof", slice_records=7)
     assert parsed == [] and loader.records == len(ids) + len(ids[::3])
     assert set(node.jobs) == set(ids) - set(ids[::3])
+
+
+# ------------------------------------------------------------- checksums
+
+def flip_two(data: bytes, at: int) -> bytes:
+    """Two bytes flipped at ``at``: framing and payload still parse."""
+    bad = bytearray(data)
+    bad[at] ^= 0x20
+    bad[at + 1] ^= 0x20
+    return bytes(bad)
+
+
+@pytest.mark.parametrize("kind", ["loadjob", "deljob"])
+def test_two_flipped_bytes_in_the_middle_are_caught_with_their_offset(source, tmp_path, kind):
+    """Before checksums such a file loaded, with the job's body (or the
+    DELJOB's reason) silently changed."""
+    cmd = Cmd(source)
+    ids = [cmd.addjob("q", "body %d" % i, "RETRY", 3) for i in range(10)]
+    records = [record(source, j) for j in ids]
+    records.insert(6, deljob_record(source.jobs[ids[2]], source.now, REASON_ACKED))
+    data = FILE_MARKER + b"".join(records)
+    at = len(FILE_MARKER) + sum(map(len, records[:5 if kind == "loadjob" else 6]))
+    target = data.index(b"body 5" if kind == "loadjob" else b"acked", at)
+    write(tmp_path / "a.aof", flip_two(data, target))
+    with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
+                                           "offset %d: checksum mismatch" % at):
+        load(make_node(), tmp_path / "a.aof", slice_records=3)
+
+
+def test_a_record_without_checksum_after_the_marker_is_fatal(source, tmp_path):
+    ids = [Cmd(source).addjob("q", "x", "RETRY", 1) for _ in range(3)]
+    legacy = msgpack_loadjob_record(source.jobs[ids[1]], source.now)
+    first = record(source, ids[0])
+    write(tmp_path / "a.aof", legacy, FILE_MARKER, first, legacy, record(source, ids[2]))
+    with pytest.raises(AofLoadError, match="offset %d: record without a checksum"
+                       % (len(legacy) + len(FILE_MARKER) + len(first))):
+        load(make_node(), tmp_path / "a.aof")
+
+
+def test_a_marked_file_loads_and_says_so(source, tmp_path):
+    ids = [Cmd(source).addjob("q", "x", "RETRY", 1) for _ in range(3)]
+    write(tmp_path / "a.aof", msgpack_loadjob_record(source.jobs[ids[0]], source.now),
+          FILE_MARKER, *(record(source, j) for j in ids[1:]))
+    node = make_node()
+    loader = load(node, tmp_path / "a.aof")
+    assert loader.checksums_required and set(node.jobs) == set(ids)

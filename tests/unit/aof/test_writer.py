@@ -14,11 +14,12 @@ import threading
 import pytest
 
 from disque.aof import writer as writer_module
+from disque.aof.format import FILE_MARKER
 from disque.aof.loader import AofLoader
 from disque.aof.writer import STATE_OFF, STATE_ON, STATE_WAIT_REWRITE, AofWriter
-from disque.jobs.job import ACTIVE, QUEUED
+from disque.jobs.job import ACTIVE, QUEUED, Job
 from disque.jobs.journal import NULL_JOURNAL
-from tests.support.aof import file_records
+from tests.support.aof import file_records, msgpack_loadjob_record
 from tests.unit.helpers import Cmd, make_node
 
 LOG = logging.getLogger("test.aof.writer")
@@ -69,7 +70,7 @@ def test_records_wait_in_the_buffer_until_flush(node_writer):
     assert writer.state == STATE_ON and node.journal is writer
     cmd = Cmd(node)
     job_id = cmd.addjob("q", "hello", "RETRY", 1)
-    assert writer.pending and os.path.getsize("disque.aof") == 0
+    assert writer.pending and os.path.getsize("disque.aof") == len(FILE_MARKER)
     writer.flush()
     assert not writer.pending
     assert [r[0] for r in records()] == [b"LOADJOB"]
@@ -96,7 +97,7 @@ def test_records_of_a_turn_follow_its_commands_in_order(node_writer):
     assert [j[1] for j in cmd.ok("GETJOB", "COUNT", 2, "FROM", "q")] == [acked, taken]
     assert cmd.ok("ACKJOB", acked) == 1
     assert cmd.ok("DELJOB", deleted) == 1
-    assert writer.pending and os.path.getsize("disque.aof") == 0
+    assert writer.pending and os.path.getsize("disque.aof") == len(FILE_MARKER)
     writer.flush()
     logged = [(r[0], r[1] if r[0] == b"DELJOB" else None) for r in records()]
     assert logged == [(b"LOADJOB", None)] * 5 + [(b"DELJOB", acked), (b"DELJOB", deleted)]
@@ -487,3 +488,37 @@ def test_info_fields(node_writer):
     for key in ("aof_current_size", "aof_base_size", "aof_pending_rewrite",
                 "aof_rewrite_buffer_length", "aof_pending_bio_fsync", "aof_delayed_fsync"):
         assert key in fields
+
+
+def test_files_the_writer_starts_begin_with_the_format_marker(node_writer):
+    node, writer = node_writer
+    writer.open_existing()
+    populate(node, 5)
+    writer.flush()
+    assert open("disque.aof", "rb").read().startswith(FILE_MARKER)
+    writer.rewrite_now()
+    data = open("disque.aof", "rb").read()
+    assert data.startswith(FILE_MARKER) and data.count(FILE_MARKER) == 1
+    assert len(records()) == 5
+
+
+def test_a_file_of_an_earlier_version_gets_the_marker_before_new_records(node_writer):
+    """From the marker on, its records' checksums are required; before it,
+    the earlier version's records load as they are."""
+    node, writer = node_writer
+    old = msgpack_loadjob_record(Job(b"D-a1b2c3d4-%024d-05a1" % 1, b"q", b"old", 1,
+                                     node.now * 1_000_000, node.now // 1000 + 3600, 0, 30),
+                                 node.now)
+    with open("disque.aof", "wb") as f:
+        f.write(old)
+    writer.open_existing(marked=False)
+    populate(node, 3)
+    writer.flush()
+    data = open("disque.aof", "rb").read()
+    assert data.startswith(old + FILE_MARKER)
+    assert len(records()) == 4 and len(loaded_state()) == 4
+    writer.sync_and_close()
+    writer.open_existing(marked=True)  # the load saw the marker: not written again
+    populate(node, 1)
+    writer.flush()
+    assert open("disque.aof", "rb").read().count(FILE_MARKER) == 1
