@@ -101,15 +101,18 @@ def test_json_line_has_the_same_keys():
 
 
 def test_configure_writes_one_line_per_event():
+    logger = logging.getLogger("disque.worker")
+    level, propagate = logger.level, logger.propagate
     stream = io.StringIO()
     handler = configure("json", logging.INFO, stream)
     try:
-        logger = logging.getLogger("disque.worker")
         logger.info(Event("worker.started", {"queues": "a,b"}))
         logger.debug(Event("job.done", {}))  # below the level
         logger.info("plain %s", "text")
-    finally:
+    finally:  # as it was: other tests read the worker's events through caplog
         logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [line["event"] for line in lines] == ["worker.started", "log"]
     assert lines[1]["message"] == "plain text"
