@@ -60,7 +60,7 @@ class AsyncioWorker(Worker):
             self._take_back(self._unstarted())
             for _ in runners:
                 self._work.put_nowait(None)
-            done, running = await asyncio.wait(runners, timeout=self.options.grace)
+            _, running = await asyncio.wait(runners, timeout=self.options.grace)
             for task in running:
                 task.cancel()  # its job is NACKed by _finish_stop
             await asyncio.gather(*running, return_exceptions=True)
