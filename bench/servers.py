@@ -220,7 +220,8 @@ class DisqueNode(ServerProcess):
         self.pythonpath = tree
         self.config_path = self.dir / "disque.conf"
         self.config_path.write_text(
-            "bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel notice\n%s"
+            "bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel notice\n"
+            "enable-debug-command yes\n%s"  # the benchmark flushes with DEBUG FLUSHALL
             % (port, self.dir, config))
 
     def command(self) -> list[str]:

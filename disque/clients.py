@@ -7,6 +7,11 @@ The server's connection class extends ClientState and overrides ``send``,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from disque.config.users import User
+
 
 class Block:
     """Why and until when a client is blocked (GETJOB or synchronous ADDJOB)."""
@@ -30,7 +35,8 @@ class ClientState:
     """Per-connection state used by command handlers."""
 
     __slots__ = ("id", "addr", "name", "authenticated", "blocked", "monitor",
-                 "close_after_reply", "last_cmd", "ctime", "atime", "sent", "reply_mode")
+                 "close_after_reply", "last_cmd", "ctime", "atime", "sent", "reply_mode",
+                 "user", "local")
 
     def __init__(self, client_id: int = 0, addr: str = "", now_ms: int = 0) -> None:
         self.id = client_id
@@ -45,6 +51,10 @@ class ClientState:
         self.atime = now_ms
         self.sent: list[bytes] = []
         self.reply_mode = 0  # CLIENT REPLY: 0 on, 1 off, 2 skip next
+        self.user: User | None = None  # None: the default user (AUTH user password sets it)
+        # From loopback or the unix socket (the connection says): protected
+        # mode, enable-debug-command local and enable-protected-configs local.
+        self.local = False
 
     def send(self, data: bytes) -> None:
         """Deliver a reply outside the request/response flow (unblocking, MONITOR)."""

@@ -32,6 +32,7 @@ from typing import Callable
 
 from disque import errors
 from disque.clients import ClientState
+from disque.commands.acl import PROTECTED_MODE_DENIED, is_loopback, protected_mode_refuses
 from disque.log import logger
 from disque.resp import ProtocolError, RequestParser, error
 
@@ -108,8 +109,16 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if isinstance(peer, tuple):
             host = peer[0]
             self.addr = ("[%s]:%d" % (host, peer[1])) if ":" in host else "%s:%d" % peer[:2]
+            self.local = is_loopback(host)
         else:
             self.addr = "%s:0" % (server.config.unixsocket or "unix")
+            self.local = True
+        if protected_mode_refuses(server.config, self.local):
+            self.node.access_stats.protected_mode_denied += 1
+            transport.write(PROTECTED_MODE_DENIED)
+            transport.close()
+            self.closing = True
+            return
         if len(server.clients) >= server.config.maxclients:
             server.rejected_connections += 1
             transport.write(errors.MAX_CLIENTS)

@@ -29,8 +29,10 @@ from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.transport import BusTransport, Link
 from disque.commands import Command, build_command_table, unique_commands
+from disque.commands.acl import AccessStats, check_access, redact
 from disque.commands.monitor import format_monitor_line
 from disque.config import Config
+from disque.config.users import users_restrict
 from disque.eviction import MemoryPolicy
 from disque.host import Host
 from disque.jobs.dedup import DedupIndex
@@ -120,6 +122,10 @@ class Node:
         self.aof_error: str | None = None  # last failed AOF write, for MISCONF
         self.loading = False
         self.monitors: dict[ClientState, None] = {}
+        # A named user exists or the default user is restricted: every command
+        # goes through check_access (ACL SETUSER/DELUSER keep this up to date).
+        self.guarded = users_restrict(config.users)
+        self.access_stats = AccessStats()
 
     def _bus_routes(self) -> dict[str, BusRoute]:
         """The one table from bus message type to handler."""
@@ -183,7 +189,11 @@ class Node:
                 return errors.unknown_command(name)
         if not cmd.min_args <= len(argv) <= cmd.max_args:
             return cmd.arity_error
-        if self.config.requirepass and not client.authenticated and not cmd.is_auth:
+        if self.guarded:
+            denied = check_access(self, client, cmd, argv)
+            if denied is not None:
+                return denied
+        elif self.config.requirepass and not client.authenticated and not cmd.is_auth:
             return errors.NOAUTH
         if self.memory.used > self.memory.evict_threshold:
             if not self.eviction.free_memory() and cmd.denyoom:
@@ -193,7 +203,7 @@ class Node:
         if self.loading and not cmd.loading_ok:
             return errors.LOADING
         if self.monitors and cmd.monitored:
-            self.feed_monitors(client, argv)
+            self.feed_monitors(client, redact(cmd, argv) if cmd.is_auth else argv)
         client.last_cmd = cmd.lname
         perf_ns = self.perf_ns
         start = perf_ns()
@@ -204,7 +214,8 @@ class Node:
         stats = self.stats
         stats.commands_processed += 1
         if usec >= stats.notice_us:
-            stats.command_slow(cmd, argv, usec, self.runtime.now)
+            stats.command_slow(cmd, redact(cmd, argv) if cmd.is_auth else argv, usec,
+                               self.runtime.now)
         if self.ready_queues or self.wanted_queues:
             self.after_input()
         return reply
@@ -222,7 +233,7 @@ class Node:
         is read once. The run is timed as a whole: when it is slower than the
         slow log threshold it is logged as its last command with the run's time.
         """
-        if ((self.config.requirepass and not client.authenticated)
+        if ((self.config.requirepass and not client.authenticated) or self.guarded
                 or self.aof_error is not None or self.loading or self.monitors
                 or self.memory.used > self.memory.warn_threshold
                 or self.stats.notice_us < RUN_NOTICE_FLOOR_US):

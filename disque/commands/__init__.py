@@ -22,7 +22,7 @@ class Command:
 
     __slots__ = ("name", "lname", "arity", "flags", "handler", "calls", "usec", "write",
                  "denyoom", "loading_ok", "monitored", "fast", "is_auth", "is_ping",
-                 "arity_error", "min_args", "max_args", "run_handler")
+                 "arity_error", "min_args", "max_args", "run_handler", "acl_keys")
 
     def __init__(self, name: str, arity: int, flags: str,
                  handler: Callable[..., bytes | None]) -> None:
@@ -46,6 +46,7 @@ class Command:
         self.max_args = arity if arity > 0 else 1 << 30
         # (node, client, commands, start, out) -> index after the commands it executed
         self.run_handler: Callable[..., int] | None = None
+        self.acl_keys = 0  # where its queues or job IDs are (commands.acl.KEY_SPECS)
 
     def flag_words(self) -> list[bytes]:
         """COMMAND's flag list, in the spec's order."""
@@ -59,16 +60,17 @@ def unique_commands(table: dict[bytes, Command]) -> list[Command]:
 
 def build_command_table() -> dict[bytes, Command]:
     """A fresh table (each node keeps its own call statistics)."""
-    from disque.commands import (addjob, admin, cluster, deadletter, info, jobs, monitor,
+    from disque.commands import (acl, addjob, admin, cluster, deadletter, info, jobs, monitor,
                                  queues)
     table: dict[bytes, Command] = {}
-    for module in (addjob, jobs, queues, admin, info, monitor, cluster, deadletter):
+    for module in (addjob, jobs, queues, admin, info, monitor, cluster, deadletter, acl):
         run_handlers = getattr(module, "RUN_HANDLERS", {})
         max_args = getattr(module, "MAX_ARGS", {})
         for name, arity, flags, handler in module.TABLE:
             cmd = Command(name, arity, flags, handler)
             cmd.run_handler = run_handlers.get(name)
             cmd.max_args = max_args.get(name, cmd.max_args)
+            cmd.acl_keys = acl.KEY_SPECS.get(name, acl.KEYS_NONE)
             table[name.encode()] = cmd
             table[name.upper().encode()] = cmd
     return table

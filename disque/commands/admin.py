@@ -3,12 +3,12 @@ DEBUG, SLOWLOG, LATENCY, BGREWRITEAOF (spec: commands.md §4)."""
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from disque import errors
 from disque.commands import Command, unique_commands
+from disque.commands.acl import DEBUG_NOT_ALLOWED, allowed_from, authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
 from disque.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from disque.node import Node
     from disque.stats import Stats
 
-MAX_PASSWORD_LEN: Final = 512
+# AUTH user password: a word beyond Disque 1.0's arity, which COMMAND keeps showing.
+MAX_ARGS: Final = {"auth": 3}
+# CONFIG SET of these is refused unless enable-protected-configs allows it
+# (tests/unit/test_acl.py checks that every settable path is listed).
+PROTECTED_CONFIGS: Final = frozenset(("dir", "pidfile", "logfile", "unixsocket", "appendfilename",
+                                      "cluster-config-file", "cluster-secret-file",
+                                      "tls-cert-file", "tls-key-file", "tls-ca-cert-file",
+                                      "tls-ca-cert-dir"))
 DEFAULT_SLOWLOG_GET: Final = 10
 
 CLIENT_SYNTAX: Final = error("ERR Syntax error, try CLIENT (LIST | KILL ip:port | GETNAME | "
@@ -43,15 +50,10 @@ def ping(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 
 def auth(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
-    """AUTH password (constant-time comparison)."""
-    password = node.config.requirepass
-    if not password:
-        return errors.AUTH_NOT_SET
-    expected = password.encode() if isinstance(password, str) else password
-    given = argv[1]
-    ok = len(given) <= MAX_PASSWORD_LEN and hmac.compare_digest(given, expected)
-    client.authenticated = ok
-    return OK if ok else errors.INVALID_PASSWORD
+    """AUTH password (the default user, as Disque 1.0) | AUTH user password."""
+    if len(argv) == 2:
+        return authenticate(node, client, None, argv[1])
+    return authenticate(node, client, argv[1], argv[2])
 
 
 def time_(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
@@ -174,6 +176,10 @@ def config_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         if sub == b"GET":
             return encode(node.config.get(argv[2]))
         if sub == b"SET":
+            if (argv[2].decode("latin-1").lower() in PROTECTED_CONFIGS
+                    and not allowed_from(node.config.enable_protected_configs, client)):
+                return error("ERR CONFIG SET failed (possibly related to argument '%s') - can't "
+                             "set protected config" % argv[2].decode("utf-8", "backslashreplace"))
             node.config.set(argv[2], argv[3])
         elif sub == b"RESETSTAT":
             node.reset_stats()
@@ -209,7 +215,10 @@ def _debug_unknown(sub: bytes) -> bytes:
 
 
 def debug(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
-    """DEBUG FLUSHALL | SLEEP | LOADAOF | ERROR | RESTART | CRASH-AND-RECOVER."""
+    """DEBUG FLUSHALL | SLEEP | LOADAOF | ERROR | RESTART | CRASH-AND-RECOVER, when
+    enable-debug-command allows it for this client."""
+    if not allowed_from(node.config.enable_debug_command, client):
+        return DEBUG_NOT_ALLOWED
     sub = argv[1].upper()
     n = len(argv)
     if sub == b"FLUSHALL" and n == 2:

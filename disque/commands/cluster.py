@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Final
 
 from disque import __version__, errors
 from disque.cluster.membership import MYSELF
-from disque.commands.admin import CLIENT_BAD_NAME, auth, valid_client_name
+from disque.commands.acl import authenticate, needs_auth
+from disque.commands.admin import CLIENT_BAD_NAME, valid_client_name
 from disque.commands.args import parse_int
 from disque.resp import OK, bulk, encode, error, status
 
@@ -31,7 +32,7 @@ def hello(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     RESP3 parsers read too.
     """
     if len(argv) == 1:
-        if node.config.requirepass and not client.authenticated:
+        if needs_auth(node, client):
             return errors.NOAUTH
         entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
                    for n in node.membership.nodes.values()]
@@ -49,9 +50,7 @@ def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> byt
     while i < len(argv):
         opt = argv[i].upper()
         if opt == b"AUTH" and i + 2 < len(argv):
-            if argv[i + 1] != b"default":
-                return error("WRONGPASS invalid username-password pair")
-            reply = auth(node, client, [b"AUTH", argv[i + 2]])
+            reply = authenticate(node, client, argv[i + 1], argv[i + 2])
             if reply != OK:
                 return reply
             i += 3
@@ -62,7 +61,7 @@ def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> byt
             i += 2
         else:
             return error("ERR Syntax error in HELLO option '%s'" % argv[i].decode("latin-1"))
-    if node.config.requirepass and not client.authenticated:
+    if needs_auth(node, client):
         return errors.NOAUTH
     fields = [(b"server", b"disque"), (b"version", __version__.encode()), (b"proto", protover),
               (b"id", client.id), (b"mode", b"cluster"), (b"role", b"master"),

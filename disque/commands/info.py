@@ -41,6 +41,9 @@ SECTIONS: Final = (
 # stay byte for byte what a Disque 1.0 client expects.
 EXTRA_SECTIONS: Final = (
            ("Build", ("core_build",)),  # which build of the core the process loaded
+           ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
+                         "acl_access_denied_cmd", "acl_access_denied_queue",
+                         "protected_mode_denied_connections")),  # docs/security.md
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
 _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
@@ -62,6 +65,14 @@ def _node_fields(node: Node, section: str) -> dict:
         return {"registered_jobs": len(node.jobs)}
     if section == "queues":
         return {"registered_queues": len(node.queues)}
+    if section == "security":
+        access = node.access_stats
+        return {"protected_mode": "yes" if node.config.protected_mode else "no",
+                "acl_users": len(node.config.users),
+                "acl_access_denied_auth": access.auth_failures,
+                "acl_access_denied_cmd": access.denied_commands,
+                "acl_access_denied_queue": access.denied_queues,
+                "protected_mode_denied_connections": access.protected_mode_denied}
     if section == "stats":
         return {"total_commands_processed": node.stats.commands_processed,
                 "instantaneous_ops_per_sec": node.stats.ops_per_sec()}

@@ -1,4 +1,7 @@
-"""Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2)."""
+"""Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2).
+
+QSCAN and JSCAN show a user limited to queue patterns only its queues
+(``commands.acl``); the other commands' queues are checked at the table."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from disque import errors
 from disque.cluster import messages as m
+from disque.commands.acl import restricted_queues
 from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
@@ -239,10 +243,13 @@ def qscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     rate = values.get(_IMPORTRATE, [None])[-1]
     now = node.runtime.now
 
+    user = restricted_queues(node, client)
+
     def keep(queue: Queue) -> bool:
         size = len(queue.jobs)
         return ((minlen is None or size >= minlen) and (maxlen is None or size <= maxlen)
-                and (rate is None or queue.import_rate(now) >= rate))
+                and (rate is None or queue.import_rate(now) >= rate)
+                and (user is None or user.may_access(queue.name)))
 
     cursor, queues = _scan(node.queues.scan, cursor, count, busyloop, keep)
     return _scan_reply(cursor, [q.name for q in queues])
@@ -275,9 +282,12 @@ def jscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     states = frozenset(values.get(_STATE, ()))
     reply_all = values.get(_REPLY, [_REPLY_ID])[-1] == _REPLY_ALL
 
+    user = restricted_queues(node, client)
+
     def keep(job: Job) -> bool:
         return (job.queue is not None and (queue is None or job.queue == queue)
-                and (not states or job.state in states))
+                and (not states or job.state in states)
+                and (user is None or user.may_access(job.queue)))
 
     cursor, jobs = _scan(node.jobs.scan, cursor, count, busyloop, keep)
     elements: list[object]

@@ -126,8 +126,8 @@ def rewrite_lines(config: Config) -> list[str]:
         if directive.write_lines is not None:
             texts = directive.write_lines(config)
             state.mark(directive.name)  # none left: the old lines go
-            for text in texts:
-                state.rewrite(directive.name, f"{directive.name} {text}", True)
+            for line in texts:
+                state.rewrite(directive.name, f"{directive.name} {line}", True)
             continue
         value = getattr(config, directive.attr)
         text = directive.write(value)

@@ -171,7 +171,7 @@ def test_hello_handshake_auth_and_setname(server_factory):
     assert wire.call("HELLO", "3") == NOAUTH
     assert wire.call("HELLO") == NOAUTH
     assert wire.call("HELLO", "3", "AUTH", "alice", "secret") == (
-        b"-WRONGPASS invalid username-password pair\r\n")
+        b"-WRONGPASS invalid username-password pair or user is disabled.\r\n")
     assert wire.call("HELLO", "3", "AUTH", "default", "wrong") == b"-ERR invalid password\r\n"
     assert wire.call("PING") == NOAUTH
     reply = wire.call("HELLO", "2", "AUTH", "default", "secret", "SETNAME", "worker-1")

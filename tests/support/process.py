@@ -108,7 +108,9 @@ class DisqueProcess:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
+        # Tests run DEBUG and CONFIG SET dir, which a node refuses by default.
         base = ("bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel verbose\n"
+                "enable-debug-command yes\nenable-protected-configs yes\n"
                 % (self.port, self.dir))
         self.config_path: Path | None = None
         if config_file:

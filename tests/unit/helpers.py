@@ -74,6 +74,7 @@ def make_node(seed: int = 1, now: int = START_MS, config: Config | None = None,
     """A fresh node with a FakeClock (``node.clock``) and a MessageLog
     (``node.outbox.transport``). ``settings`` override Config attributes."""
     config = config if config is not None else Config()
+    settings.setdefault("enable_debug_command", "yes")  # tests flush with DEBUG FLUSHALL
     for name, value in settings.items():
         setattr(config, name, value)
     clock = FakeClock(now)
