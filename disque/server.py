@@ -22,7 +22,8 @@ import uvloop
 from disque import __version__, cli, log, serverinfo, tls
 from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
-from disque.cluster.bus import ClusterBus
+from disque.cluster.bus import ClusterBus, frame_cap
+from disque.cluster.busauth import SecretConfigError
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
@@ -171,6 +172,8 @@ class Server(Host):
                                  "number of clients, try with %d" % allowed)
 
     def _max_bulk_changed(self, old: int, new: int) -> None:
+        if self.bus is not None:
+            self.bus.max_frame = frame_cap(new)
         for client in self.clients.values():
             client.parser.max_bulk_len = new
 
@@ -281,6 +284,11 @@ class Server(Host):
                                "port <= 55535 or set cluster-bus-port." % (config.port, port))
         if port != config.port + BUS_PORT_OFFSET:
             self.node.membership.myself.bport = port
+        try:
+            for warning in bus.configure(config):
+                logger.warning(warning)
+        except (SecretConfigError, tls.TlsConfigError) as exc:
+            raise StartupError("Can't secure the cluster bus: %s" % exc) from None
         try:
             await bus.listen(config.bind, port, config.tcp_backlog)
         except OSError as exc:

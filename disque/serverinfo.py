@@ -130,6 +130,22 @@ def _cpu_fields(server: Server) -> InfoFields:
             ("used_cpu_user_children", "%.2f" % children.ru_utime)]
 
 
+def _bus_fields(server: Server) -> InfoFields:
+    bus = server.bus
+    if bus is None:
+        return []
+    return [("bus_secret", "yes" if bus.keys is not None else "no"),
+            ("bus_tls", "yes" if bus.server_tls is not None else "no"),
+            ("bus_max_frame", bus.max_frame),
+            ("bus_links_outbound", len(bus.outbound)),
+            ("bus_links_inbound", len(bus.inbound)),
+            ("bus_auth_failures", bus.auth_failures),
+            ("bus_mac_failures", bus.mac_failures),
+            ("bus_frames_too_large", bus.frames_too_large),
+            ("bus_messages_too_large", bus.messages_too_large),
+            ("bus_handshake_timeouts", bus.handshake_timeouts)]
+
+
 _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "server": _server_fields,
     "clients": _clients_fields,
@@ -138,6 +154,7 @@ _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "stats": _stats_fields,
     "cpu": _cpu_fields,
     "build": _build_fields,
+    "bus": _bus_fields,
 }
 
 

@@ -9,20 +9,51 @@ in a few frames, so a burst of jobs costs one length prefix, one header,
 one decode call and one dispatch per frame instead of one per message.
 The node core sees decoded frames (``receive_frame``) and link events
 (``link_up`` / ``link_down``); it never touches a socket.
+
+With a cluster secret, a link first runs the handshake of
+``disque.cluster.busauth`` and every frame then carries a MAC checked
+before the frame is decoded; an outbound link is reported up to the core
+only once the peer proved it knows the secret. With ``tls-cluster yes`` the
+links run over TLS, each end presenting its certificate. A link must finish
+its handshake (the secret's, or for a plain inbound link its first frame)
+within ``handshake_timeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import ssl
 import struct
+import time
 
 import msgpack
 
+from disque import tls
+from disque.cluster.busauth import (
+    MAC_LEN,
+    SECRET_DIRECTIVES,
+    BusAuthError,
+    BusKeys,
+    Handshake,
+    SecretConfigError,
+    Session,
+    keys_from_config,
+)
 from disque.cluster.transport import BusTransport, Link
+from disque.config.errors import ConfigSetError
 from disque.log import logger
 
-MAX_FRAME = 1 << 30  # larger frames are unreadable garbage: the link is closed
+# The largest frame is the largest job a client may add (proto-max-bulk-len)
+# plus this much for the header and the job's other fields; a larger one is
+# refused and the link closed.
+FRAME_OVERHEAD = 1024 * 1024
+DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024  # proto-max-bulk-len's default
 CONNECT_TIMEOUT_S = 5.0
+ERROR_LOG_INTERVAL_S = 1.0  # protocol errors are logged at most this often
+# A link finishes its handshake within cluster-node-timeout (at start), bounded to these.
+HANDSHAKE_TIMEOUT_MIN_S = 1.0
+HANDSHAKE_TIMEOUT_MAX_S = 5.0
 MAX_PENDING_OUTPUT = 256 * 1024 * 1024  # a peer this far behind is dropped
 # Messages queued for one peer that are sent at once instead of at the end of
 # the loop turn: the peer starts on them while this node handles the rest of
@@ -40,51 +71,124 @@ class BusConnection(asyncio.Protocol):
     def __init__(self, bus: "ClusterBus", node_id: bytes | None) -> None:
         self.bus = bus
         self.node_id = node_id  # set for outbound links
+        self.outbound = node_id is not None
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.link: Link | None = None
         self.closed = False
         self.out: list[bytes] | None = None  # frames waiting for this loop turn's flush
+        self.handshake: Handshake | None = None  # the secret's handshake, while it runs
+        self.session: Session | None = None  # the MAC keys once it succeeded
+        self.deadline: asyncio.TimerHandle | None = None  # the handshake's timeout
+        # An outbound link with a secret: resolved True once authenticated,
+        # False when the link closed first.
+        self.ready: asyncio.Future | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername") or ("", 0)
         local = transport.get_extra_info("sockname") or ("", 0)
         self.link = Link(self.node_id, peer[0], local[0], self)
-        if self.node_id is None:
-            self.bus.inbound.add(self)
+        bus = self.bus
+        if not self.outbound:
+            bus.inbound.add(self)
+        if bus.keys is not None:
+            self.handshake = Handshake(bus.keys, initiator=self.outbound)
+            if self.outbound:
+                self.ready = bus.loop.create_future()
+            else:
+                transport.write(self.handshake.start())
+        if bus.keys is not None or not self.outbound:
+            self.deadline = bus.loop.call_later(bus.handshake_timeout, self._handshake_expired)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.bus.inbound.discard(self)
         self.bus.connection_closed(self)
         self.transport = None
+        self._handshake_over(False)
+        # Nothing may keep a closed link's buffer: the link and this
+        # connection point at each other, and a cycle lives until a full
+        # collection (gctuning freezes survivors).
+        self.buffer = bytearray()
+        if self.link is not None:
+            self.link.handle = None
+
+    def _handshake_over(self, authenticated: bool) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+        self.handshake = None
+        ready = self.ready
+        if ready is not None and not ready.done():
+            ready.set_result(authenticated)
+
+    def _handshake_expired(self) -> None:
+        self.deadline = None
+        if not self.closed:
+            self.bus.handshake_timeouts += 1
+            self.bus.protocol_error(self, "no handshake within %g s" % self.bus.handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.handshake is not None:
+            self._handshake_received()
+        else:
+            self._frames_received()
+
+    def _handshake_received(self) -> None:
+        handshake = self.handshake
+        assert handshake is not None and self.transport is not None
+        try:
+            consumed, reply = handshake.feed(self.buffer)
+        except BusAuthError as exc:
+            self.bus.auth_failures += 1
+            self.bus.protocol_error(self, "bus authentication failed: %s" % exc)
+            return
+        del self.buffer[:consumed]
+        if reply:
+            self.transport.write(reply)
+        if handshake.session is not None:
+            self.session = handshake.session
+            self._handshake_over(True)
+            if self.buffer:
+                self._frames_received()
+
+    def _frames_received(self) -> None:
         buffer = self.buffer
-        buffer += data
         pos = 0
         end = len(buffer)
-        node = self.bus.node
+        bus = self.bus
+        node = bus.node
+        max_frame = bus.max_frame
+        session = self.session
+        trailer = MAC_LEN if session is not None else 0
         while end - pos >= 4:
             (size,) = _HEADER.unpack_from(buffer, pos)
-            if size > MAX_FRAME:
-                self.bus.protocol_error(self, "frame of %d bytes" % size)
+            if size > max_frame:
+                bus.frames_too_large += 1
+                bus.protocol_error(self, "frame of %d bytes (at most %d)" % (size, max_frame))
                 return
-            if end - pos - 4 < size:
+            if end - pos - 4 - trailer < size:
                 break
+            if session is not None and not session.check(buffer, pos, pos + 4 + size):
+                bus.mac_failures += 1
+                bus.protocol_error(self, "frame with a bad MAC dropped")
+                return
             frame = memoryview(buffer)[pos + 4:pos + 4 + size]
             try:
                 msgs = msgpack.unpackb(frame, raw=False, strict_map_key=False)
             except Exception as exc:  # msgpack raises several exception types
                 frame.release()
-                self.bus.protocol_error(self, "undecodable frame (%s)" % exc.__class__.__name__)
+                bus.protocol_error(self, "undecodable frame (%s)" % exc.__class__.__name__)
                 return
             frame.release()  # the buffer may be resized only once no view is left
-            pos += 4 + size
+            pos += 4 + size + trailer
             if type(msgs) is not list:
-                self.bus.protocol_error(self, "frame is not an array of messages")
+                bus.protocol_error(self, "frame is not an array of messages")
                 return
+            if self.deadline is not None:
+                self._handshake_over(True)  # a plain inbound link's first frame
             self.link.node_id = self.node_id
             try:
                 node.receive_frame(self.link, msgs)
@@ -93,7 +197,7 @@ class BusConnection(asyncio.Protocol):
             if self.closed:
                 return
         del buffer[:pos]
-        self.bus.server_after_bus()
+        bus.server_after_bus()
 
     def write(self, packed: bytes) -> None:
         """Queue a packed message: the messages for a peer leave together in one
@@ -113,26 +217,68 @@ class BusConnection(asyncio.Protocol):
     def flush(self) -> None:
         out = self.out
         self.out = None
-        transport = self.transport
-        if not out or transport is None or self.closed:
+        if not out or self.transport is None or self.closed:
             return
         header = self.bus.packed_header()
-        count = len(out) + 1
         size = sum(map(len, out)) + len(header)
+        if size + 5 > self.bus.max_frame:
+            self._write_split(out, header)
+        else:
+            self._write_frame(out, header, size)
+        if self.transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
+            logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
+            self.close()
+
+    def _write_frame(self, out: list[bytes], header: bytes, size: int) -> None:
+        """Send ``out`` (packed messages, ``size`` bytes with ``header``) as one frame."""
+        count = len(out) + 1
         if count < 16:
             prefix = _HEADER.pack(size + 1) + _FIXARRAY[count]
         else:
             prefix = _HEADER.pack(size + 5) + _ARRAY32.pack(0xDD, count)
         out[0:0] = (prefix, header)
-        transport.write(b"".join(out))
-        if transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
-            logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
-            self.close()
+        data = b"".join(out)
+        if self.session is not None:
+            data += self.session.seal(data)
+        self.transport.write(data)
+
+    def _write_split(self, out: list[bytes], header: bytes) -> None:
+        """Send messages that together exceed the frame cap in several frames;
+        a message that alone exceeds it cannot be sent and is dropped."""
+        room = self.bus.max_frame - len(header) - 5
+        group: list[bytes] = []
+        size = 0
+        for packed in out:
+            if len(packed) > room:
+                self.bus.messages_too_large += 1
+                logger.warning("A bus message of %d bytes to %s exceeds the frame cap (%d "
+                               "bytes, from proto-max-bulk-len): dropped", len(packed),
+                               self.link.peer_ip, self.bus.max_frame)
+                continue
+            if group and size + len(packed) > room:
+                self._write_frame(group, header, size + len(header))
+                group, size = [], 0
+            group.append(packed)
+            size += len(packed)
+        if group:
+            self._write_frame(group, header, size + len(header))
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:
             self.closed = True
             self.transport.abort()
+
+
+def frame_cap(proto_max_bulk_len: int) -> int:
+    """The largest bus frame accepted."""
+    return proto_max_bulk_len + FRAME_OVERHEAD
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class ClusterBus(BusTransport):
@@ -156,12 +302,78 @@ class ClusterBus(BusTransport):
         # One reusable packer: msgpack.packb builds a new one per call, which
         # costs more than packing a small message (0.5 vs 1.3 µs per GOTJOB).
         self._packer = msgpack.Packer(use_bin_type=True).pack
+        self.keys: BusKeys | None = None  # the cluster secret's keys; None: plain bus
+        self.server_tls: ssl.SSLContext | None = None  # tls-cluster: the listener's context
+        self.client_tls: ssl.SSLContext | None = None  # and the one outbound links present
+        self.max_frame = frame_cap(DEFAULT_MAX_BULK_LEN)  # configure() sets both from the config
+        self.handshake_timeout = HANDSHAKE_TIMEOUT_MAX_S
+        # Counted for INFO bus: links and frames refused.
+        self.auth_failures = 0
+        self.mac_failures = 0
+        self.frames_too_large = 0
+        self.messages_too_large = 0
+        self.handshake_timeouts = 0
+        self._last_error_log = -ERROR_LOG_INTERVAL_S
+        self._unlogged_errors = 0
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
         """Accept connections from peers."""
+        tls = {}
+        if self.server_tls is not None:
+            tls = {"ssl": self.server_tls, "ssl_handshake_timeout": self.handshake_timeout}
         self.servers.append(await self.loop.create_server(
             lambda: BusConnection(self, None), hosts or None, port, backlog=backlog,
-            reuse_address=True))
+            reuse_address=True, **tls))
+
+    def configure(self, config) -> list[str]:
+        """Take the frame cap, the handshake timeout, the cluster secret and
+        tls-cluster from ``config`` before the listener opens; return warnings
+        for the log. Raises SecretConfigError or TlsConfigError."""
+        warnings = []
+        self.max_frame = frame_cap(config.proto_max_bulk_len)
+        self.handshake_timeout = min(max(config.cluster_node_timeout / 1000,
+                                         HANDSHAKE_TIMEOUT_MIN_S), HANDSHAKE_TIMEOUT_MAX_S)
+        self.keys = keys_from_config(config)
+        if self.keys is not None:
+            warnings.extend(self.keys.warnings)
+        elif not all(_is_loopback(host) for host in config.bind or ["*"]):
+            warnings.append("The cluster bus listens beyond loopback (bind %s) without a "
+                            "cluster secret: anyone who reaches its port can join the cluster "
+                            "and read or delete jobs. Set cluster-secret-file "
+                            "(docs/security.md)." % (" ".join(config.bind) or "*"))
+        if config.tls_cluster:
+            self.server_tls = tls.server_context(config, auth_clients="yes")
+            self.client_tls = tls.client_context(config)
+        for name in SECRET_DIRECTIVES:
+            config.on_change(name, lambda old, new: self._secret_changed(config))
+        return warnings
+
+    def _secret_changed(self, config) -> None:
+        """CONFIG SET of a secret directive: reload (a bad value is refused)."""
+        try:
+            keys = keys_from_config(config)
+        except SecretConfigError as exc:
+            raise ConfigSetError("ERR %s" % exc) from None
+        for warning in keys.warnings if keys is not None else ():
+            logger.warning(warning)
+        self.set_keys(keys)
+        logger.info("Cluster secret changed: bus links %s",
+                    "require it" if keys is not None else "are no longer authenticated")
+
+    def set_keys(self, keys: BusKeys | None) -> None:
+        """Use new secrets (CONFIG SET): links opened with a secret no longer
+        accepted, or opened without one, are closed and open again."""
+        self.keys = keys
+        for conn in list(self.outbound.values()) + list(self.inbound):
+            if keys is None:
+                keep = conn.session is None and conn.handshake is None
+            else:
+                keep = conn.session is not None and conn.session.key in keys.keys
+            if not keep:
+                conn.close()
+        for node_id in list(self.pending):  # handshakes under way with the old secrets
+            self.pending.pop(node_id)[0].cancel()
+            self.node.link_down(node_id)
 
     def flush_soon(self, conn: BusConnection) -> None:
         """Have ``conn`` written out at the end of this loop turn."""
@@ -197,16 +409,29 @@ class ClusterBus(BusTransport):
         self.pending[node_id] = (task, holder)
 
     async def _connect(self, holder: list, ip: str, port: int) -> None:
+        tls = {}
+        if self.client_tls is not None:
+            tls = {"ssl": self.client_tls, "server_hostname": ip,
+                   "ssl_handshake_timeout": self.handshake_timeout}
+        conn = None
         try:
             _, conn = await asyncio.wait_for(self.loop.create_connection(
-                lambda: BusConnection(self, holder[0]), ip, port), CONNECT_TIMEOUT_S)
+                lambda: BusConnection(self, holder[0]), ip, port, **tls), CONNECT_TIMEOUT_S)
+            if conn.ready is not None and not await conn.ready:
+                raise ConnectionError("the bus handshake did not complete")
         except (OSError, asyncio.TimeoutError) as exc:
+            if conn is not None:
+                conn.close()
             node_id = holder[0]
             self.pending.pop(node_id, None)
             logger.debug("Bus connection to %s:%d failed: %s", ip, port, exc)
             self.node.link_down(node_id)
             self.server_after_bus()
             return
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.close()  # dropped (CLUSTER FORGET) while the handshake ran
+            raise
         node_id = holder[0]
         self.pending.pop(node_id, None)
         conn.node_id = node_id
@@ -284,8 +509,18 @@ class ClusterBus(BusTransport):
             self.node.link_down(node_id)
 
     def protocol_error(self, conn: BusConnection, what: str) -> None:
-        logger.warning("Bus protocol error from %s: %s; closing the link",
-                       conn.link.peer_ip if conn.link else "?", what)
+        """Close a link that broke the protocol; logged at most once a second,
+        so that a peer retrying (or a rogue flooding) cannot fill the log."""
+        now = time.monotonic()
+        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
+            unlogged = self._unlogged_errors
+            logger.warning("Bus protocol error from %s: %s; closing the link%s",
+                           conn.link.peer_ip if conn.link else "?", what,
+                           " (%d more since the last report)" % unlogged if unlogged else "")
+            self._last_error_log = now
+            self._unlogged_errors = 0
+        else:
+            self._unlogged_errors += 1
         conn.close()
 
     def shutdown(self) -> None:

@@ -44,6 +44,7 @@ EXTRA_SECTIONS: Final = (
            ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
                          "acl_access_denied_cmd", "acl_access_denied_queue",
                          "protected_mode_denied_connections")),  # docs/security.md
+           ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
 _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}

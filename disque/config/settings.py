@@ -89,6 +89,9 @@ class Config:
     unauthenticated_query_buffer_limit: int
     getjob_max_queues: int
     client_request_timeout: int
+    cluster_secret: str
+    cluster_secret_old: str
+    cluster_secret_file: str
     config_file: str | None
 
     def __init__(self) -> None:

@@ -286,6 +286,11 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            choice("enable-protected-configs", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
            Directive("user", None, "FR", list, nargs=(1, sys.maxsize), apply=Loader.user,
                      write_lines=_write_users),
+           # The cluster bus's shared secret (docs/security.md "Cluster bus"):
+           # secrets are never shown by CONFIG GET.
+           string("cluster-secret", "", "FSR", optional=True),
+           string("cluster-secret-old", "", "FSR", optional=True),
+           string("cluster-secret-file", "", "FSGR", optional=True),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

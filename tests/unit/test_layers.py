@@ -27,13 +27,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("cluster parts", ("disque.cluster", "disque.eviction", "disque.host")),
     ("commands", ("disque.commands",)),
     ("node", ("disque.node",)),
-    ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
+    ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus",
+                  "disque.cluster.busauth", "disque.aof",
                   "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
                   "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
                   "disque.launcher", "disque.tls")),
 ]
 
-ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.aof",
+ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.cluster.busauth",
+            "disque.aof",
             "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
             "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
             "disque.launcher", "disque.tls")
