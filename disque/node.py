@@ -123,7 +123,8 @@ class Node:
         self.loading = False
         self.monitors: dict[ClientState, None] = {}
         # A named user exists or the default user is restricted: every command
-        # goes through check_access (ACL SETUSER/DELUSER keep this up to date).
+        # goes through check_access (ACL SETUSER turns it on; never off at run
+        # time, as a connection may still be logged in as a deleted user).
         self.guarded = users_restrict(config.users)
         self.access_stats = AccessStats()
 

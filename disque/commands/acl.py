@@ -317,7 +317,10 @@ def _setuser(node: Node, argv: list[bytes]) -> bytes:
         users[name] = user
     else:
         current.assign(user)  # connections logged in as it see the change at once
-    node.guarded = users_restrict(users)
+    # Only ever turned on at run time: a connection may still be logged in as
+    # a user deleted earlier, and check_access must meet it to close it.
+    if not node.guarded:
+        node.guarded = users_restrict(users)
     return OK
 
 
@@ -331,7 +334,8 @@ def _deluser(node: Node, argv: list[bytes]) -> bytes:
         if user is not None:
             user.removed = True  # its connections are closed at their next command
             deleted += 1
-    node.guarded = users_restrict(users)
+    # Node.guarded stays on: connections logged in as a deleted user must
+    # still meet check_access, which closes them.
     return integer(deleted)
 
 
