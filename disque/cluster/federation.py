@@ -12,7 +12,7 @@ from typing import Final
 
 from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
-from disque.cluster.membership import Membership
+from disque.cluster.membership import LEAVING, Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
 from disque.jobs.codec import FIELDS, BadJobPayload, from_bus, to_bus
@@ -204,6 +204,9 @@ class Federation:
                         or queue.import_rate(now)):
                     break
                 expire, count = wants.pop(node_id)
+                if self._is_leaving(node_id):
+                    waiting -= 1
+                    continue  # a leaving node never imports (spec §7): its request goes
                 share = -(-len(queue.jobs) // waiting)  # rounded up: nothing stays behind
                 waiting -= 1
                 if expire >= now and self.outbox.has_link(node_id):
@@ -212,6 +215,11 @@ class Federation:
                         wants[node_id] = (expire, count)  # now last: requesters take turns
             if not wants:
                 del all_wants[queue.name]
+
+    def _is_leaving(self, node_id: bytes) -> bool:
+        """The node said it is leaving the cluster (its flag, from gossip)."""
+        node = self.membership.nodes.get(node_id)
+        return node is not None and bool(node.flags & LEAVING)
 
     def expire_interest(self) -> None:
         """Cron: forget requests nobody renewed."""

@@ -6,6 +6,7 @@ from disque.clients import ClientState
 from disque.cluster import messages as m
 from disque.cluster.consumers import Consumers
 from disque.cluster.federation import INTEREST_TTL_MS, Federation
+from disque.cluster.membership import LEAVING
 from disque.jobs.codec import to_bus
 from disque.jobs.job import QUEUED
 from disque.jobs.journal import REASON_MOVED
@@ -122,3 +123,20 @@ def test_a_push_gives_no_more_than_requested():
     (dest, msg), = parts.transport.of_type(m.YOURJOBS)
     assert dest == PEER_A and len(msg[m.JOBS]) == 5
     assert len(parts.queues[b"q"].jobs) == 3 and parts.interest.wants == {}
+
+
+def test_no_push_to_a_node_that_started_leaving_after_it_asked():
+    """A leaving node never imports (spec §7): its open request is dropped,
+    and the jobs go to the other requester or stay here."""
+    parts = Parts()
+    parts.add_peer(PEER_A)
+    parts.add_peer(PEER_B)
+    fed = federation(parts)
+    for peer in (PEER_A, PEER_B):
+        fed.on_needjobs(peer, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 10}, LINK)
+    parts.membership.nodes[PEER_A].flags |= LEAVING
+    jobs = queue_jobs(parts, 4)
+    fed.push_to_interested()
+    (dest, msg), = parts.transport.of_type(m.YOURJOBS)
+    assert dest == PEER_B and [p[0] for p in msg[m.JOBS]] == [j.id for j in jobs]
+    assert PEER_A not in parts.interest.wants.get(b"q", {})
