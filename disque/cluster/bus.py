@@ -419,6 +419,8 @@ class ClusterBus(BusTransport):
                 lambda: BusConnection(self, holder[0]), ip, port, **tls), CONNECT_TIMEOUT_S)
             if conn.ready is not None and not await conn.ready:
                 raise ConnectionError("the bus handshake did not complete")
+            if conn.closed:  # refused by the peer before this task resumed
+                raise ConnectionError("the link closed at once")
         except (OSError, asyncio.TimeoutError) as exc:
             if conn is not None:
                 conn.close()
