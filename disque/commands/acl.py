@@ -114,10 +114,12 @@ def check_access(node: Node, client: ClientState, cmd: Command,
         return USER_GONE
     if not user.all_commands:
         unit = cmd.name
-        if unit in SUBCOMMAND_PERMS and len(argv) > 1:
-            sub = unit + "|" + argv[1].decode("latin-1").lower()
-            if sub in ALL_UNITS:
-                unit = sub
+        if unit in SUBCOMMAND_PERMS:
+            # A subcommand the node does not have only gets the handler's syntax
+            # error (clients probe, as redis-py's CLIENT MAINT_NOTIFICATIONS).
+            unit = unit + "|" + argv[1].decode("latin-1").lower()
+            if unit not in ALL_UNITS:
+                return None
         if unit not in user.allowed:
             node.access_stats.denied_commands += 1
             return error("NOPERM User %s has no permissions to run the '%s' command"

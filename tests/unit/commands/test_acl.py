@@ -208,6 +208,7 @@ def test_consumer_cannot_add_jobs_or_take_from_other_queues():
     assert worker.raw("CLIENT", "KILL", "1.2.3.4:5") == (
         b"-NOPERM User worker has no permissions to run the 'client|kill' command\r\n")
     assert worker.raw("CONFIG", "GET", "*").startswith(b"-NOPERM")
+    assert worker.raw("CLIENT", "NOSUCH").startswith(b"-ERR Syntax error, try CLIENT")
     assert node.access_stats.denied_commands == 4
     assert node.access_stats.denied_queues == 4
 

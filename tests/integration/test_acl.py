@@ -1,0 +1,200 @@
+"""Access control on real servers (docs/security.md), through redis-py and
+redis-cli: the issue's consumer limited to ``@consume ~orders:*``, users
+that survive CONFIG REWRITE and a restart, MONITOR and the log keeping
+passwords out, DEBUG and CONFIG SET dir refused by default, and protected
+mode seen from another network namespace (as root)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+
+import pytest
+import redis
+
+from tests.support.cluster import _Reader, encode_command, raw_command
+from tests.support.process import wait_until
+
+TIMEOUT = 10.0
+WORKER = "user worker on >worker-pw ~orders:* +@consume +@connection\n"
+
+
+def cli(redis_cli: str, port: int, *args: str, host: str = "127.0.0.1",
+        prefix: tuple[str, ...] = ()) -> str:
+    """redis-cli's output (not a tty: replies as plain text)."""
+    result = subprocess.run(list(prefix) + [redis_cli, "-h", host, "-p", str(port), *args],
+                            capture_output=True, text=True, timeout=TIMEOUT)
+    return result.stdout + result.stderr
+
+
+def test_consumer_cannot_add_jobs_or_take_from_another_queue(server_factory, redis_cli):
+    """The issue's done-when: a user limited to @consume ~orders:*."""
+    proc = server_factory(WORKER)
+    admin = proc.client()
+    job_id = admin.execute_command("ADDJOB", "orders:eu", "o1", 0)
+    other = admin.execute_command("ADDJOB", "payments", "p1", 0)
+    worker = proc.client(username="worker", password="worker-pw")
+    assert worker.execute_command("ACL", "WHOAMI") == b"worker"
+    with pytest.raises(redis.ResponseError, match="^User worker has no permissions to run the "
+                                                  "'addjob' command$"):
+        worker.execute_command("ADDJOB", "orders:eu", "x", 0)
+    with pytest.raises(redis.ResponseError, match="^User worker has no permissions to access "
+                                                  "the queue 'payments'$"):
+        worker.execute_command("GETJOB", "NOHANG", "FROM", "orders:eu", "payments")
+    with pytest.raises(redis.ResponseError, match="queue of job"):
+        worker.execute_command("WORKING", other)
+    assert admin.execute_command("QLEN", "payments") == 1
+    assert worker.execute_command("GETJOB", "FROM", "orders:eu") == [
+        [b"orders:eu", job_id, b"o1"]]
+    assert worker.execute_command("ACKJOB", job_id) == 1
+    # The same through redis-cli's --user/--pass.
+    login = ("--user", "worker", "--pass", "worker-pw", "--no-auth-warning")
+    assert cli(redis_cli, proc.port, *login, "ADDJOB", "orders:eu", "x", "0") == (
+        "NOPERM User worker has no permissions to run the 'addjob' command\n\n")
+    assert cli(redis_cli, proc.port, *login, "GETJOB", "NOHANG", "FROM", "payments") == (
+        "NOPERM User worker has no permissions to access the queue 'payments'\n\n")
+    assert ("AUTH failed: WRONGPASS invalid username-password pair or user is disabled.\n"
+            in cli(redis_cli, proc.port, "--user", "worker", "--pass", "wrong",
+                   "--no-auth-warning", "PING"))
+    security = admin.execute_command("INFO", "security")
+    assert security["acl_access_denied_cmd"] == 2
+    assert security["acl_access_denied_queue"] == 3
+    assert security["acl_access_denied_auth"] == 1
+
+
+def test_users_set_at_run_time_survive_rewrite_and_restart(server_factory):
+    proc = server_factory("requirepass admin-pw\n")
+    admin = proc.client(password="admin-pw")
+    assert admin.execute_command("ACL", "SETUSER", "reader", "on", ">reader-pw", "~q*",
+                                 "+@read") == b"OK"
+    assert admin.execute_command("CONFIG", "REWRITE") == b"OK"
+    text = proc.config_path.read_text()
+    assert "reader-pw" not in text
+    assert ("user reader on #%s ~q* -@all +@read" % hashlib.sha256(b"reader-pw").hexdigest()
+            in text.splitlines())
+    proc.restart()
+    reader = proc.client(username="reader", password="reader-pw")
+    assert reader.execute_command("QLEN", "q1") == 0
+    with pytest.raises(redis.ResponseError, match="^User reader has no permissions to access"):
+        reader.execute_command("QLEN", "other")
+    with pytest.raises(redis.ResponseError, match="'addjob' command"):
+        reader.execute_command("ADDJOB", "q1", "x", 0)
+    assert proc.client(password="admin-pw").execute_command("ACL", "USERS") == [
+        b"default", b"reader"]
+
+
+def test_monitor_and_log_never_show_passwords(server_factory):
+    proc = server_factory(WORKER + "requirepass admin-pw\n")
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=TIMEOUT) as watcher:
+        watcher.sendall(encode_command("AUTH", "admin-pw") + encode_command("MONITOR"))
+        reader = _Reader(watcher)
+        assert reader.line() == b"+OK" and reader.line() == b"+OK"
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=TIMEOUT) as other:
+            other.sendall(encode_command("AUTH", "worker", "worker-pw")
+                          + encode_command("HELLO", "3", "AUTH", "worker", "worker-pw")
+                          + encode_command("AUTH", "guessed-pw")
+                          + encode_command("ACL", "SETUSER", "x", ">hidden-pw")
+                          + encode_command("PING", "done"))
+            lines = [reader.line() for _ in range(4)]
+    assert lines[0].endswith(b' "AUTH" "(redacted)" "(redacted)"')
+    assert lines[1].endswith(b' "HELLO" "3" "AUTH" "(redacted)" "(redacted)"')
+    assert lines[2].endswith(b' "AUTH" "(redacted)"')
+    assert lines[3].endswith(b' "PING" "done"')  # ACL SETUSER (admin) never shown
+    wait_until(lambda: "AUTH failed for user 'default'" in proc.log_path.read_text(),
+               TIMEOUT, message="the failed AUTH logged")
+    log = proc.log_path.read_text()
+    for secret in ("worker-pw", "guessed-pw", "hidden-pw", "admin-pw"):
+        assert secret not in log
+
+
+def test_debug_and_protected_configs_refused_by_default(server_factory, tmp_path):
+    # The test servers enable both (tests/support/process.py): the last line wins.
+    proc = server_factory("enable-debug-command no\nenable-protected-configs no\n")
+    assert raw_command(proc.port, "DEBUG", "FLUSHALL").startswith(
+        b"-ERR DEBUG command not allowed.")
+    assert raw_command(proc.port, "CONFIG", "SET", "dir", str(tmp_path)) == (
+        b"-ERR CONFIG SET failed (possibly related to argument 'dir') - can't set protected "
+        b"config\r\n")
+    local = server_factory("enable-debug-command local\nenable-protected-configs local\n")
+    assert raw_command(local.port, "DEBUG", "FLUSHALL") == b"+OK\r\n"  # loopback is local
+    assert raw_command(local.port, "CONFIG", "SET", "dir", str(tmp_path)) == b"+OK\r\n"
+    assert raw_command(local.port, "CONFIG", "GET", "enable-debug-command") == (
+        b"*2\r\n$20\r\nenable-debug-command\r\n$5\r\nlocal\r\n")
+
+
+# ------------------------------------------------------- protected mode
+
+class Namespace:
+    """A network namespace joined to this one by a veth pair: the host end
+    is ``host_ip``, the namespace's end ``peer_ip`` (not loopback to the node)."""
+
+    def __init__(self) -> None:
+        tag = "%d" % (os.getpid() % 100000)
+        self.name = "dq-acl-" + tag
+        self.host_link = "dqa%sh" % tag
+        subnet = 200 + os.getpid() % 50
+        self.host_ip = "10.200.%d.1" % subnet
+        self.peer_ip = "10.200.%d.2" % subnet
+        self._run("ip", "netns", "add", self.name)
+        try:
+            self._run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name",
+                      "dqa%sn" % tag)
+            self._run("ip", "link", "set", "dqa%sn" % tag, "netns", self.name)
+            self._run("ip", "addr", "add", self.host_ip + "/24", "dev", self.host_link)
+            self._run("ip", "link", "set", self.host_link, "up")
+            self.exec("ip", "addr", "add", self.peer_ip + "/24", "dev", "dqa%sn" % tag)
+            self.exec("ip", "link", "set", "dqa%sn" % tag, "up")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _run(*args: str) -> None:
+        subprocess.run(args, check=True, capture_output=True, timeout=TIMEOUT)
+
+    def exec(self, *args: str) -> None:
+        self._run("ip", "netns", "exec", self.name, *args)
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self.host_link], capture_output=True,
+                       timeout=TIMEOUT)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def namespace():
+    if os.geteuid() != 0:
+        pytest.skip("a network namespace needs root: protected mode is checked from "
+                    "loopback only (tests/unit/commands/test_acl.py has the decision)")
+    if shutil.which("ip") is None:
+        pytest.skip("iproute2's ip is not installed")
+    ns = Namespace()
+    try:
+        yield ns
+    finally:
+        ns.close()
+
+
+def test_protected_mode_from_another_host(server_factory, redis_cli, namespace):
+    proc = server_factory("bind 127.0.0.1 %s\n" % namespace.host_ip)
+    outside = ("ip", "netns", "exec", namespace.name)
+
+    def remote(*args: str) -> str:
+        return cli(redis_cli, proc.port, *args, host=namespace.host_ip, prefix=outside)
+
+    denied = remote("PING")
+    assert denied.startswith("DENIED Disque is running in protected mode"), denied
+    assert "CONFIG SET protected-mode no" in denied
+    assert proc.call("INFO", "security")["protected_mode_denied_connections"] == 1
+    assert proc.call("PING") is True  # loopback is let in
+    proc.call("CONFIG", "SET", "requirepass", "pw")
+    assert remote("PING") == "NOAUTH Authentication required.\n\n"
+    assert remote("-a", "pw", "--no-auth-warning", "PING") == "PONG\n"
+    with redis.Redis(host="127.0.0.1", port=proc.port, password="pw") as admin:
+        admin.execute_command("CONFIG", "SET", "requirepass", "")
+        assert remote("PING").startswith("DENIED")
+        admin.execute_command("CONFIG", "SET", "protected-mode", "no")
+        assert remote("PING") == "PONG\n"
