@@ -32,6 +32,7 @@ from typing import Callable
 
 from disque import errors
 from disque.clients import ClientState
+from disque.commands.acl import needs_auth
 from disque.commands.acl import PROTECTED_MODE_DENIED, is_loopback, protected_mode_refuses
 from disque.log import logger
 from disque.resp import ProtocolError, RequestParser, error
@@ -39,6 +40,25 @@ from disque.resp import ProtocolError, RequestParser, error
 MONITOR_BUFFER_CAP = 64 * 1024 * 1024  # a stuck MONITOR never grows past this
 WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
+QUERY_BUFFER_EXCEEDED = ("ERR client-query-buffer-limit reached: a request may not make the "
+                         "node hold more than %d bytes; closing the connection")
+QUERY_BUFFER_UNAUTHENTICATED = ("NOAUTH Authentication required before sending more than %d "
+                                "bytes of a request; closing the connection")
+REQUEST_TIMEOUT_LOG = "Closing client %s: no byte of its unfinished request for %d s"
+
+
+class LimitCounters:
+    """Connections closed by a limit (INFO limits, docs/security.md "Limits")."""
+
+    __slots__ = ("query_buffer", "unauthenticated_buffer", "request_timeout", "output_normal",
+                 "output_monitor")
+
+    def __init__(self) -> None:
+        self.query_buffer = 0            # client-query-buffer-limit
+        self.unauthenticated_buffer = 0  # unauthenticated-query-buffer-limit
+        self.request_timeout = 0         # client-request-timeout
+        self.output_normal = 0           # client-output-buffer-limit, normal clients
+        self.output_monitor = 0          # client-output-buffer-limit / the cap, MONITOR clients
 
 
 class OutputBatch:
@@ -180,6 +200,30 @@ class ClientConnection(asyncio.Protocol, ClientState):
                 self._execute(commands)
         if self.protocol_error is not None and self.blocked is None and self.pending is None:
             self._protocol_error(self.protocol_error)
+        elif not self.closing:
+            held = self.parser.held()
+            if held:
+                self._check_query_buffer(held)
+
+    def _check_query_buffer(self, held: int) -> None:
+        """Close a client whose unfinished request holds more than it may: the
+        small allowance before it authenticated, else client-query-buffer-limit."""
+        server = self.server
+        config = server.config
+        if held > config.unauthenticated_query_buffer_limit and needs_auth(self.node, self):
+            server.limits.unauthenticated_buffer += 1
+            self._close_for_limit(held, QUERY_BUFFER_UNAUTHENTICATED
+                                  % config.unauthenticated_query_buffer_limit)
+        elif held > config.client_query_buffer_limit:
+            server.limits.query_buffer += 1
+            self._close_for_limit(held, QUERY_BUFFER_EXCEEDED % config.client_query_buffer_limit)
+
+    def _close_for_limit(self, held: int, message: str) -> None:
+        logger.warning("Closing client %s: %d bytes held of an unfinished request. %s",
+                       self.addr, held, message)
+        self._set_reading(False)
+        self._write(error(message))
+        self.close()
 
     # ----------------------------------------------------------- commands
 
@@ -332,6 +376,10 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if (hard and size > hard) or (
                 over_soft and self.node.now - self.soft_limit_since > soft_seconds * 1000):
             logger.warning("Client %s closed for overcoming of output buffer limits.", self.addr)
+            if self.monitor:
+                self.server.limits.output_monitor += 1
+            else:
+                self.server.limits.output_normal += 1
             self.closing = True
             self.transport.abort()
 

@@ -29,6 +29,7 @@ EMPTY_ARRAY: Final = b"*0\r\n"
 MAX_MULTIBULK_COUNT: Final = 1024 * 1024
 MAX_INLINE_SIZE: Final = 64 * 1024
 DEFAULT_MAX_BULK_LEN: Final = 512 * 1024 * 1024
+ARG_OVERHEAD: Final = 40  # a bytes object and its list slot beyond the argument's length
 
 ERR_MULTIBULK_LENGTH: Final = "Protocol error: invalid multibulk length"
 ERR_BULK_LENGTH: Final = "Protocol error: invalid bulk length"
@@ -153,7 +154,7 @@ class RequestParser:
     """Turns a client's byte stream into commands (lists of bytes)."""
 
     __slots__ = ("max_bulk_len", "_alone_limit", "_reader", "_pending", "_args", "_left",
-                 "_need")
+                 "_need", "_args_size")
 
     def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
         self.max_bulk_len = max_bulk_len
@@ -165,6 +166,7 @@ class RequestParser:
         self._args: list[bytes] | None = None  # multibulk being assembled
         self._left = 0  # bulk arguments still expected
         self._need = 0  # bytes the pending buffer must reach before parsing again
+        self._args_size = 0  # memory held by _args (arguments and their objects)
 
     def feed(self, data: bytes, commands: list) -> None:
         """Append every complete command found in ``data`` to ``commands``.
@@ -316,10 +318,12 @@ class RequestParser:
             if count <= 0:
                 return pos
             self._args = []
+            self._args_size = 0
             self._left = count
         args = self._args
         append = args.append
         left = self._left
+        size = self._args_size
         while left:
             if pos >= n:
                 break
@@ -337,12 +341,15 @@ class RequestParser:
             end = start + length
             if end + 2 > n:
                 self._left = left
+                self._args_size = size
                 return self._keep(buf, pos, end + 2 - pos)
             append(buf[start:end])
+            size += length + ARG_OVERHEAD
             pos = end + 2
             left -= 1
         if left:
             self._left = left
+            self._args_size = size
             return self._keep(buf, pos, 0)
         self._args = None
         commands.append(args)
@@ -373,3 +380,11 @@ class RequestParser:
     def buffered(self) -> int:
         """Bytes held for an incomplete command (for CLIENT LIST qbuf)."""
         return len(self._pending) if self._pending is not None else 0
+
+    def held(self) -> int:
+        """Memory held for an incomplete command: its unparsed bytes and the
+        arguments already taken from it (what client-query-buffer-limit bounds)."""
+        pending = self._pending
+        if pending is None:
+            return 0
+        return len(pending) + (self._args_size if self._args is not None else 0)

@@ -27,7 +27,7 @@ from disque.cluster.busauth import SecretConfigError
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
-from disque.connection import ClientConnection, OutputBatch
+from disque.connection import REQUEST_TIMEOUT_LOG, ClientConnection, LimitCounters, OutputBatch
 from disque.gctuning import GarbageCollector
 from disque.host import Host
 from disque.jobs.timers import NEVER
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from disque.http.service import HttpService
 
 TIMER_SLACK_MS = 1
+REQUEST_SCAN_INTERVAL_MS = 1000  # client-request-timeout is checked once a second
 DEFAULT_TLS_HANDSHAKE_TIMEOUT = 60.0  # asyncio's, when client-request-timeout is 0
 
 
@@ -83,6 +84,8 @@ class Server(Host):
         self.bus: ClusterBus | None = None
         self.http: HttpService | None = None  # metrics-port: /metrics and the dashboard
         self.output_limited = any(config.client_output_buffer_limit)
+        self.limits = LimitCounters()
+        self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
         self.node: Node = self._create_node()
 
@@ -349,6 +352,9 @@ class Server(Host):
             node.stats.sample_ops(now)
             self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
             self._close_idle_clients(now)
+            if now >= self.next_request_scan:
+                self.next_request_scan = now + REQUEST_SCAN_INTERVAL_MS
+                self._close_stalled_requests(now)
             if self.aof is not None:
                 self.aof.cron()
             self.gc.tick()
@@ -365,6 +371,20 @@ class Server(Host):
         for client in list(self.clients.values()):
             if client.atime < limit and client.blocked is None and not client.monitor:
                 logger.log(log.VERBOSE, "Closing idle client %s", client.addr)
+                client.close()
+
+    def _close_stalled_requests(self, now: int) -> None:
+        """client-request-timeout: close a client holding part of a request
+        that received no byte for that long (slowloris); a slow upload that
+        keeps sending is never cut, as the time counts from its last byte."""
+        timeout = self.config.client_request_timeout
+        if not timeout:
+            return
+        limit = now - timeout * 1000
+        for client in list(self.clients.values()):
+            if client.atime < limit and not client.closing and client.parser.held():
+                logger.warning(REQUEST_TIMEOUT_LOG, client.addr, timeout)
+                self.limits.request_timeout += 1
                 client.close()
 
     def tune_tcp_socket(self, sock: socket.socket) -> None:

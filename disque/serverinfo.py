@@ -146,6 +146,17 @@ def _bus_fields(server: Server) -> InfoFields:
             ("bus_handshake_timeouts", bus.handshake_timeouts)]
 
 
+def _limits_fields(server: Server) -> InfoFields:
+    # Not in the original (INFO limits): connections closed by a limit.
+    limits = server.limits
+    return [("client_query_buffer_limit_closed", limits.query_buffer),
+            ("unauthenticated_buffer_limit_closed", limits.unauthenticated_buffer),
+            ("client_request_timeout_closed", limits.request_timeout),
+            ("output_buffer_limit_closed_normal", limits.output_normal),
+            ("output_buffer_limit_closed_monitor", limits.output_monitor),
+            ("maxclients_rejected_connections", server.rejected_connections)]
+
+
 _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "server": _server_fields,
     "clients": _clients_fields,
@@ -154,6 +165,7 @@ _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "stats": _stats_fields,
     "cpu": _cpu_fields,
     "build": _build_fields,
+    "limits": _limits_fields,
     "bus": _bus_fields,
 }
 

@@ -109,6 +109,7 @@ class Stats:
         self.latency: dict[str, deque[tuple[int, int]]] = {}  # event -> (unix s, ms) samples
         self.latency_max: dict[str, int] = {}
         self.ops_samples: deque[tuple[int, int]] = deque(maxlen=16)  # (ms, commands)
+        self.getjob_queues_refused = 0  # GETJOBs naming more than getjob-max-queues (INFO limits)
 
     @property
     def slowlog_threshold_us(self) -> int:

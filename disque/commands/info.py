@@ -44,6 +44,10 @@ EXTRA_SECTIONS: Final = (
            ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
                          "acl_access_denied_cmd", "acl_access_denied_queue",
                          "protected_mode_denied_connections")),  # docs/security.md
+           ("Limits", ("client_query_buffer_limit_closed", "unauthenticated_buffer_limit_closed",
+                       "client_request_timeout_closed", "output_buffer_limit_closed_normal",
+                       "output_buffer_limit_closed_monitor", "maxclients_rejected_connections",
+                       "getjob_max_queues_refused")),  # docs/security.md "Limits"
            ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
@@ -74,6 +78,8 @@ def _node_fields(node: Node, section: str) -> dict:
                 "acl_access_denied_cmd": access.denied_commands,
                 "acl_access_denied_queue": access.denied_queues,
                 "protected_mode_denied_connections": access.protected_mode_denied}
+    if section == "limits":
+        return {"getjob_max_queues_refused": node.stats.getjob_queues_refused}
     if section == "stats":
         return {"total_commands_processed": node.stats.commands_processed,
                 "instantaneous_ops_per_sec": node.stats.ops_per_sec()}

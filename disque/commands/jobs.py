@@ -12,7 +12,7 @@ from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
 from disque.jobs.journal import REASON_ACKED
 from disque.jobs.replies import encode_job_info, job_entry
-from disque.resp import NIL, NIL_ARRAY, integer
+from disque.resp import NIL, NIL_ARRAY, error, integer
 
 if TYPE_CHECKING:
     from disque.clients import ClientState
@@ -24,6 +24,7 @@ _TIMEOUT: Final = b"TIMEOUT"
 _COUNT: Final = b"COUNT"
 _WITHCOUNTERS: Final = b"WITHCOUNTERS"
 _FROM: Final = b"FROM"
+TOO_MANY_QUEUES: Final = "ERR GETJOB names %d queues, more than getjob-max-queues (%d)"
 
 
 def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
@@ -62,6 +63,9 @@ def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
         i += 1
     if not names:
         return errors.SYNTAX
+    if len(names) > node.config.getjob_max_queues:
+        node.stats.getjob_queues_refused += 1
+        return error(TOO_MANY_QUEUES % (len(names), node.config.getjob_max_queues))
     found = node.consumers.collect(names, count)
     if found:
         return b"*%d\r\n" % len(found) + b"".join(job_entry(j, withcounters) for j in found)
