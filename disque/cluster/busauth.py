@@ -178,11 +178,9 @@ class Session:
         ``buffer[start:end]``."""
         mac = self._recv.copy()
         mac.update(_SEQUENCE.pack(self._recv_seq))
-        with memoryview(buffer) as view:
-            mac.update(view[start:end])
-            ok = hmac.compare_digest(mac.digest()[:MAC_LEN], view[end:end + MAC_LEN])
+        mac.update(memoryview(buffer)[start:end])  # a temporary view: gone before any resize
         self._recv_seq += 1
-        return ok
+        return hmac.compare_digest(mac.digest()[:MAC_LEN], buffer[end:end + MAC_LEN])
 
 
 def _proof(key: bytes, label: bytes, nonce_a: bytes, nonce_i: bytes) -> bytes:
