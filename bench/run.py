@@ -25,18 +25,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import aof, cluster, compare, machine, metrics, single, worker
+from bench import aof, cluster, compare, machine, metrics, single, tls, worker
 from bench.measurement import Measurement, Section
 from bench.servers import Servers
 from bench.settings import Settings
 
 SECTIONS: dict[str, Section] = {**single.SECTIONS, **cluster.SECTIONS, **aof.SECTIONS,
-                                **metrics.SECTIONS, **worker.SECTIONS}
+                                **metrics.SECTIONS, **worker.SECTIONS, **tls.SECTIONS}
 GROUPS: dict[str, list[str]] = {"single": list(single.SECTIONS),
                                 "cluster": list(cluster.SECTIONS),
                                 "aof": list(aof.SECTIONS),
                                 "metrics": list(metrics.SECTIONS),
-                                "worker": list(worker.SECTIONS)}
+                                "worker": list(worker.SECTIONS),
+                                "tls": list(tls.SECTIONS)}
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "results" / "latest.json"
 COMPARE_OUTPUT = DEFAULT_OUTPUT.with_name("compare.json")  # with --baseline-tree
 log = logging.getLogger("bench")
