@@ -48,7 +48,6 @@ _RECORD_TAIL: Final = 22  # bytes after the payload: CRLF, "$13", CRLF, 13 digit
 # A checksummed record: after the 13 digits, CRLF, "$8", CRLF, then the
 # xxh3-64 of every byte before it (docs/aof-format.md), and CRLF.
 _checksum: Final = xxhash.xxh3_64_digest
-_SUM_HEAD: Final = b"\r\n$8\r\n"
 _SUM_AT: Final = 26  # offset of the checksum after the payload
 _SUM_LEN: Final = 8
 _SUMMED_TAIL: Final = 36  # bytes after the payload
@@ -143,18 +142,20 @@ class JobRestore:
                 if not summed and required:
                     break
             stop = start + size
-            if buf[stop:stop + 7] != _STAMP_HEAD or size < _FIXED:
-                break
             if summed:
+                # The checksum covers the record time's and its own headers:
+                # a record of another shape (another time length, say) fails
+                # it here and goes to the strict parser, which frames it by
+                # its lengths. The final CRLF is the only byte it cannot cover.
                 sum_at = stop + _SUM_AT
                 end = stop + _SUMMED_TAIL
-                if (buf[stop + _STAMP_END:sum_at] != _SUM_HEAD
-                        or buf[end - 2:end] != _CRLF
+                if (buf[end - 2:end] != _CRLF or size < _FIXED
                         or _checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + _SUM_LEN]):
                     break
             else:
                 end = stop + _RECORD_TAIL
-                if buf[stop + _STAMP_END:end] != _CRLF:
+                if (buf[stop:stop + 7] != _STAMP_HEAD or buf[stop + _STAMP_END:end] != _CRLF
+                        or size < _FIXED):
                     break
             marker = buf[start]
             if marker != STORED_FORMAT and marker != STORED_FORMAT_EXTENDED:
