@@ -561,3 +561,22 @@ def test_a_marked_file_loads_and_says_so(source, tmp_path):
     node = make_node()
     loader = load(node, tmp_path / "a.aof")
     assert loader.checksums_required and set(node.jobs) == set(ids)
+
+
+def test_every_flipped_byte_of_a_record_stops_the_load(source, tmp_path):
+    """Through the fast loop: whichever byte of a checksummed record
+    changed, the load stops (at that record, or at the end of the file
+    when its framing now runs past it)."""
+    cmd = Cmd(source)
+    ids = [cmd.addjob("q", "body %d" % i, "RETRY", 3) for i in range(3)]
+    records = [record(source, j) for j in ids]
+    records.insert(2, deljob_record(source.jobs[ids[0]], source.now, REASON_ACKED))
+    head = FILE_MARKER + records[0]
+    for middle in (records[1], records[2]):
+        tail = b"".join(records[records.index(middle) + 1:])
+        for at in range(len(middle)):
+            bad = bytearray(middle)
+            bad[at] ^= 0x01
+            write(tmp_path / "a.aof", head, bytes(bad), tail)
+            with pytest.raises(AofLoadError):
+                load(make_node(), tmp_path / "a.aof", truncate_allowed=False)
