@@ -17,6 +17,7 @@ import uvloop
 from disque.cluster import busauth
 from disque.cluster.bus import ClusterBus
 from disque.cluster.busauth import BusKeys
+from disque.config import Config
 from tests.unit.test_bus_frames import HEADER, PEER
 from tests.unit.test_bus_frames import make_bus as make_fake_bus
 
@@ -211,3 +212,23 @@ def test_messages_beyond_the_frame_cap_leave_in_several_frames():
     assert all(frame[0] == HEADER for frame in sent)
     assert [msg["n"] for frame in sent for msg in frame[1:]] == list(range(7))
     assert bus.messages_too_large == 1
+
+
+def test_configure_warns_when_the_bus_is_open_beyond_loopback(tmp_path):
+    def warnings(bind: list[str], secret: str = "") -> list[str]:
+        config = Config()
+        config.bind = bind
+        config.cluster_secret = secret
+        config.proto_max_bulk_len = 4 << 20
+        config.cluster_node_timeout = 2500
+        bus = ClusterBus(StubNode(A_ID), None)
+        found = bus.configure(config)
+        assert (bus.max_frame, bus.handshake_timeout) == ((5 << 20), 2.5)
+        return found
+
+    assert warnings(["127.0.0.1", "::1"]) == []
+    assert warnings(["127.0.0.1"], secret=SECRET.decode()) == []
+    for bind in (["10.1.2.3"], ["127.0.0.1", "192.168.0.7"], [], ["0.0.0.0"]):
+        (found,) = warnings(bind)
+        assert "without a cluster secret" in found and "cluster-secret-file" in found
+    assert warnings(["10.1.2.3"], secret=SECRET.decode()) == []
