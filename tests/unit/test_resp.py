@@ -370,3 +370,21 @@ class TestEncoders:
         reader.feed(resp.encode(value))
         assert reader.gets() == value
         assert reader.gets() is False
+
+
+def test_held_counts_the_unfinished_request_only():
+    """client-query-buffer-limit's measure: unparsed bytes plus the arguments
+    already taken from the command being assembled; 0 once it completes."""
+    parser = RequestParser()
+    assert parse(multibulk(b"PING"), parser) == [[b"PING"]] and parser.held() == 0
+    head = b"*3\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$100\r\n" + b"x" * 50
+    assert parse(head, parser) == []
+    assert parser.held() >= 50
+    assert parse(b"x" * 50 + b"\r\n", parser) == [[b"ADDJOB", b"q", b"x" * 100]]
+    assert parser.held() == 0
+    # Many small arguments: each one taken so far counts, with its overhead.
+    many = b"*1000\r\n" + b"$10\r\n0123456789\r\n" * 500
+    assert parse(many, parser) == []
+    assert parser.held() >= 500 * (10 + resp.ARG_OVERHEAD)
+    assert parse(b"$10\r\n0123456789\r\n" * 500, parser) == [[b"0123456789"] * 1000]
+    assert parser.held() == 0
