@@ -204,7 +204,7 @@ class Node:
         if self.loading and not cmd.loading_ok:
             return errors.LOADING
         if self.monitors and cmd.monitored:
-            self.feed_monitors(client, redact(cmd, argv) if cmd.is_auth else argv)
+            self.feed_monitors(client, redact(cmd, argv) if cmd.redacts else argv)
         client.last_cmd = cmd.lname
         perf_ns = self.perf_ns
         start = perf_ns()
@@ -215,7 +215,7 @@ class Node:
         stats = self.stats
         stats.commands_processed += 1
         if usec >= stats.notice_us:
-            stats.command_slow(cmd, redact(cmd, argv) if cmd.is_auth else argv, usec,
+            stats.command_slow(cmd, redact(cmd, argv) if cmd.redacts else argv, usec,
                                self.runtime.now)
         if self.ready_queues or self.wanted_queues:
             self.after_input()

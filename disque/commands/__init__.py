@@ -22,7 +22,8 @@ class Command:
 
     __slots__ = ("name", "lname", "arity", "flags", "handler", "calls", "usec", "write",
                  "denyoom", "loading_ok", "monitored", "fast", "is_auth", "is_ping",
-                 "arity_error", "min_args", "max_args", "run_handler", "acl_keys")
+                 "arity_error", "min_args", "max_args", "run_handler", "acl_keys",
+                 "redacts")
 
     def __init__(self, name: str, arity: int, flags: str,
                  handler: Callable[..., bytes | None]) -> None:
@@ -40,6 +41,8 @@ class Command:
         self.fast = "F" in flags
         self.is_auth = name in ("auth", "hello")  # HELLO may carry AUTH
         self.is_ping = name == "ping"
+        # MONITOR and the slow log hide some of its words (commands.acl.redact)
+        self.redacts = name in ("auth", "hello", "acl")
         self.arity_error = errors.wrong_arity(name)
         # arity N > 0: exactly N words; -N: at least N (spec: commands.md §0)
         self.min_args = arity if arity > 0 else -arity

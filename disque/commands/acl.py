@@ -51,6 +51,7 @@ _TIMEOUT: Final = b"TIMEOUT"
 _COUNT: Final = b"COUNT"
 _DEADLETTER: Final = b"DEADLETTER"
 _AUTH: Final = b"AUTH"
+_SETUSER: Final = b"SETUSER"
 REDACTED: Final = b"(redacted)"
 MAX_PASSWORD_LEN: Final = 512
 AUTH_LOG_INTERVAL_MS: Final = 1000  # failed AUTHs are logged at most this often
@@ -291,10 +292,15 @@ def _auth_failed(node: Node, client: ClientState, name: bytes) -> None:
 
 
 def redact(cmd: Command, argv: list[bytes]) -> list[bytes]:
-    """What MONITOR and the slow log show of AUTH and HELLO ... AUTH:
-    ``(redacted)`` for the user name and password (as Redis 7)."""
+    """What MONITOR and the slow log show of AUTH, HELLO ... AUTH and ACL
+    SETUSER: ``(redacted)`` for the user name and password, and for
+    SETUSER's rules (as Redis 7)."""
     if cmd.name == "auth":
         return argv[:1] + [REDACTED] * (len(argv) - 1)
+    if cmd.name == "acl":
+        if argv[1].upper() != _SETUSER:
+            return argv
+        return argv[:3] + [REDACTED] * (len(argv) - 3)
     shown = list(argv)
     for i in range(2, len(shown) - 2):
         if shown[i].upper() == _AUTH:

@@ -427,3 +427,19 @@ def test_bad_user_line_is_a_fatal_config_error(tmp_path):
         Config.load(str(path))
     assert info.value.reason == ("Error in ACL SETUSER modifier '+nosuch': Unknown command or "
                                  "category name in ACL")
+
+
+def test_slow_log_redacts_auth_and_hello_auth():
+    node = worker_node()
+    node.stats.slowlog_threshold_us = 0  # log everything
+    cmd = Cmd(node, client())
+    cmd.raw("AUTH", "worker", "pw")
+    cmd.raw("HELLO", "2", "AUTH", "worker", "pw")
+    Cmd(node).raw("ACL", "SETUSER", "ops", "on", ">ops-pw")
+    Cmd(node).raw("ACL", "WHOAMI")
+    entries = Cmd(node).ok("SLOWLOG", "GET")
+    assert [e[3] for e in entries] == [
+        [b"ACL", b"WHOAMI"],
+        [b"ACL", b"SETUSER", b"ops", b"(redacted)", b"(redacted)"],
+        [b"HELLO", b"2", b"AUTH", b"(redacted)", b"(redacted)"],
+        [b"AUTH", b"(redacted)", b"(redacted)"]]
