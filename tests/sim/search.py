@@ -6,7 +6,9 @@ node cores on the simulated network, with producers and consumers, while
 a nemesis drops, delays, duplicates and (in some seeds) reorders
 messages, partitions the network, crashes nodes (SIGKILL) and restarts
 them with or without their AOF (sometimes with the disk lost too), makes
-clocks jump, pauses queues and makes nodes leave. Then the network heals,
+clocks jump, pauses queues and makes nodes leave; in half the seeds it
+also kills several nodes that have an AOF at once (all of a job's holders,
+often) and restarts them a moment later. Then the network heals,
 every node restarts, a drainer takes and acknowledges what is left, and
 the ledger (``harness.workload``) checks the invariants:
 
@@ -46,6 +48,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tests.sim.harness import NetParams, Sim
 from tests.sim.harness.workload import Workload
@@ -89,7 +92,7 @@ def build(seed: int) -> tuple[Sim, Workload, int]:
     workload = Workload(sim, random.Random(rng.getrandbits(64)),
                         producers=rng.randint(1, 3), consumers=rng.randint(1, 3),
                         max_down=rng.randint(1, max(1, size // 2)), reorder=reorder,
-                        disk_loss=rng.choice((0.0, 0.0, 0.2)))
+                        disk_loss=rng.choice((0.0, 0.0, 0.2)), mass_crash=rng.random() < 0.5)
     return sim, workload, rng.randint(8_000, 25_000)
 
 
@@ -125,7 +128,8 @@ def run_seed(seed: int) -> Outcome:
             sim.close()
 
 
-def search(seeds: range, workers: int, progress=None) -> list[Outcome]:
+def search(seeds: range, workers: int,
+           progress: Callable[[Outcome, int], None] | None = None) -> list[Outcome]:
     """Run every seed of ``seeds`` over ``workers`` processes."""
     outcomes: list[Outcome] = []
     if workers <= 1:
@@ -156,8 +160,8 @@ def summary(outcomes: list[Outcome], seconds: float) -> str:
              "wall time      %.1f s (%.3f s per seed)" % (seconds, seconds / max(1, len(outcomes))),
              "with AOF       %d seeds" % sum(1 for o in outcomes if o.aof not in ("", "off"))]
     for key in ("addjob", "delivered", "duplicates", "ackjob", "fastack", "nack", "crash",
-                "disk_lost", "restart", "aof_loads", "partition", "clock", "faults", "pause",
-                "leaving"):
+                "mass_crash", "disk_lost", "restart", "aof_loads", "partition", "clock", "faults",
+                "pause", "leaving"):
         if key in totals:
             lines.append("%-14s %d" % (key, totals[key]))
     return "\n".join(lines)

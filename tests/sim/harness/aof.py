@@ -15,12 +15,16 @@ fsync costs time and changes nothing for a process crash.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from typing import cast
 
 from disque.aof.loader import AofLoader
 from disque.aof.writer import AofWriter
+from disque.config import Config
 from disque.jobs.job import ACTIVE, QUEUED
+from disque.node import Node
 
 _logger = logging.getLogger("disque.sim.aof")
 _LOAD_ALL = 1 << 30
@@ -38,7 +42,7 @@ class SimAof:
         # restart brings back (read by the ledger while the machine is down).
         self.live_at_crash: frozenset[bytes] = frozenset()
 
-    def start(self, node, config) -> None:
+    def start(self, node: Node, config: Config) -> None:
         """The process starts: load the file if there is one, then append to it."""
         config.appendonly = True
         config.appendfilename = self.path
@@ -57,7 +61,8 @@ class SimAof:
                 node.loading = False
             self.loads += 1
             self.jobs_loaded = loader.jobs_loaded
-        writer = AofWriter(node, config, None, _logger)  # no loop: the simulation never rewrites
+        # No event loop: the simulation never rewrites (the writer's only use of it).
+        writer = AofWriter(node, config, cast(asyncio.AbstractEventLoop, None), _logger)
         writer.open_existing()
         self.writer = writer
 
@@ -67,7 +72,7 @@ class SimAof:
         if writer is not None and writer.pending:
             writer.flush()
 
-    def crash(self, node) -> None:
+    def crash(self, node: Node) -> None:
         """The process was killed: what it wrote stays, its file descriptor goes."""
         writer = self.writer
         if writer is None:

@@ -212,7 +212,8 @@ class Workload:
                  max_down: int = 1, faults: bool = True, crash: bool = True,
                  partitions: bool = True, reorder: bool = False,
                  noise: "MessageFuzzer | None" = None, admin: bool = True,
-                 clocks: bool = True, disk_loss: float = 0.0) -> None:
+                 clocks: bool = True, disk_loss: float = 0.0,
+                 mass_crash: bool = False) -> None:
         self.sim = sim
         self.rng = rng
         self.ledger = Ledger(sim)
@@ -229,13 +230,16 @@ class Workload:
         self.admin = admin  # the nemesis also pauses queues and makes nodes leave
         self.clocks = clocks  # the nemesis also makes node clocks jump
         self.disk_loss = disk_loss  # chance that a crash takes a node's AOF too
+        # The nemesis may also kill several nodes with an AOF at once (beyond
+        # max_down: they keep their jobs) and restart each a moment later.
+        self.mass_crash = mass_crash
         self.phase = "chaos"
         self.pending_adds: set = set()
         self.counter = 0
         self.stats = {"addjob": 0, "getjob": 0, "ackjob": 0, "fastack": 0, "nack": 0,
                       "working": 0, "enqueue": 0, "dequeue": 0, "crash": 0, "partition": 0,
                       "pause": 0, "leaving": 0, "reads": 0, "disk_lost": 0, "restart": 0,
-                      "clock": 0, "faults": 0}
+                      "clock": 0, "faults": 0, "mass_crash": 0}
 
     # ------------------------------------------------------------ running
 
@@ -501,6 +505,11 @@ class Workload:
                         on_reply=on_reply)
         sim.after(300, self._drain)
 
+    def _restart_after_mass_crash(self, i: int) -> None:
+        if self.phase == "chaos":
+            self.sim.restart(i)
+            self.stats["restart"] += 1
+
     def _noise(self) -> None:
         if self.phase == "tail":
             return
@@ -529,6 +538,9 @@ class Workload:
             actions += ["pause", "leaving"]
         if self.clocks:
             actions += ["clock"]
+        durable = [i for i in up if sim.nodes[i].aof is not None]
+        if self.mass_crash and len(durable) >= 2:
+            actions += ["mass_crash"]
         action = rng.choice(actions)
         if action == "heal":
             sim.net.heal()
@@ -553,6 +565,12 @@ class Workload:
         elif action == "restart":
             sim.restart(rng.choice(down))
             self.stats["restart"] += 1
+        elif action == "mass_crash":
+            self.stats["mass_crash"] += 1
+            for victim in rng.sample(durable, rng.randint(2, len(durable))):
+                sim.crash(victim)
+                self.stats["crash"] += 1
+                sim.after(rng.uniform(50, 3000), self._restart_after_mass_crash, victim)
         elif action == "pause":
             self.stats["pause"] += 1
             target = rng.choice(up)
