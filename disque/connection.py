@@ -37,7 +37,6 @@ from disque.commands.acl import PROTECTED_MODE_DENIED, is_loopback, protected_mo
 from disque.log import logger
 from disque.resp import ProtocolError, RequestParser, error
 
-MONITOR_BUFFER_CAP = 64 * 1024 * 1024  # a stuck MONITOR never grows past this
 WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
 QUERY_BUFFER_EXCEEDED = ("ERR client-query-buffer-limit reached: a request may not make the "
@@ -364,10 +363,17 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.write_output()
 
     def _check_output_limits(self) -> None:
-        hard, soft, soft_seconds = self.server.config.client_output_buffer_limit
+        config = self.server.config
+        hard, soft, soft_seconds = config.client_output_buffer_limit
         size = self.transport.get_write_buffer_size()
-        if self.monitor and size > MONITOR_BUFFER_CAP:
-            hard = MONITOR_BUFFER_CAP
+        if self.monitor:
+            # A MONITOR is a normal client too (as in Disque 1.0); the tighter
+            # of its two hard limits, and of its two soft ones, applies.
+            m_hard, m_soft, m_seconds = config.monitor_output_buffer_limit
+            if m_hard and (not hard or m_hard < hard):
+                hard = m_hard
+            if m_soft and (not soft or m_soft < soft):
+                soft, soft_seconds = m_soft, m_seconds
         over_soft = soft and size > soft
         if over_soft and not self.soft_limit_since:
             self.soft_limit_since = self.node.now

@@ -89,6 +89,7 @@ class Config:
     unauthenticated_query_buffer_limit: int
     getjob_max_queues: int
     client_request_timeout: int
+    monitor_output_buffer_limit: tuple[int, int, int]
     cluster_secret: str
     cluster_secret_old: str
     cluster_secret_file: str

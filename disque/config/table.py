@@ -159,6 +159,26 @@ def _set_client_limit(text: str) -> tuple[int, int, int]:
     return limits[-1]
 
 
+def _parse_monitor_limit(args: list[str]) -> tuple[int, int, int]:
+    return _client_limit(["normal", *args], file_int)
+
+
+def _set_monitor_limit(text: str) -> tuple[int, int, int]:
+    words = text.split()
+    if len(words) != 3:
+        raise InvalidValue()
+    return _client_limit(["normal", *words], strict_int)
+
+
+def _show_monitor_limit(value: tuple[int, int, int]) -> str:
+    return "{} {} {}".format(*value)
+
+
+def _write_monitor_limit(value: tuple[int, int, int]) -> str:
+    hard, soft, seconds = value
+    return f"{format_memory(hard)} {format_memory(soft)} {seconds}"
+
+
 def _show_client_limit(value: tuple[int, int, int]) -> str:
     return "normal {} {} {}".format(*value)
 
@@ -291,6 +311,10 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            string("cluster-secret", "", "FSR", optional=True),
            string("cluster-secret-old", "", "FSR", optional=True),
            string("cluster-secret-file", "", "FSGR", optional=True),
+           # MONITOR clients: besides the normal class's limits (64mb: the cap they always had).
+           Directive("monitor-output-buffer-limit", (64 * MB, 0, 0), "FSGR", _parse_monitor_limit,
+                     nargs=(3, 3), parse_set=_set_monitor_limit, show=_show_monitor_limit,
+                     write=_write_monitor_limit),
        )
 
 DIRECTIVES: Final[dict[str, Directive]] = {d.name: d for d in DIRECTIVE_TABLE}

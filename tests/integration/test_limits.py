@@ -184,3 +184,38 @@ def test_output_buffer_limit_closes_a_monitor_that_does_not_read(server_factory)
             return limits(node)["output_buffer_limit_closed_monitor"] == 1
         wait_until(closed_after_more_commands, message="the MONITOR closed by its output limit")
         assert client.execute_command("PING")
+
+
+@pytest.mark.expect_log(EXPECTED_LOG)
+def test_monitor_output_buffer_limit_applies_to_monitors_only(server_factory):
+    node = server_factory("monitor-output-buffer-limit 1mb 0 0\n")
+    assert node.call("CONFIG", "GET", "monitor-output-buffer-limit") == [
+        b"monitor-output-buffer-limit", b"1048576 0 0"]
+    with connect(node) as monitor:
+        monitor.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        monitor.sendall(b"MONITOR\r\n")
+        monitor.settimeout(10)
+        assert monitor.recv(5) == b"+OK\r\n"
+        body = "m" * (100 * 1024)
+        client = node.client()
+
+        def closed_after_more_commands() -> bool:
+            pipe = client.pipeline(transaction=False)
+            for _ in range(20):
+                pipe.execute_command("QLEN", body)
+            pipe.execute()
+            return limits(node)["output_buffer_limit_closed_monitor"] == 1
+        wait_until(closed_after_more_commands, message="the MONITOR closed by its output limit")
+        # A normal client has no limit here: 20 MB of unread replies keep it open.
+        for _ in range(10):
+            node.call("ADDJOB", "big", b"b" * (100 * 1024), 0)
+        with connect(node) as reader:
+            reader.sendall(b"QPEEK big 10\r\n" * 20)
+            expected = 20 * (10 * (100 * 1024))
+            got = 0
+            reader.settimeout(10)
+            while got < expected:
+                chunk = reader.recv(1 << 20)
+                assert chunk, "the normal client was closed"
+                got += len(chunk)
+        assert limits(node)["output_buffer_limit_closed_normal"] == 0

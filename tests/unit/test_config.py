@@ -61,7 +61,7 @@ GETTABLE = [
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
     "getjob-max-queues", "client-request-timeout",
     "protected-mode", "enable-debug-command", "enable-protected-configs",
-    "cluster-secret-file",
+    "cluster-secret-file", "monitor-output-buffer-limit",
 ]
 
 
