@@ -215,10 +215,10 @@ def test_measurement_ratio_target_and_json():
 
 def test_select_sections_by_group_name_and_order():
     assert select_sections(None) == ["ping", "addjob", "extensions", "cycle", "memory",
-                                     "cluster_addjob", "federation", "aof_addjob", "aof_load",
-                                     "metrics", "worker", "tls"]
+                                     "cluster_addjob", "federation", "cluster_secret",
+                                     "aof_addjob", "aof_load", "metrics", "worker", "tls"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "cycle", "memory"]
-    assert select_sections(["cluster"]) == ["cluster_addjob", "federation"]
+    assert select_sections(["cluster"]) == ["cluster_addjob", "federation", "cluster_secret"]
     assert select_sections(["aof"]) == ["aof_addjob", "aof_load"]
     assert select_sections(["metrics"]) == ["metrics"]
     assert select_sections(["tls"]) == ["tls"]
