@@ -35,7 +35,7 @@ from disque.clients import ClientState
 from disque.commands.acl import needs_auth
 from disque.commands.acl import PROTECTED_MODE_DENIED, is_loopback, protected_mode_refuses
 from disque.log import logger
-from disque.resp import ProtocolError, RequestParser, error
+from disque.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
 
 WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
@@ -96,7 +96,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     __slots__ = ("server", "node", "batch", "transport", "parser", "pending", "fd", "reading",
                  "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output",
-                 "held_input")
+                 "held_input", "read_ahead")
 
     def __init__(self, server) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.now)
@@ -114,6 +114,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         self.protocol_error: str | None = None  # answered once the commands before it ran
         self.output: list[bytes] | None = None  # replies waiting for the end of the loop turn
         self.held_input: bytes | None = None  # read during CLIENT PAUSE, run when it ends
+        self.read_ahead = 0  # bytes of the commands read while blocked, since it last resumed
 
     # ------------------------------------------------------------ asyncio
 
@@ -193,6 +194,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if commands:
             if self.blocked is not None or self.pending is not None:
                 self.pending = (self.pending or []) + commands
+                self.read_ahead += sum([len(arg) + ARG_OVERHEAD for cmd in commands for arg in cmd])
                 if len(self.pending) >= MAX_PENDING_COMMANDS:
                     self._set_reading(False)
             else:
@@ -200,13 +202,14 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.protocol_error is not None and self.blocked is None and self.pending is None:
             self._protocol_error(self.protocol_error)
         elif not self.closing:
-            held = self.parser.held()
+            held = self.parser.held() + self.read_ahead
             if held:
                 self._check_query_buffer(held)
 
     def _check_query_buffer(self, held: int) -> None:
-        """Close a client whose unfinished request holds more than it may: the
-        small allowance before it authenticated, else client-query-buffer-limit."""
+        """Close a client whose input not yet run (an unfinished request, and
+        what it sent while blocked) holds more than it may: the small
+        allowance before it authenticated, else client-query-buffer-limit."""
         server = self.server
         config = server.config
         if held > config.unauthenticated_query_buffer_limit and needs_auth(self.node, self):
@@ -218,7 +221,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self._close_for_limit(held, QUERY_BUFFER_EXCEEDED % config.client_query_buffer_limit)
 
     def _close_for_limit(self, held: int, message: str) -> None:
-        logger.warning("Closing client %s: %d bytes held of an unfinished request. %s",
+        logger.warning("Closing client %s: %d bytes held of requests not yet run. %s",
                        self.addr, held, message)
         self._set_reading(False)
         self._write(error(message))
@@ -304,6 +307,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             return
         if not self.pending and self.reading and self.protocol_error is None:
             self.pending = None  # the usual case: nothing arrived while it waited
+            self.read_ahead = 0
             return
         self.server.loop.call_soon(self._resume_pending)
 
@@ -312,6 +316,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             return
         pending = self.pending
         self.pending = None
+        self.read_ahead = 0
         if pending:
             self._execute(pending)
         if self.blocked is None and self.pending is None:

@@ -219,3 +219,19 @@ def test_monitor_output_buffer_limit_applies_to_monitors_only(server_factory):
                 assert chunk, "the normal client was closed"
                 got += len(chunk)
         assert limits(node)["output_buffer_limit_closed_normal"] == 0
+
+
+@pytest.mark.expect_log(EXPECTED_LOG)
+def test_query_buffer_limit_counts_what_a_blocked_client_sends_ahead(server_factory):
+    node = server_factory("client-query-buffer-limit 1mb\n")
+    with connect(node) as sock:
+        sock.sendall(b"GETJOB FROM nothing-here\r\n")
+        wait_until(lambda: node.call("INFO", "clients")["blocked_clients"] == 1,
+                   message="the GETJOB blocked")
+        # Complete commands, queued behind the blocked GETJOB: 1.5 MB of them.
+        body = b"a" * (64 * 1024)
+        command = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(body), body)
+        send_ignoring_reset(sock, command * 24)
+        assert read_until_closed(sock).startswith(b"-ERR client-query-buffer-limit reached")
+    assert limits(node)["client_query_buffer_limit_closed"] == 1
+    assert node.call("QLEN", "q") == 0  # none of them ran
