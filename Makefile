@@ -15,7 +15,7 @@ CONF ?= conf/disque.conf
 # pure. The stamp names the mode, so switching modes rebuilds.
 CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,compiled)
 
-.PHONY: install run typecheck test test-fast test-pure bench sim-search chaos clean
+.PHONY: install run typecheck test test-fast test-pure bench sim-search chaos fuzz clean
 
 install: $(CORE_STAMP)
 
@@ -73,6 +73,13 @@ sim-search: install
 DURATION ?= 180
 chaos: install
 	$(BIN)/python -m chaos.run --duration $(DURATION)
+
+# Coverage-guided fuzzing (atheris) of the RESP parser, commands, bus frames
+# and the AOF loader, about 1,000,000 inputs times FUZZ_SCALE, then their
+# property tests (hypothesis); docs/security.md, "Fuzzing".
+FUZZ_SCALE ?= 1
+fuzz: install
+	$(BIN)/python -m fuzz.run --scale $(FUZZ_SCALE)
 
 clean:
 	rm -rf $(VENV) build *.egg-info disque_core__mypyc.*.so disque/compiled-core.json

@@ -1,0 +1,1 @@
+"""Fuzz targets and their engines (docs/security.md, "Fuzzing")."""
