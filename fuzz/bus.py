@@ -3,15 +3,25 @@
 the node does with the decoded messages (disque/cluster/messages.py's
 checks, then the handlers of ``Node.receive_frame``).
 
-An input is what a peer sends on an inbound link of a node that knows
-that peer. Its first byte picks the form of the rest:
+An input is what a peer sends on a link of a node that knows that peer.
+Its first byte picks the form of the rest (bit 0) and the link (bits 1-2):
 
-- raw (even): the bytes of the TCP stream, delivered in reads of a size
-  the first byte also picks;
-- structured (odd): choices (``ByteRandom``) that build frames of msgpack
-  messages: a header that is mostly valid, then messages of every type
-  with fields of the right or wrong types, job payloads included, so the
-  handlers behind the checks are reached.
+- raw (bit 0 clear): the bytes of the TCP stream, delivered in reads of a
+  size the first byte also picks;
+- structured (bit 0 set): choices (``ByteRandom``) that build frames of
+  msgpack messages: a header that is mostly valid, then messages of every
+  type with fields of the right or wrong types, job payloads included, so
+  the handlers behind the checks are reached;
+
+- a plain inbound link (no cluster secret);
+- an inbound link of a node with a cluster secret: the stream is what a
+  stranger sends before and instead of the handshake
+  (disque/cluster/busauth.py);
+- the same, from a peer that knows the secret: the handshake is played
+  properly, then every frame is sent with its MAC, so the frames reach
+  the decoder behind the MAC check;
+- an outbound link of a node with a secret, the stream being what the
+  other end answers.
 
 A frame the bus cannot decode closes the link (a defined outcome); an
 exception escaping ``data_received``, or one the bus caught and logged
@@ -31,6 +41,8 @@ JOB_IDS = [b"D-a1b2c3d4-AAAAAAAAAAAAAAAAAAAAAAAA-05a1", b"D-a1b2c3d4-AAAAAAAAAAA
            b"D-feedbeef-////////////////////////-ffff", b"D-x", b"X" * 40]
 QUEUES = [b"q", b"", b"a" * 300, b"q\r\n"]
 MAX_MESSAGES = 8
+# The link an input arrives on (bits 1-2 of its first byte).
+PLAIN, STRANGER, AUTHENTICATED, OUTBOUND = range(4)
 
 
 class FakeTransport:
@@ -115,7 +127,7 @@ def _job_payload(rng: ByteRandom) -> list:
                      rng.randrange(4), 1_700_000_000_000_000_000 + rng.randrange(1 << 20),
                      rng.choice([1, 60, 3600, 0, (1 << 63) - 1]), rng.randrange(3),
                      rng.choice([0, 1, 30]), rng.randrange(3), rng.randrange(3),
-                     rng.randrange(8), [b"feedbeef" + b"1" * 32], rng.randrange(1, 3)]
+                     rng.randrange(8), [b"feedbeef" + b"1" * 32]]
     if rng.random() < 0.2:
         payload.append({rng.choice(["pri", "maxdeliver", "dedupid", "deadletter", "x"]):
                         _value(rng, 2)})
@@ -166,9 +178,12 @@ def _gossip(rng: ByteRandom) -> object:
 
 
 def _seeds() -> list[bytes]:
+    hello = b"\xffDQB\x01" + bytes(32) + b"\x01" + bytes(32)
     return [b"\x01" + bytes(range(256)), b"\x03" + bytes(i * 7 % 256 for i in range(400)),
-            b"\x00" + _LENGTH.pack(1) + b"\x90", b"\x02" + _LENGTH.pack(3) + b"\x92\x80\x80",
-            b"\x05" * 200, b"\x00" + _LENGTH.pack(1 << 31)]
+            b"\x00" + _LENGTH.pack(1) + b"\x90", b"\x08" + _LENGTH.pack(3) + b"\x92\x80\x80",
+            b"\x05" * 200, b"\x00" + _LENGTH.pack(1 << 31), b"\x02" + hello,
+            b"\x06" + b"\xffDQB\x01" + bytes(32) + b"\xffDQB\x01\x00" + bytes(32),
+            b"\x05" + bytes(range(0, 256, 3)), b"\x07" + bytes(range(1, 256, 5))]
 
 
 def build() -> Target:
@@ -177,11 +192,13 @@ def build() -> Target:
 
     from disque.cluster import messages as m
     from disque.cluster.bus import BusConnection, ClusterBus
+    from disque.cluster.busauth import Handshake, load_keys
     from fuzz.common import Crash, trap_errors
     from tests.unit.helpers import PEER_ID, add_peer, make_node
     from tests.unit.test_node_fuzz import check_node
 
     trap = trap_errors()
+    keys = load_keys(b"a fuzzed cluster's secret", b"", "")
     FIELDS[:] = sorted({key for schema in m.BODY_SCHEMAS.values() for key in schema}
                        | {m.MFLAGS, m.MOVES, m.ORIGIN, m.REASON, m.NACKS, m.ADELIV, m.RETRY,
                           m.HOLDERS, m.SENDER, m.VERSION})
@@ -195,27 +212,56 @@ def build() -> Target:
             head[rng.choice([m.VERSION, m.SENDER, m.PORT, m.FLAGS, m.BPORT])] = _value(rng)
         return head
 
-    def structured(rng: ByteRandom) -> bytes:
+    def structured(rng: ByteRandom) -> list[bytes]:
         frames = []
         while not rng.exhausted and len(frames) < 3:
             msgs = [header(rng)] + [_message(rng, types, m.BODY_SCHEMAS)
                                     for _ in range(rng.randrange(1, MAX_MESSAGES))]
             packed = pack(msgs)
             frames.append(_LENGTH.pack(len(packed)) + packed)
-        return b"".join(frames)
+        return frames
+
+    def frames_of(raw: bytes) -> list[bytes]:
+        """Raw bytes cut where their length prefixes say (the rest as one piece)."""
+        frames, pos = [], 0
+        while len(raw) - pos >= 4:
+            end = pos + 4 + _LENGTH.unpack_from(raw, pos)[0]
+            if end > len(raw):
+                break
+            frames.append(raw[pos:end])
+            pos = end
+        return frames + ([raw[pos:]] if pos < len(raw) else [])
+
+    def authenticate(conn: BusConnection, transport: FakeTransport):
+        """Play the peer that knows the secret; its session."""
+        peer = Handshake(keys, initiator=True)
+        _, hello = peer.feed(bytearray(b"".join(transport.written)))
+        transport.written.clear()
+        conn.data_received(hello)
+        peer.feed(bytearray(b"".join(transport.written)))
+        if peer.session is None or conn.session is None:
+            raise Crash("the handshake with the secret failed")
+        return peer.session
 
     def one_input(data: bytes) -> None:
         if not data:
             return
         mode = data[0]
-        stream = structured(ByteRandom(data[1:])) if mode & 1 else data[1:]
+        link = (mode >> 1) & 3
+        frames = structured(ByteRandom(data[1:])) if mode & 1 else frames_of(data[1:])
         node = make_node(seed=mode)
         add_peer(node)
         bus = ClusterBus(node, loop)  # type: ignore[arg-type]
-        conn = BusConnection(bus, None)
+        if link != PLAIN:
+            bus.keys = keys
+        conn = BusConnection(bus, PEER_ID if link == OUTBOUND else None)
         transport = FakeTransport()
         conn.connection_made(transport)  # type: ignore[arg-type]
-        step = 1 + (mode >> 1) * 7
+        if link == AUTHENTICATED:
+            session = authenticate(conn, transport)
+            frames = [frame + session.seal(frame) for frame in frames]
+        stream = b"".join(frames)
+        step = 1 + (mode >> 3) * 7
         for start in range(0, len(stream), step):
             conn.data_received(stream[start:start + step])
             if transport.aborted:
