@@ -15,7 +15,8 @@ CONF ?= conf/disque.conf
 # pure. The stamp names the mode, so switching modes rebuilds.
 CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,compiled)
 
-.PHONY: install run typecheck test test-fast test-pure bench sim-search chaos fuzz clean
+.PHONY: install run typecheck test test-fast test-pure test-bus-secured bench sim-search chaos fuzz \
+	clean
 
 install: $(CORE_STAMP)
 
@@ -59,6 +60,11 @@ test-fast: install
 # The unit and simulation tests on the pure-Python core, compiled core or not.
 test-pure: install
 	DISQUE_PURE_PYTHON=1 $(BIN)/python -m pytest -q tests/unit tests/sim
+
+# The cluster tests again with every test cluster's bus over TLS and with a
+# cluster secret (docs/security.md "Cluster bus"); about 2.5 minutes.
+test-bus-secured: install
+	DISQUE_TEST_BUS=tls+secret $(BIN)/python -m pytest -q tests/cluster
 
 bench: install
 	$(BIN)/python -m bench.run

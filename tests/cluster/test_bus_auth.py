@@ -21,9 +21,11 @@ import pytest
 
 from disque.cluster import busauth
 from disque.cluster.busauth import CHALLENGE_LEN, MAGIC, NONCE_LEN, PROOF_LEN
+from tests.support.cluster import BUS_SECURITY
 from tests.support.process import free_port, wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(bool(BUS_SECURITY), reason="sets up its own bus security")]
 
 BUS_OFFSET = 10000
 SECRET = "3f1c0b6e9d4a27f58e0c1b2a3d4e5f60"

@@ -13,9 +13,11 @@ import pytest
 
 from disque import tls
 from tests.cluster.test_bus_auth import frame, header, secret_config
+from tests.support.cluster import BUS_SECURITY
 from tests.support.process import wait_until
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster,
+              pytest.mark.skipif(bool(BUS_SECURITY), reason="sets up its own bus security")]
 
 BUS_OFFSET = 10000
 

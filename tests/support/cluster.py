@@ -8,9 +8,13 @@ Everything waits with bounded polls; ``stop_all`` always cleans up.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import socket
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +24,35 @@ from tests.support.process import DisqueProcess, wait_until
 
 DEFAULT_NODE_TIMEOUT_MS = 3000
 JOIN_TIMEOUT_S = 30.0
+# DISQUE_TEST_BUS=secret, tls or tls+secret runs every test cluster's bus so
+# secured (DISQUE_TEST_BUS=tls+secret pytest tests/cluster): the suite then
+# shows that a secured bus changes nothing else the nodes do.
+BUS_SECURITY = frozenset(filter(None, os.environ.get("DISQUE_TEST_BUS", "").split("+")))
+TEST_SECRET = "secret-of-the-test-clusters-0123456789abcdef"
+
+
+@functools.cache
+def _test_certificates() -> Path:
+    """A CA and node certificate for the test clusters of this process."""
+    from disque import tls
+    directory = Path(tempfile.mkdtemp(prefix="disque-test-certs-"))
+    atexit.register(shutil.rmtree, directory, True)
+    tls.generate_certificates(str(directory))
+    return directory
+
+
+def bus_security_config() -> str:
+    """The config lines DISQUE_TEST_BUS asks for."""
+    unknown = BUS_SECURITY - {"secret", "tls"}
+    assert not unknown, "DISQUE_TEST_BUS: unknown %s (secret, tls, tls+secret)" % unknown
+    text = ""
+    if "secret" in BUS_SECURITY:
+        text += "cluster-secret %s\n" % TEST_SECRET
+    if "tls" in BUS_SECURITY:
+        certs = _test_certificates()
+        text += ("tls-cluster yes\ntls-cert-file %s/node.crt\ntls-key-file %s/node.key\n"
+                 "tls-ca-cert-file %s/ca.crt\n" % (certs, certs, certs))
+    return text
 
 
 @dataclass(frozen=True)
@@ -204,7 +237,7 @@ class Cluster:
         text = "cluster-node-timeout %d\n" % node_timeout
         if appendonly:
             text += "appendonly yes\n"
-        text += config
+        text += bus_security_config() + config
         self.nodes = [DisqueProcess(Path(base_dir) / ("node%d" % i), config=text)
                       for i in range(size)]
         self.ids: list[str] = []
