@@ -244,6 +244,11 @@ def test_a_node_with_a_wrong_secret_cannot_join_and_secrets_roll(cluster_factory
     # A node that only knows the old secret is now refused.
     assert config_set(cluster, 2, "cluster-secret", SECRET)
     wait_until(lambda: int(bus_info(cluster, 2)["bus_links_outbound"]) == 0, 10)
+    # Secrets that cannot be used are refused, and the node keeps its own.
+    assert cluster.raw(2, "CONFIG", "SET", "cluster-secret-old", SECRET) == b"+OK\r\n"
+    assert cluster.raw(2, "CONFIG", "SET", "cluster-secret", "") == (
+        b"-ERR cluster-secret-old is set without cluster-secret\r\n")
+    assert bus_info(cluster, 2)["bus_secret"] == "yes"
 
 
 def test_a_frame_above_the_cap_closes_the_link(cluster_factory):
