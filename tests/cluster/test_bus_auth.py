@@ -22,7 +22,7 @@ import pytest
 from disque.cluster import busauth
 from disque.cluster.busauth import CHALLENGE_LEN, MAGIC, NONCE_LEN, PROOF_LEN
 from tests.support.cluster import BUS_SECURITY
-from tests.support.process import free_port, wait_until
+from tests.support.process import DisqueProcess, free_port, wait_until
 
 pytestmark = [pytest.mark.cluster,
               pytest.mark.skipif(bool(BUS_SECURITY), reason="sets up its own bus security")]
@@ -283,3 +283,20 @@ def test_a_link_that_never_finishes_its_handshake_is_closed(cluster_factory, tmp
             # Nothing but the challenge, then the close.
             assert len(received) == (CHALLENGE_LEN if secret else 0)
     assert int(bus_info(cluster, 0)["bus_handshake_timeouts"]) == 2
+
+
+def test_secret_files_are_checked_at_start(cluster_factory, tmp_path):
+    """An unreadable file stops the start with the reason; a file others can
+    read is used, with a warning."""
+    node = DisqueProcess(tmp_path / "bad", config="cluster-secret-file %s\n"
+                         % (tmp_path / "missing"))
+    node.start(wait=False)
+    assert node.wait_exit() == 1
+    assert "Can't secure the cluster bus: Can't read cluster-secret-file" in node.tail_log()
+    shared = tmp_path / "shared-secret"
+    shared.write_text(SECRET + "\n")
+    os.chmod(shared, 0o644)
+    cluster = cluster_factory(2, config="cluster-secret-file %s\n" % shared)
+    assert bus_info(cluster, 0)["bus_secret"] == "yes"
+    log = cluster.nodes[0].log_path.read_text()
+    assert "can be read by other users (mode 644)" in log and SECRET not in log
