@@ -195,6 +195,10 @@ class Server(Host):
         self.aof = AofService(self.node, config, self.loop, logger)
         self.aof_writer = self.aof.writer
         factory = lambda: ClientConnection(self)  # noqa: E731
+        if config.tls_port:
+            # Before the plain port: the loop serves the plain port while later
+            # listeners are being made, so a node answering there has TLS up.
+            await self._start_tls_listener(factory)
         if config.port:
             hosts = config.bind or None
             try:
@@ -203,8 +207,6 @@ class Server(Host):
             except OSError as exc:
                 raise StartupError("Creating Server TCP listening socket %s:%d: %s" % (
                     ",".join(config.bind) or "*", config.port, exc.strerror or exc)) from None
-        if config.tls_port:
-            await self._start_tls_listener(factory)
         if config.unixsocket:
             try:
                 os.unlink(config.unixsocket)

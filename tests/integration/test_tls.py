@@ -35,15 +35,6 @@ def tls_config(certs: Path, tls_port: int, extra: str = "") -> str:
             % (tls_port, certs / "node.crt", certs / "node.key", certs / "ca.crt", extra))
 
 
-def start_tls_node(server_factory, certs: Path, tls_port: int, extra: str = ""):
-    """A node with TLS on ``tls_port``, once that port takes connections (the
-    harness waits for the plain port only)."""
-    node = server_factory(tls_config(certs, tls_port, extra))
-    wait_until(lambda: socket.create_connection(("127.0.0.1", tls_port), timeout=2).close() or True,
-               message="TCP connection to tls-port %d" % tls_port)
-    return node
-
-
 def tls_client(certs: Path, port: int, with_cert: bool = True, **kwargs) -> redis.Redis:
     if with_cert:
         kwargs.update(ssl_certfile=str(certs / "client.crt"), ssl_keyfile=str(certs / "client.key"))
@@ -97,7 +88,7 @@ def test_gen_certs_writes_a_ca_and_certificates_for_loopback(certs):
 
 def test_job_life_cycle_over_tls_beside_the_plain_port(server_factory, certs):
     tls_port = free_port()
-    node = start_tls_node(server_factory, certs, tls_port)
+    node = server_factory(tls_config(certs, tls_port))
     client = tls_client(certs, tls_port)
     try:
         job_id = client.execute_command("ADDJOB", "tlsq", "over tls", 0).decode()
@@ -115,7 +106,7 @@ def test_job_life_cycle_over_tls_beside_the_plain_port(server_factory, certs):
 
 def test_redis_cli_over_tls(server_factory, certs, redis_cli):
     tls_port = free_port()
-    start_tls_node(server_factory, certs, tls_port)
+    server_factory(tls_config(certs, tls_port))
 
     def cli(*args: str) -> str:
         result = subprocess.run([redis_cli, "--tls", "--cacert", str(certs / "ca.crt"),
@@ -134,7 +125,7 @@ def test_redis_cli_over_tls(server_factory, certs, redis_cli):
 
 def test_auth_clients_yes_refuses_a_client_without_certificate(server_factory, certs):
     tls_port = free_port()
-    start_tls_node(server_factory, certs, tls_port, "tls-auth-clients yes\n")
+    server_factory(tls_config(certs, tls_port, "tls-auth-clients yes\n"))
     assert refused(certs, tls_port, with_cert=False)
     assert tls_handshake(certs, tls_port, with_cert=True) == b"+PONG\r\n"
     client = tls_client(certs, tls_port, with_cert=False)
@@ -145,8 +136,8 @@ def test_auth_clients_yes_refuses_a_client_without_certificate(server_factory, c
 
 def test_auth_clients_optional_and_no_accept_both(server_factory, certs):
     optional_port, no_port = free_port(), free_port()
-    start_tls_node(server_factory, certs, optional_port, "tls-auth-clients optional\n")
-    start_tls_node(server_factory, certs, no_port, "tls-auth-clients no\n")
+    server_factory(tls_config(certs, optional_port, "tls-auth-clients optional\n"))
+    server_factory(tls_config(certs, no_port, "tls-auth-clients no\n"))
     for port in (optional_port, no_port):
         assert tls_handshake(certs, port, with_cert=False) == b"+PONG\r\n"
         assert tls_handshake(certs, port, with_cert=True) == b"+PONG\r\n"
@@ -154,7 +145,7 @@ def test_auth_clients_optional_and_no_accept_both(server_factory, certs):
 
 def test_tls_protocols_restricts_the_versions(server_factory, certs):
     tls_port = free_port()
-    start_tls_node(server_factory, certs, tls_port, 'tls-protocols "TLSv1.3"\n')
+    server_factory(tls_config(certs, tls_port, 'tls-protocols "TLSv1.3"\n'))
     assert tls_handshake(certs, tls_port, True, ssl.TLSVersion.TLSv1_3) == b"+PONG\r\n"
     assert refused(certs, tls_port, with_cert=True, version=ssl.TLSVersion.TLSv1_2)
 
@@ -171,8 +162,8 @@ def test_tls_only_node_with_port_zero(tmp_path, certs):
 
 def test_ciphersuites_are_applied(server_factory, certs):
     tls_port = free_port()
-    start_tls_node(server_factory, certs, tls_port,
-                   "tls-ciphersuites TLS_CHACHA20_POLY1305_SHA256\n")
+    server_factory(tls_config(certs, tls_port,
+                              "tls-ciphersuites TLS_CHACHA20_POLY1305_SHA256\n"))
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
     with socket.create_connection(("127.0.0.1", tls_port), timeout=10) as raw:
@@ -182,7 +173,7 @@ def test_ciphersuites_are_applied(server_factory, certs):
 
 def test_handshake_never_finished_is_closed(server_factory, certs):
     tls_port = free_port()
-    start_tls_node(server_factory, certs, tls_port, "client-request-timeout 1\n")
+    server_factory(tls_config(certs, tls_port, "client-request-timeout 1\n"))
     with socket.create_connection(("127.0.0.1", tls_port), timeout=10) as raw:
         # No ClientHello: the server gives up after the timeout and closes.
         assert raw.recv(64) == b""
