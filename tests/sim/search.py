@@ -92,7 +92,8 @@ def build(seed: int) -> tuple[Sim, Workload, int]:
     workload = Workload(sim, random.Random(rng.getrandbits(64)),
                         producers=rng.randint(1, 3), consumers=rng.randint(1, 3),
                         max_down=rng.randint(1, max(1, size // 2)), reorder=reorder,
-                        disk_loss=rng.choice((0.0, 0.0, 0.2)), mass_crash=rng.random() < 0.5)
+                        disk_loss=rng.choice((0.0, 0.0, 0.2)), mass_crash=rng.random() < 0.5,
+                        watch_gone=True)
     return sim, workload, rng.randint(8_000, 25_000)
 
 

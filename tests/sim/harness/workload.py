@@ -35,6 +35,11 @@ if TYPE_CHECKING:
 QUEUES = (b"q0", b"q1", b"q2")
 RELINK_MS = 5000  # after healing, every bus link is up again well within this
 ACK_PROPAGATION_MS = 1000  # SETACK / DELJOB travel time, with margin
+# A message is delivered at most the network's highest latency (300 ms)
+# after it was sent, or never: a job absent from every node (and AOF) for
+# this long is not in flight either.
+GONE_AFTER_MS = 1000
+WATCH_GONE_EVERY_MS = 250
 
 
 class JobRecord:
@@ -42,7 +47,7 @@ class JobRecord:
 
     __slots__ = ("body", "queue", "repl", "retry", "ttl", "async_", "sync", "node", "issued_at",
                  "outcome", "job_id", "reply_at", "holders", "crash_marks", "deliveries",
-                 "acked_at", "gone_at", "error")
+                 "acked_at", "gone_at", "absent_since", "error")
 
     def __init__(self, body: bytes, queue: bytes, repl: int, retry: int, async_: bool,
                  node: int, issued_at: float, ttl: int = 86400) -> None:
@@ -63,6 +68,7 @@ class JobRecord:
         self.deliveries: list[tuple[float, int]] = []
         self.acked_at: list[float] = []
         self.gone_at: float | None = None
+        self.absent_since: float | None = None  # watch_gone: first seen held nowhere
         self.error = ""
 
     def __repr__(self) -> str:
@@ -198,6 +204,25 @@ class Ledger:
                 if not any(job_id in jobs for jobs in live):
                     record.gone_at = self.sim.now
 
+    def watch_gone(self) -> None:
+        """During the chaos: note acked jobs held nowhere (no node, no AOF of
+        a crashed one) for GONE_AFTER_MS, so neither in flight: delivering
+        one of those again is a resurrection (a stale AOF, a lost DELJOB)."""
+        nodes = self.sim.nodes
+        now = self.sim.now
+        holders = [sn.node.jobs for sn in nodes if sn.node is not None]
+        holders += [sn.aof.live_at_crash for sn in nodes if sn.node is None and sn.aof is not None]
+        for record in self.by_id.values():
+            if not record.acked_at or record.gone_at is not None:
+                continue
+            job_id = record.job_id
+            if any(job_id in jobs for jobs in holders):
+                record.absent_since = None
+            elif record.absent_since is None:
+                record.absent_since = now
+            elif now - record.absent_since >= GONE_AFTER_MS:
+                record.gone_at = record.absent_since
+
     def final_check(self) -> None:
         lost = [r for r in self.by_body.values() if self.protected(r) and not r.acked_at]
         if lost:
@@ -213,7 +238,7 @@ class Workload:
                  partitions: bool = True, reorder: bool = False,
                  noise: "MessageFuzzer | None" = None, admin: bool = True,
                  clocks: bool = True, disk_loss: float = 0.0,
-                 mass_crash: bool = False) -> None:
+                 mass_crash: bool = False, watch_gone: bool = False) -> None:
         self.sim = sim
         self.rng = rng
         self.ledger = Ledger(sim)
@@ -233,6 +258,7 @@ class Workload:
         # The nemesis may also kill several nodes with an AOF at once (beyond
         # max_down: they keep their jobs) and restart each a moment later.
         self.mass_crash = mass_crash
+        self.watch_gone = watch_gone  # check resurrections during the chaos too
         self.phase = "chaos"
         self.pending_adds: set = set()
         self.counter = 0
@@ -251,6 +277,8 @@ class Workload:
             sim.after(self.rng.random() * 200, self._consume, c)
         sim.after(self.rng.random() * 2000, self._nemesis)
         sim.after(2000, self._check_states)
+        if self.watch_gone and self.ledger.check_resurrection:
+            sim.after(WATCH_GONE_EVERY_MS, self._watch_gone)
         if self.noise is not None:
             sim.after(0, self._noise)
         sim.run_for(chaos_ms)
@@ -324,6 +352,11 @@ class Workload:
         raise SimFailure("cluster did not converge %d ms after healing (pending ADDJOBs: %d):"
                          "\n  %s\n%s" % (waited, len(self.pending_adds), "\n  ".join(lines[:40]),
                                          sim.describe_nodes()))
+
+    def _watch_gone(self) -> None:
+        if self.phase == "chaos":
+            self.ledger.watch_gone()
+            self.sim.after(WATCH_GONE_EVERY_MS, self._watch_gone)
 
     def _check_states(self) -> None:
         check_cluster(self.sim)
@@ -534,9 +567,9 @@ class Workload:
             actions += ["restart", "restart"]
         if self.faults:
             actions += ["faults"]
-        if self.admin:
+        if self.admin and up:  # (every node can be down after a mass crash)
             actions += ["pause", "leaving"]
-        if self.clocks:
+        if self.clocks and up:
             actions += ["clock"]
         durable = [i for i in up if sim.nodes[i].aof is not None]
         if self.mass_crash and len(durable) >= 2:
