@@ -64,6 +64,7 @@ KDF_SALT = b"disque cluster-secret v1"
 KDF_ITERATIONS = 100_000  # about 40 ms per secret, once at start or CONFIG SET
 SHORT_SECRET = 16  # bytes; shorter secrets get a warning
 SECRET_DIRECTIVES = ("cluster-secret", "cluster-secret-old", "cluster-secret-file")
+SHA256_BLOCK = 64
 _SEQUENCE = struct.Struct(">Q")
 
 
@@ -151,6 +152,28 @@ def _hkdf(key: bytes, salt: bytes, info: bytes) -> bytes:
     return hmac.digest(prk, info + b"\x01", "sha256")
 
 
+class FrameMac:
+    """HMAC-SHA256 with one key, computed as RFC 2104 defines it from two
+    precomputed SHA-256 states: ``hmac.HMAC.copy`` goes through Python-level
+    wrappers, these are all C calls (0.75 vs 1.2 µs for a 300-byte frame)."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        block = key.ljust(SHA256_BLOCK, b"\0")  # keys are 32 bytes: never hashed first
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def digest(self, sequence: int, frame: bytes | memoryview) -> bytes:
+        """The truncated MAC of ``frame`` as the ``sequence``-th frame."""
+        inner = self._inner.copy()
+        inner.update(_SEQUENCE.pack(sequence))
+        inner.update(frame)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()[:MAC_LEN]
+
+
 class Session:
     """The MAC keys and frame sequences of one authenticated link."""
 
@@ -159,28 +182,25 @@ class Session:
     def __init__(self, key: bytes, nonce_a: bytes, nonce_i: bytes, initiator: bool) -> None:
         self.key = key  # the stretched secret the link was opened with
         salt = nonce_a + nonce_i
-        i2a = hmac.new(_hkdf(key, salt, KEY_I2A_INFO), digestmod="sha256")
-        a2i = hmac.new(_hkdf(key, salt, KEY_A2I_INFO), digestmod="sha256")
+        i2a = FrameMac(_hkdf(key, salt, KEY_I2A_INFO))
+        a2i = FrameMac(_hkdf(key, salt, KEY_A2I_INFO))
         self._send, self._recv = (i2a, a2i) if initiator else (a2i, i2a)
         self._send_seq = 0
         self._recv_seq = 0
 
     def seal(self, frame: bytes) -> bytes:
         """The MAC to send after ``frame`` (its length prefix and payload)."""
-        mac = self._send.copy()
-        mac.update(_SEQUENCE.pack(self._send_seq))
-        mac.update(frame)
+        mac = self._send.digest(self._send_seq, frame)
         self._send_seq += 1
-        return mac.digest()[:MAC_LEN]
+        return mac
 
     def check(self, buffer: bytearray, start: int, end: int) -> bool:
         """True when ``buffer[end:end + MAC_LEN]`` is the MAC of the next frame,
         ``buffer[start:end]``."""
-        mac = self._recv.copy()
-        mac.update(_SEQUENCE.pack(self._recv_seq))
-        mac.update(memoryview(buffer)[start:end])  # a temporary view: gone before any resize
+        # A temporary view: released before the buffer is resized.
+        mac = self._recv.digest(self._recv_seq, memoryview(buffer)[start:end])
         self._recv_seq += 1
-        return hmac.compare_digest(mac.digest()[:MAC_LEN], buffer[end:end + MAC_LEN])
+        return hmac.compare_digest(mac, buffer[end:end + MAC_LEN])
 
 
 def _proof(key: bytes, label: bytes, nonce_a: bytes, nonce_i: bytes) -> bytes:

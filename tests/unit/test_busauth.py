@@ -5,6 +5,7 @@ altered, replayed or reordered fails its MAC."""
 from __future__ import annotations
 
 import functools
+import hmac
 import os
 import struct
 
@@ -180,3 +181,11 @@ def test_keys_from_the_directives(tmp_path, caplog):
     config = Config()
     config.cluster_secret = SECRET.decode()
     assert busauth.keys_from_config(config).keys == (busauth.stretch(SECRET),)
+
+
+def test_the_frame_mac_is_truncated_hmac_sha256():
+    key = bytes(range(32))
+    frame = b"\x00\x00\x00\x05hello"
+    expected = hmac.new(key, struct.pack(">Q", 7) + frame, "sha256").digest()[:MAC_LEN]
+    assert busauth.FrameMac(key).digest(7, frame) == expected
+    assert busauth.FrameMac(key).digest(7, memoryview(bytearray(frame))) == expected
