@@ -260,8 +260,8 @@ def authenticate(node: Node, client: ClientState, name: bytes | None,
             (bool(requirepass) and hmac.compare_digest(password, config_bytes(requirepass)))
             or (not default.nopass and default.check_password(password)))
         client.authenticated = ok
+        client.user = None  # logged in as the default user, or out
         if ok:
-            client.user = None
             return OK
         _auth_failed(node, client, DEFAULT_USER)
         return errors.INVALID_PASSWORD

@@ -173,6 +173,18 @@ def test_auth_user_and_whoami():
     assert node.access_stats.auth_failures == 2
 
 
+def test_failed_auth_password_logs_a_named_user_out():
+    node = worker_node()
+    node.config.requirepass = "secret"
+    worker = logged_in(node)
+    assert worker.raw("AUTH", "wrong") == b"-ERR invalid password\r\n"
+    assert worker.raw("GETJOB", "NOHANG", "FROM", "orders:a") == NOAUTH
+    assert worker.raw("AUTH", "worker", "wrong") == WRONGPASS
+    assert worker.raw("AUTH", "worker", "pw") == b"+OK\r\n"
+    assert worker.raw("AUTH", "worker", "wrong") == WRONGPASS
+    assert worker.ok("ACL", "WHOAMI") == b"worker"  # WRONGPASS leaves the login as it was
+
+
 def test_hello_auth_with_a_user():
     node = worker_node()
     cmd = Cmd(node, client())
