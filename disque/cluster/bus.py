@@ -93,9 +93,11 @@ class BusConnection(asyncio.Protocol):
         if not self.outbound:
             bus.inbound.add(self)
         if bus.keys is not None:
-            self.handshake = Handshake(bus.keys, initiator=self.outbound)
+            self.handshake = Handshake(bus.keys, initiator=self.outbound,
+                                       own_nonces=bus.own_nonces)
             if self.outbound:
                 self.ready = bus.loop.create_future()
+                bus.own_nonces.add(self.handshake.nonce)
             else:
                 transport.write(self.handshake.start())
         if bus.keys is not None or not self.outbound:
@@ -118,7 +120,9 @@ class BusConnection(asyncio.Protocol):
         if self.deadline is not None:
             self.deadline.cancel()
             self.deadline = None
-        self.handshake = None
+        if self.handshake is not None:
+            self.bus.own_nonces.discard(self.handshake.nonce)
+            self.handshake = None
         ready = self.ready
         if ready is not None and not ready.done():
             ready.set_result(authenticated)
@@ -303,6 +307,7 @@ class ClusterBus(BusTransport):
         # costs more than packing a small message (0.5 vs 1.3 µs per GOTJOB).
         self._packer = msgpack.Packer(use_bin_type=True).pack
         self.keys: BusKeys | None = None  # the cluster secret's keys; None: plain bus
+        self.own_nonces: set[bytes] = set()  # of the handshakes this node runs as initiator
         self.server_tls: ssl.SSLContext | None = None  # tls-cluster: the listener's context
         self.client_tls: ssl.SSLContext | None = None  # and the one outbound links present
         self.max_frame = frame_cap(DEFAULT_MAX_BULK_LEN)  # configure() sets both from the config

@@ -228,3 +228,28 @@ def test_configure_warns_when_the_bus_is_open_beyond_loopback(tmp_path):
         (found,) = warnings(bind)
         assert "without a cluster secret" in found and "cluster-secret-file" in found
     assert warnings(["10.1.2.3"], secret=SECRET.decode()) == []
+
+
+def test_a_node_relayed_to_itself_is_refused():
+    """A relay that joins a node's outbound link to the node's own listener
+    gets no link up: the listener sees its own node's nonce."""
+    async def test(loop):
+        a = await make_bus(loop, A_ID, keys(SECRET))
+
+        async def relay(reader, writer):
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                "127.0.0.1", bus_port(a))
+
+            async def pipe(src, dst):
+                while data := await src.read(65536):
+                    dst.write(data)
+                dst.close()
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer),
+                                 return_exceptions=True)
+        server = await asyncio.start_server(relay, "127.0.0.1", 0)
+        a.connect(B_ID, "127.0.0.1", server.sockets[0].getsockname()[1])
+        await until(lambda: a.node.down, "A's link through the relay failed")
+        assert a.node.up == [] and a.auth_failures == 1 and not a.own_nonces
+        server.close()
+        a.shutdown()
+    run(test)

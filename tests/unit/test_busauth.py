@@ -189,3 +189,17 @@ def test_the_frame_mac_is_truncated_hmac_sha256():
     expected = hmac.new(key, struct.pack(">Q", 7) + frame, "sha256").digest()[:MAC_LEN]
     assert busauth.FrameMac(key).digest(7, frame) == expected
     assert busauth.FrameMac(key).digest(7, memoryview(bytearray(frame))) == expected
+
+
+def test_a_handshake_reflected_back_to_its_own_node_is_refused():
+    """A relay that makes a node's outbound end handshake with its own
+    listener: the HELLO carries a nonce of the node's own, and is refused."""
+    own_nonces: set[bytes] = set()
+    outbound = Handshake(keys(SECRET), initiator=True)
+    own_nonces.add(outbound.nonce)
+    listener = Handshake(keys(SECRET), initiator=False, own_nonces=own_nonces)
+    _, hello = outbound.feed(bytearray(listener.start()))  # relayed both ways
+    with pytest.raises(BusAuthError, match="reflected"):
+        listener.feed(bytearray(hello))
+    # The same exchange between two nodes passes (the check is what refused it).
+    assert handshake(keys(SECRET), keys(SECRET))[1].session is not None
