@@ -93,16 +93,22 @@ def test_monitor_and_log_never_show_passwords(server_factory):
         reader = _Reader(watcher)
         assert reader.line() == b"+OK" and reader.line() == b"+OK"
         with socket.create_connection(("127.0.0.1", proc.port), timeout=TIMEOUT) as other:
-            other.sendall(encode_command("AUTH", "worker", "worker-pw")
-                          + encode_command("HELLO", "3", "AUTH", "worker", "worker-pw")
-                          + encode_command("AUTH", "guessed-pw")
-                          + encode_command("ACL", "SETUSER", "x", ">hidden-pw")
-                          + encode_command("PING", "done"))
-            lines = [reader.line() for _ in range(4)]
-    assert lines[0].endswith(b' "AUTH" "(redacted)" "(redacted)"')
-    assert lines[1].endswith(b' "HELLO" "3" "AUTH" "(redacted)" "(redacted)"')
-    assert lines[2].endswith(b' "AUTH" "(redacted)"')
-    assert lines[3].endswith(b' "PING" "done"')  # ACL SETUSER (admin) never shown
+            other.sendall(encode_command("AUTH", "guessed-pw")
+                          + encode_command("AUTH", "worker", "worker-pw")
+                          + encode_command("HELLO", "3", "AUTH", "worker", "worker-pw"))
+            with proc.client(password="admin-pw") as admin:
+                assert admin.execute_command("ACL", "SETUSER", "x", ">hidden-pw") == b"OK"
+            other.sendall(encode_command("PING", "done"))
+            lines = [reader.line()]
+            while not lines[-1].endswith(b' "PING" "done"'):
+                lines.append(reader.line())
+    shown = b"\n".join(lines)
+    for secret in (b"worker-pw", b"guessed-pw", b"hidden-pw", b"admin-pw"):
+        assert secret not in shown
+    assert any(line.endswith(b' "AUTH" "(redacted)"') for line in lines)
+    assert any(line.endswith(b' "AUTH" "(redacted)" "(redacted)"') for line in lines)
+    assert any(line.endswith(b' "HELLO" "3" "AUTH" "(redacted)" "(redacted)"') for line in lines)
+    assert b"SETUSER" not in shown  # ACL is an admin command: never shown
     wait_until(lambda: "AUTH failed for user 'default'" in proc.log_path.read_text(),
                TIMEOUT, message="the failed AUTH logged")
     log = proc.log_path.read_text()
