@@ -208,6 +208,9 @@ class Sim:
         config = Config()
         config.port = sn.port
         config.cluster_node_timeout = self.node_timeout
+        # Simulated clients connect from the network's addresses, not loopback,
+        # as to nodes opened up on purpose (docs/security.md, protected mode).
+        config.protected_mode = False
         if self.configure is not None:
             self.configure(config, sn.index)
         return config
