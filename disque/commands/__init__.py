@@ -42,7 +42,7 @@ class Command:
         self.is_auth = name in ("auth", "hello")  # HELLO may carry AUTH
         self.is_ping = name == "ping"
         # MONITOR and the slow log hide some of its words (commands.acl.redact)
-        self.redacts = name in ("auth", "hello", "acl")
+        self.redacts = name in ("auth", "hello", "acl", "config")
         self.arity_error = errors.wrong_arity(name)
         # arity N > 0: exactly N words; -N: at least N (spec: commands.md §0)
         self.min_args = arity if arity > 0 else -arity

@@ -53,6 +53,10 @@ _DEADLETTER: Final = b"DEADLETTER"
 _AUTH: Final = b"AUTH"
 _SETUSER: Final = b"SETUSER"
 REDACTED: Final = b"(redacted)"
+# Directives whose CONFIG SET value MONITOR and the slow log never show.
+SECRET_CONFIGS: Final = frozenset({b"requirepass", b"tls-key-file-pass", b"cluster-secret",
+                                   b"cluster-secret-old"})
+_SET: Final = b"SET"
 MAX_PASSWORD_LEN: Final = 512
 AUTH_LOG_INTERVAL_MS: Final = 1000  # failed AUTHs are logged at most this often
 
@@ -292,11 +296,19 @@ def _auth_failed(node: Node, client: ClientState, name: bytes) -> None:
 
 
 def redact(cmd: Command, argv: list[bytes]) -> list[bytes]:
-    """What MONITOR and the slow log show of AUTH, HELLO ... AUTH and ACL
-    SETUSER: ``(redacted)`` for the user name and password, and for
-    SETUSER's rules (as Redis 7)."""
+    """What MONITOR and the slow log show of AUTH, HELLO ... AUTH, ACL
+    SETUSER and CONFIG SET of a secret: ``(redacted)`` for the user name and
+    password, SETUSER's rules and the secret's value (as Redis 7)."""
     if cmd.name == "auth":
         return argv[:1] + [REDACTED] * (len(argv) - 1)
+    if cmd.name == "config":
+        if len(argv) < 4 or argv[1].upper() != _SET:
+            return argv
+        shown = list(argv)
+        for i in range(2, len(shown) - 1, 2):
+            if shown[i].lower() in SECRET_CONFIGS:
+                shown[i + 1] = REDACTED
+        return shown
     if cmd.name == "acl":
         if argv[1].upper() != _SETUSER:
             return argv

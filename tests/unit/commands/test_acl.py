@@ -455,3 +455,19 @@ def test_slow_log_redacts_auth_and_hello_auth():
         [b"ACL", b"SETUSER", b"ops", b"(redacted)", b"(redacted)"],
         [b"HELLO", b"2", b"AUTH", b"(redacted)", b"(redacted)"],
         [b"AUTH", b"(redacted)", b"(redacted)"]]
+
+
+def test_slow_log_redacts_the_value_of_a_secret_config_set():
+    """CONFIG SET cluster-secret takes ~60 ms (PBKDF2): always a slow command."""
+    node = worker_node()
+    node.stats.slowlog_threshold_us = 0  # log everything
+    admin = Cmd(node)
+    admin.raw("CONFIG", "SET", "requirepass", "s3cret")
+    admin.raw("AUTH", "s3cret")
+    admin.raw("CONFIG", "SET", "cluster-secret", "bus-s3cret")
+    admin.raw("CONFIG", "SET", "maxclients", "100")
+    shown = [e[3] for e in admin.ok("SLOWLOG", "GET")]
+    assert [b"CONFIG", b"SET", b"cluster-secret", b"(redacted)"] in shown
+    assert [b"CONFIG", b"SET", b"requirepass", b"(redacted)"] in shown
+    assert [b"CONFIG", b"SET", b"maxclients", b"100"] in shown
+    assert not any(b"s3cret" in word for entry in shown for word in entry)
