@@ -36,11 +36,13 @@ class DisqueClient:
     """A connection to the best reachable node of a Disque cluster, with failover."""
 
     def __init__(self, nodes: str | Sequence[str | NodeAddress | tuple[str, int]] = DEFAULT_SEED,
-                 *, password: str | None = None, socket_timeout: float | None = 30.0,
+                 *, password: str | None = None, username: str | None = None,
+                 socket_timeout: float | None = 30.0,
                  connect_timeout: float = 5.0, use_hello: bool = True,
                  max_attempts: int | None = None) -> None:
         self.seeds = parse_nodes(nodes)
         self.password = password
+        self.username = username  # AUTH <username> <password> (a node's ACL user)
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
         self.use_hello = use_hello
@@ -68,7 +70,8 @@ class DisqueClient:
             self._conn = None
 
     def _open(self, node: NodeAddress) -> redis.Connection:
-        conn = redis.Connection(host=node.host, port=node.port, password=self.password,
+        conn = redis.Connection(host=node.host, port=node.port, username=self.username,
+                                password=self.password,
                                 socket_timeout=self.socket_timeout,
                                 socket_connect_timeout=self.connect_timeout,
                                 protocol=2, driver_info=None)

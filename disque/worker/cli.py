@@ -23,6 +23,7 @@ from disque.worker.threaded import ThreadedWorker
 
 CLUSTER_ENV = "DISQUE_CLUSTER"
 PASSWORD_ENV = "DISQUE_PASSWORD"
+USER_ENV = "DISQUE_USER"
 EXIT_USAGE = 2
 EXIT_AUTH = 3
 
@@ -31,7 +32,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; ``WorkerOptions`` holds their defaults."""
     defaults = WorkerOptions()
     parser = argparse.ArgumentParser(prog="disque-worker", description=__doc__.split("\n\n")[1],
-                                     epilog="$%s, when set, is sent with AUTH." % PASSWORD_ENV)
+                                     epilog="$%s, when set, is sent with AUTH (as the ACL user $%s, "
+                                            "when set)." % (PASSWORD_ENV, USER_ENV))
     parser.add_argument("target", help="the handler, as package.module:function")
     parser.add_argument("--queue", "-q", action="append", required=True,
                         help="a queue to take jobs from (repeatable)")
@@ -67,7 +69,8 @@ def build_worker(args: argparse.Namespace) -> Worker:
     options = WorkerOptions(concurrency=args.concurrency, prefetch=args.prefetch,
                             poll_ms=args.poll_ms, working_after=args.working_after,
                             nack_delay=args.nack_delay, nack_delay_max=args.nack_delay_max,
-                            grace=args.grace, password=os.environ.get(PASSWORD_ENV))
+                            grace=args.grace, password=os.environ.get(PASSWORD_ENV),
+                            username=os.environ.get(USER_ENV))
     kind = AsyncioWorker if is_coroutine_handler(handler) else ThreadedWorker
     worker = kind(args.cluster, options)
     for queue in args.queue:

@@ -58,6 +58,7 @@ class WorkerOptions:
     hello_interval: float = 5.0  # seconds between HELLOs of the fetching connection
     socket_timeout: float = 10.0
     password: str | None = None
+    username: str | None = None  # with password: AUTH as this ACL user
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -128,7 +129,7 @@ class Worker(abc.ABC):
 
     def _client(self) -> DisqueClient:
         opts = self.options
-        return DisqueClient(self.nodes, password=opts.password,
+        return DisqueClient(self.nodes, password=opts.password, username=opts.username,
                             socket_timeout=opts.socket_timeout)
 
     def _begin(self) -> bool:

@@ -324,6 +324,35 @@ def test_worker_refused_by_the_server_stops_at_once(server, password):
         wait_until(lambda: done == [b"authorized"], message="the job with the password")
 
 
+def test_worker_as_an_acl_user_limited_to_its_queues(server):
+    """A worker logged in as a user limited to ``@consume ~orders:*`` (and
+    the connection commands it needs) fetches, acknowledges and NACKs with
+    DELAY there, and takes nothing from another queue."""
+    assert server.call("ACL", "SETUSER", "worker", "on", ">w-pw", "~orders:*", "+@consume",
+                       "+@connection") == b"OK"
+    worker = ThreadedWorker("127.0.0.1:%d" % server.port, username="worker", password="w-pw")
+    done: list[bytes] = []
+    failed_once: list[bytes] = []
+
+    @worker.task("orders:eu")
+    def handle(job):
+        if job.body == b"flaky" and not failed_once:
+            failed_once.append(job.body)
+            raise RuntimeError("first attempt fails")
+        done.append(job.body)
+
+    with DisqueClient("127.0.0.1:%d" % server.port) as producer:
+        producer.add("orders:eu", b"o1")
+        producer.add("orders:eu", b"flaky")
+        producer.add("payments", b"p1")
+    with running(worker):
+        wait_until(lambda: sorted(done) == [b"flaky", b"o1"], timeout=15,
+                   message="both orders processed, the flaky one after its NACK DELAY")
+        wait_until(lambda: server.call("QLEN", "orders:eu") == 0
+                   and registered_jobs(server) == 1, message="orders acknowledged")
+    assert server.call("QLEN", "payments") == 1 and worker.stats.failed == 1
+
+
 def test_producer_add_takes_every_job_option(server):
     with DisqueClient("127.0.0.1:%d" % server.port) as client:
         job_id = client.add("orders", b'{"id": 1}', retry=10, ttl=600, maxlen=100, priority=8,
