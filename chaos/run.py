@@ -7,8 +7,9 @@ unique bodies (REPLICATE 1 to 3, RETRY 5 by default) at random nodes; consumers 
 them from random nodes and mostly acknowledge them (some are NACKed,
 some forgotten like a crashed worker would). Meanwhile the nemesis kills
 nodes with SIGKILL and restarts them (their AOF brings their jobs back),
-pauses them with SIGSTOP, partitions the network (routes that drop
-packets or refuse connections) and takes a node's link down. After
+now and then kills every node at once, pauses nodes with SIGSTOP,
+partitions the network (routes that drop packets or refuse connections)
+and takes a node's link down. After
 ``--duration`` seconds every fault is undone, producers stop and the
 consumers drain the cluster; then the history is judged (chaos.history),
 a summary table is printed, and the exit status is 1 if a job was lost,
@@ -95,7 +96,7 @@ class Run:
         self.nodes = [NodeProcess(i, directory / ("n%d" % i), network, password,
                                   args.appendfsync, args.node_timeout)
                       for i in range(args.nodes)]
-        self.faults = {"kill": 0, "pause": 0, "partition": 0, "link-down": 0}
+        self.faults = {"kill": 0, "kill-all": 0, "pause": 0, "partition": 0, "link-down": 0}
         self.client_errors = 0
         self.partitioned = False
 
@@ -195,7 +196,7 @@ class Run:
     def nemesis(self) -> None:
         rng = self.rng
         network = self.cut
-        actions = ["kill", "kill", "pause", "pause"]
+        actions = ["kill"] * 4 + ["pause"] * 4 + ["kill-all"]
         if network is not None:
             actions += ["partition", "partition", "link-down"]
         while not self.stop_nemesis.wait(rng.uniform(*self.args.fault_every)):
@@ -219,6 +220,20 @@ class Run:
                         "partition", tuple(self.nodes[i].name for i in order[:split]),
                         time.monotonic())
                     self._later(rng.uniform(2, 8), self._heal, fault)
+                elif action == "kill-all":
+                    # Every running node at once (their AOFs keep every job),
+                    # each restarted a moment later (the others have their own).
+                    victims = [node for node in self.nodes if node.running]
+                    if not victims:
+                        continue
+                    fault = self.history.fault(action, tuple(n.name for n in victims),
+                                               time.monotonic())
+                    for node in victims:
+                        node.kill()
+                    ends = [rng.uniform(1, 4) for _ in victims]
+                    for node, delay in zip(victims, ends):
+                        self._later(delay, self._restart, node,
+                                    fault if delay == max(ends) else None)
                 else:
                     if len(impaired) >= self.args.max_impaired or not healthy:
                         continue
@@ -250,11 +265,12 @@ class Run:
         if fault.end is None:
             fault.end = time.monotonic()
 
-    def _restart(self, node: NodeProcess, fault: Fault) -> None:
+    def _restart(self, node: NodeProcess, fault: Fault | None) -> None:
         if not node.running:
             node.start()
             self._log("restart %s" % node.name)
-        self._end(fault)
+        if fault is not None:
+            self._end(fault)
 
     def _resume(self, node: NodeProcess, fault: Fault) -> None:
         node.resume()
