@@ -6,11 +6,12 @@ node cores on the simulated network, with producers and consumers, while
 a nemesis drops, delays, duplicates and (in some seeds) reorders
 messages, partitions the network, crashes nodes (SIGKILL) and restarts
 them with or without their AOF (sometimes with the disk lost too), makes
-clocks jump, pauses queues and makes nodes leave; in half the seeds it
-also kills several nodes that have an AOF at once (all of a job's holders,
-often) and restarts them a moment later. Then the network heals,
-every node restarts, a drainer takes and acknowledges what is left, and
-the ledger (``harness.workload``) checks the invariants:
+clocks jump, pauses queues and makes nodes leave. In half the seeds it
+also freezes node processes for up to 6 s (SIGSTOP: messages and clients
+wait), in half it kills several nodes that have an AOF at once (all of a
+job's holders, often) and restarts them a moment later. Then the network
+heals, every node restarts, a drainer takes and acknowledges what is
+left, and the ledger (``harness.workload``) checks the invariants:
 
 * no job whose synchronous ADDJOB with REPLICATE >= 2 was acknowledged
   to its producer (TTL long enough not to expire during the run) is lost
@@ -93,7 +94,7 @@ def build(seed: int) -> tuple[Sim, Workload, int]:
                         producers=rng.randint(1, 3), consumers=rng.randint(1, 3),
                         max_down=rng.randint(1, max(1, size // 2)), reorder=reorder,
                         disk_loss=rng.choice((0.0, 0.0, 0.2)), mass_crash=rng.random() < 0.5,
-                        watch_gone=True)
+                        watch_gone=True, stalls=rng.random() < 0.5)
     return sim, workload, rng.randint(8_000, 25_000)
 
 
@@ -161,8 +162,8 @@ def summary(outcomes: list[Outcome], seconds: float) -> str:
              "wall time      %.1f s (%.3f s per seed)" % (seconds, seconds / max(1, len(outcomes))),
              "with AOF       %d seeds" % sum(1 for o in outcomes if o.aof not in ("", "off"))]
     for key in ("addjob", "delivered", "duplicates", "ackjob", "fastack", "nack", "crash",
-                "mass_crash", "disk_lost", "restart", "aof_loads", "partition", "clock", "faults",
-                "pause", "leaving"):
+                "mass_crash", "stall", "disk_lost", "restart", "aof_loads", "partition",
+                "clock", "faults", "pause", "leaving"):
         if key in totals:
             lines.append("%-14s %d" % (key, totals[key]))
     return "\n".join(lines)

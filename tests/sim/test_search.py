@@ -82,3 +82,23 @@ def test_replay_command_runs_one_seed(capsys):
     seed = seeds("test_replay_command_runs_one_seed", 1)[0] + search.DEFAULT_BASE
     assert search.main(["--replay", str(seed)]) == 0
     assert "seed %d passed" % seed in capsys.readouterr().out
+
+
+def test_stall_freezes_a_node_and_keeps_what_reaches_it():
+    """A stalled node (SIGSTOP) answers nothing until it resumes, then
+    handles the commands and bus messages that waited, in order."""
+    sim = Sim(3, seeds("test_stall", 1)[0])
+    try:
+        sim.join()
+        sim.stall(1, 2000)
+        started = sim.now
+        replies = []
+        sim.command(1, "PING", on_reply=lambda request: replies.append(request))
+        request = sim.command(0, "ADDJOB", "q", "while-stalled", 5000, "REPLICATE", 3)
+        assert sim.run_until(lambda: replies, 5000)
+        assert replies[0].value == b"PONG" and replies[0].done_at >= started + 2000
+        # The ADDJOB needed n1's GOTJOB: it could only complete after the stall.
+        assert sim.run_until(lambda: request.done, 5000) and request.done_at >= started + 2000
+        assert set(states(sim, request.value)) == {0, 1, 2}
+    finally:
+        sim.close()

@@ -77,6 +77,9 @@ class SimNode:
         self.wipes = 0  # crashes that lost the machine's jobs (no AOF, or the disk went too)
         self.aof: SimAof | None = None  # appendonly on: the file kept across crashes
         self.clock_offset = 0.0  # this machine's clock minus the true time, ms
+        # ``Sim.stall``: the process is frozen (SIGSTOP, a long GC pause) until
+        # then; what reaches it waits in its socket buffers meanwhile.
+        self.paused_until = 0.0
 
     @property
     def alive(self) -> bool:
@@ -246,6 +249,9 @@ class Sim:
     def _cron(self, sn: SimNode, incarnation: int, period: float) -> None:
         if sn.node is None or sn.incarnation != incarnation:
             return
+        if sn.paused_until > self.loop.now:
+            self.loop.at(sn.paused_until, self._cron, sn, incarnation, period)
+            return
         sn.node.cron()
         self.poke(sn)
         self.loop.after(period, self._cron, sn, incarnation, period)
@@ -274,6 +280,9 @@ class Sim:
     def _timers(self, sn: SimNode, incarnation: int, when: float) -> None:
         if sn.node is None or sn.incarnation != incarnation or sn.timer_at != when:
             return
+        if sn.paused_until > self.loop.now:
+            self.loop.at(sn.paused_until, self._timers, sn, incarnation, when)
+            return
         sn.timer_at = INF
         sn.node.run_timers()
         self.poke(sn)
@@ -293,6 +302,7 @@ class Sim:
             sn.wipes += 1
         sn.node = None
         sn.crashes += 1
+        sn.paused_until = 0.0
         if sn.bus is not None and not self.wire:  # (a wire node's process just dies)
             sn.bus.shutdown()
         sn.bus = None
@@ -303,6 +313,19 @@ class Sim:
         for client, request in waiting:
             request.lost = True
             self._finish(request)
+
+    def stall(self, i: int, ms: float) -> None:
+        """Freeze machine ``i``'s process for ``ms`` (like SIGSTOP, then SIGCONT):
+        its cron, timers, bus messages and clients wait, in order, and run
+        when it resumes; its connections stay up. Decoded-message mode only."""
+        sn = self.nodes[i]
+        if sn.node is None or self.wire:
+            return
+        self.trace("stall %s for %.0f ms" % (sn.name, ms))
+        sn.paused_until = max(sn.paused_until, self.loop.now + ms)
+
+    def stalled(self, i: int) -> bool:
+        return self.nodes[i].paused_until > self.loop.now
 
     def restart(self, i: int) -> None:
         """Start machine ``i`` again: same ID and nodes.conf; its jobs are
@@ -315,11 +338,22 @@ class Sim:
     # ------------------------------------------------------- bus callbacks
 
     def call_link_up(self, sn: SimNode, node_id: bytes, link) -> None:
+        if sn.paused_until > self.loop.now:
+            self.loop.at(sn.paused_until, self._link_up_resumed, sn, node_id, link,
+                         sn.incarnation)
+            return
         sn.node.link_up(node_id, link)
         self.poke(sn)
 
+    def _link_up_resumed(self, sn: SimNode, node_id: bytes, link, incarnation: int) -> None:
+        if sn.node is not None and sn.incarnation == incarnation:
+            self.call_link_up(sn, node_id, link)
+
     def call_link_down(self, sn: SimNode, node_id: bytes, incarnation: int | None = None) -> None:
         if sn.node is None or (incarnation is not None and incarnation != sn.incarnation):
+            return
+        if sn.paused_until > self.loop.now:
+            self.loop.at(sn.paused_until, self.call_link_down, sn, node_id, sn.incarnation)
             return
         if sn.bus.outbound.get(node_id) is not None:
             return  # already reconnected: this notice is about an older connection
@@ -349,6 +383,11 @@ class Sim:
         """Send a command to node ``i`` now. The reply may come later
         (blocked command); ``on_reply(request)`` then runs as a new event."""
         sn = self.nodes[i]
+        if sn.paused_until > self.loop.now and sn.node is not None:
+            # The request waits in the socket until the process resumes; the
+            # caller gets its reply through ``on_reply``.
+            self.loop.at(sn.paused_until, self._command_resumed, i, args, client, on_reply)
+            return Request(i, [to_bytes(a) for a in args], self.loop.now, client)
         argv = [to_bytes(a) for a in args]
         if client is None:
             if sn.node is None:
@@ -427,6 +466,10 @@ class Sim:
         if self._aof_dir is not None:
             self._aof_dir.cleanup()
             self._aof_dir = None
+
+    def _command_resumed(self, i: int, args: tuple, client: SimClient | None,
+                         on_reply: Callable | None) -> None:
+        self.command(i, *args, client=client, on_reply=on_reply)
 
     def call(self, i: int, *args):
         """Run a command on node ``i`` that must reply at once; return the value."""

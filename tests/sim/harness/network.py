@@ -344,6 +344,10 @@ class Network:
             self.loop.at(when, self._deliver, conn, to_dst, packed)
 
     def _deliver(self, conn: Conn, to_dst: bool, packed: bytes) -> None:
+        receiver = conn.dst if to_dst else conn.src
+        if receiver.paused_until > self.loop.now:  # read when it resumes, in order
+            self.loop.at(receiver.paused_until, self._deliver, conn, to_dst, packed)
+            return
         if not conn.open:
             self.stats["dropped"] += 1
             return

@@ -238,7 +238,8 @@ class Workload:
                  partitions: bool = True, reorder: bool = False,
                  noise: "MessageFuzzer | None" = None, admin: bool = True,
                  clocks: bool = True, disk_loss: float = 0.0,
-                 mass_crash: bool = False, watch_gone: bool = False) -> None:
+                 mass_crash: bool = False, watch_gone: bool = False,
+                 stalls: bool = False) -> None:
         self.sim = sim
         self.rng = rng
         self.ledger = Ledger(sim)
@@ -259,13 +260,14 @@ class Workload:
         # max_down: they keep their jobs) and restart each a moment later.
         self.mass_crash = mass_crash
         self.watch_gone = watch_gone  # check resurrections during the chaos too
+        self.stalls = stalls  # the nemesis also freezes node processes (SIGSTOP)
         self.phase = "chaos"
         self.pending_adds: set = set()
         self.counter = 0
         self.stats = {"addjob": 0, "getjob": 0, "ackjob": 0, "fastack": 0, "nack": 0,
                       "working": 0, "enqueue": 0, "dequeue": 0, "crash": 0, "partition": 0,
                       "pause": 0, "leaving": 0, "reads": 0, "disk_lost": 0, "restart": 0,
-                      "clock": 0, "faults": 0, "mass_crash": 0}
+                      "clock": 0, "faults": 0, "mass_crash": 0, "stall": 0}
 
     # ------------------------------------------------------------ running
 
@@ -310,8 +312,10 @@ class Workload:
         for sn in sim.nodes:
             if sn.node is None:
                 sim.restart(sn.index)
-        for delay in (0, 200, 1000):  # again once in-flight PAUSE broadcasts have landed
-            sim.after(delay, self._undo_admin)
+        # Once stalled nodes resume, and again once in-flight PAUSE broadcasts landed.
+        resumed = max([sn.paused_until - sim.now for sn in sim.nodes] + [0.0])
+        for delay in (0, 200, 1000):
+            sim.after(resumed + delay, self._undo_admin)
         sim.after(0, self._drain)
 
     def _undo_admin(self) -> None:
@@ -567,8 +571,12 @@ class Workload:
             actions += ["restart", "restart"]
         if self.faults:
             actions += ["faults"]
-        if self.admin and up:  # (every node can be down after a mass crash)
+        # Admin commands need an answer now: not from a stalled node.
+        responsive = [i for i in up if not sim.stalled(i)]
+        if self.admin and responsive:  # (every node can be down after a mass crash)
             actions += ["pause", "leaving"]
+        if self.stalls and responsive:
+            actions += ["stall"]
         if self.clocks and up:
             actions += ["clock"]
         durable = [i for i in up if sim.nodes[i].aof is not None]
@@ -598,6 +606,9 @@ class Workload:
         elif action == "restart":
             sim.restart(rng.choice(down))
             self.stats["restart"] += 1
+        elif action == "stall":
+            self.stats["stall"] += 1
+            sim.stall(rng.choice(responsive), rng.uniform(100, 6000))
         elif action == "mass_crash":
             self.stats["mass_crash"] += 1
             for victim in rng.sample(durable, rng.randint(2, len(durable))):
@@ -606,7 +617,7 @@ class Workload:
                 sim.after(rng.uniform(50, 3000), self._restart_after_mass_crash, victim)
         elif action == "pause":
             self.stats["pause"] += 1
-            target = rng.choice(up)
+            target = rng.choice(responsive)
             state = rng.choice(("in", "out", "all", "none", "none"))
             argv = ["PAUSE", rng.choice(QUEUES), state]
             if rng.random() < 0.5:
@@ -616,7 +627,7 @@ class Workload:
                 self.ledger.fail("%r replied %r" % (argv, reply))
         elif action == "leaving":
             self.stats["leaving"] += 1
-            target = rng.choice(up)
+            target = rng.choice(responsive)
             leaving = sim.node(target).membership.leaving
             value = "no" if leaving or rng.random() < 0.3 else "yes"
             if sim.call(target, "CLUSTER", "LEAVING", value) != b"OK":
