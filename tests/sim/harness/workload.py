@@ -196,6 +196,8 @@ class Ledger:
         """Note acked jobs that no live node holds any more (nor the AOF of
         a crashed one: a restart brings those back)."""
         nodes = self.sim.nodes
+        if any(self.sim.stalled(sn.index) for sn in nodes):
+            return  # what waits for a stalled node may carry a job it lacks
         live = [sn.node.jobs for sn in nodes if sn.node is not None]
         live += [sn.aof.live_at_crash for sn in nodes if sn.node is None and sn.aof is not None]
         for record in self.by_id.values():
@@ -210,6 +212,12 @@ class Ledger:
         one of those again is a resurrection (a stale AOF, a lost DELJOB)."""
         nodes = self.sim.nodes
         now = self.sim.now
+        if any(self.sim.stalled(sn.index) for sn in nodes):
+            # Messages wait for a stalled node, and may carry a job held
+            # nowhere else: count absences again once it resumed.
+            for record in self.by_id.values():
+                record.absent_since = None
+            return
         holders = [sn.node.jobs for sn in nodes if sn.node is not None]
         holders += [sn.aof.live_at_crash for sn in nodes if sn.node is None and sn.aof is not None]
         for record in self.by_id.values():
