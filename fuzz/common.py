@@ -12,7 +12,8 @@ Engines:
 
 - ``atheris`` (coverage-guided, libFuzzer): ``python -m fuzz.<name> --runs N``;
   inputs that reach new coverage go to a work directory, and with
-  ``--merge`` the smallest of them are added to ``fuzz/corpus/<name>``.
+  ``--merge`` some of them (spread over their sizes) are added to
+  ``fuzz/corpus/<name>``.
 - ``random``: mutations of the corpus with a seeded ``random.Random``, no
   coverage feedback; what ``tests/unit/test_fuzz_targets.py`` runs inside
   ``make test``, and the fallback where atheris is not installed.
@@ -35,7 +36,7 @@ from pathlib import Path
 FUZZ_DIR = Path(__file__).resolve().parent
 CORPUS_DIR = FUZZ_DIR / "corpus"
 MAX_CORPUS_FILE = 4096  # bytes: the corpus stays small enough for the repository
-MAX_NEW_PER_RUN = 60  # inputs a --merge run adds to a target's corpus, smallest first
+MAX_NEW_PER_RUN = 60  # inputs a --merge run adds to a target's corpus
 
 
 @dataclass
@@ -322,14 +323,17 @@ def _run_atheris(target: Target, args: argparse.Namespace) -> int:
 
 
 def keep_new_inputs(target: Target, work: Path, most: int = MAX_NEW_PER_RUN) -> int:
-    """Copy the smallest of the inputs a run found into the target's corpus."""
-    found = sorted((p for p in work.iterdir() if p.is_file()),
+    """Copy up to ``most`` of the inputs a run found into the target's corpus,
+    spread over their sizes (the short ones and the long ones reach
+    different code)."""
+    found = sorted((p for p in work.iterdir()
+                    if p.is_file() and p.stat().st_size <= MAX_CORPUS_FILE),
                    key=lambda p: p.stat().st_size)
+    if len(found) > most:
+        found = [found[i * len(found) // most] for i in range(most)]
     target.corpus.mkdir(parents=True, exist_ok=True)
     kept = 0
     for path in found:
-        if kept >= most or path.stat().st_size > MAX_CORPUS_FILE:
-            break
         dest = target.corpus / path.name
         if not dest.exists():
             dest.write_bytes(path.read_bytes())

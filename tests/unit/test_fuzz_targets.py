@@ -13,7 +13,7 @@ from fuzz import aof, bus, command, properties, resp
 from fuzz.common import corpus_inputs, mutate, replay, run_random
 
 # New inputs per target: a few seconds each on the pure-Python core.
-NEW_INPUTS = {"resp": 4000, "bus": 2500, "command": 1500, "aof": 1500}
+NEW_INPUTS = {"resp": 5000, "bus": 3000, "command": 3000, "aof": 3000}
 PROPERTY_EXAMPLES = 25
 
 
