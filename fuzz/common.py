@@ -37,6 +37,7 @@ FUZZ_DIR = Path(__file__).resolve().parent
 CORPUS_DIR = FUZZ_DIR / "corpus"
 MAX_CORPUS_FILE = 4096  # bytes: the corpus stays small enough for the repository
 MAX_NEW_PER_RUN = 60  # inputs a --merge run adds to a target's corpus
+MAX_CORPUS_FILES = 250  # per target: then runs add nothing (the corpus stays small)
 
 
 @dataclass
@@ -329,9 +330,12 @@ def keep_new_inputs(target: Target, work: Path, most: int = MAX_NEW_PER_RUN) -> 
     found = sorted((p for p in work.iterdir()
                     if p.is_file() and p.stat().st_size <= MAX_CORPUS_FILE),
                    key=lambda p: p.stat().st_size)
+    target.corpus.mkdir(parents=True, exist_ok=True)
+    most = min(most, MAX_CORPUS_FILES - sum(1 for _ in target.corpus.iterdir()))
+    if most <= 0:
+        return 0
     if len(found) > most:
         found = [found[i * len(found) // most] for i in range(most)]
-    target.corpus.mkdir(parents=True, exist_ok=True)
     kept = 0
     for path in found:
         dest = target.corpus / path.name
