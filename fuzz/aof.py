@@ -21,8 +21,10 @@ is cut where ``check`` says). A loaded node must be consistent.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 
@@ -78,6 +80,7 @@ def build() -> Target:
     payloads = [read_record(record, 0, len(record))[0][1] for record in written + legacy]
     workdir = tempfile.mkdtemp(prefix="fuzz-aof-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                else None)
+    atexit.register(shutil.rmtree, workdir, True)
     path = os.path.join(workdir, "fuzz.aof")
 
     def summed(*args: bytes) -> bytes:

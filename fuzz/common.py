@@ -26,6 +26,7 @@ import hashlib
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -316,6 +317,8 @@ def _run_atheris(target: Target, args: argparse.Namespace) -> int:
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
         kept = keep_new_inputs(target, work)
+        shutil.rmtree(work, True)
+        shutil.rmtree(scratch, True)
         print("%s: %d new inputs added to %s" % (target.name, kept, target.corpus))
         return code
     atheris.Setup([sys.argv[0], *options, *corpus], target.one_input)

@@ -143,8 +143,10 @@ def _jobs():
 
 def aof_round_trip(examples: int) -> None:
     """Jobs written to an AOF load back with every stored field."""
+    import atexit
     import logging
     import os
+    import shutil
     import tempfile
 
     from disque.aof import loader as loader_module
@@ -155,7 +157,9 @@ def aof_round_trip(examples: int) -> None:
     from tests.unit.helpers import make_node
 
     log = logging.getLogger("fuzz.properties.aof")
-    path = os.path.join(tempfile.mkdtemp(prefix="fuzz-properties-"), "a.aof")
+    workdir = tempfile.mkdtemp(prefix="fuzz-properties-")
+    atexit.register(shutil.rmtree, workdir, True)
+    path = os.path.join(workdir, "a.aof")
     read_chunk = loader_module.READ_CHUNK
 
     @_settings(examples)
