@@ -102,3 +102,15 @@ def test_stall_freezes_a_node_and_keeps_what_reaches_it():
         assert set(states(sim, request.value)) == {0, 1, 2}
     finally:
         sim.close()
+
+
+def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
+    """Seed 1004525 of the 10,000-seed search failed on a harness bug: n3,
+    stalled, had a YOURJOBS carrying a job waiting for it while a FASTACK
+    elsewhere deleted every other copy; the ledger called the job gone, and
+    n3's delivery of it on resuming (before the DELJOB that waited behind
+    it on another link) a resurrection. Nothing is marked gone while a node
+    is stalled."""
+    outcome = search.run_seed(1004525)
+    assert outcome.ok, search.failure_report(outcome)
+    assert outcome.stats["stall"] >= 1
