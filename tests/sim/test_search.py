@@ -114,3 +114,26 @@ def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
     outcome = search.run_seed(1004525)
     assert outcome.ok, search.failure_report(outcome)
     assert outcome.stats["stall"] >= 1
+
+
+def test_simulated_aof_is_the_servers_format():
+    """The simulated AOF is written as the server writes it: one format
+    marker at the start (checksummed records after it), none added by a
+    restart, and disque-check-aof finds it valid."""
+    from disque.aof.check import check
+    from disque.aof.format import FILE_MARKER
+
+    sim = Sim(2, seeds("test_simulated_aof_format", 1)[0], aof=True)
+    try:
+        sim.join()
+        add_ok(sim, 0, "q", "one", 0, "REPLICATE", 2)
+        sim.crash(0)
+        sim.restart(0)
+        add_ok(sim, 0, "q", "two", 0, "REPLICATE", 2)
+        sim.run_for(100)
+        with open(sim.nodes[0].aof.path, "rb") as f:
+            data = f.read()
+        assert data.startswith(FILE_MARKER) and data.count(FILE_MARKER) == 1
+        assert check(data)[1] is None, check(data)
+    finally:
+        sim.close()

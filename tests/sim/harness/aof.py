@@ -48,6 +48,7 @@ class SimAof:
         config.appendfilename = self.path
         config.appendfsync = "no"
         config.aof_load_truncated = True
+        marked = False  # the file begins with the format marker (checksummed records)
         if os.path.exists(self.path):
             node.loading = True
             loader = AofLoader(node, self.path, enqueue_once=False, truncate_allowed=True,
@@ -61,9 +62,10 @@ class SimAof:
                 node.loading = False
             self.loads += 1
             self.jobs_loaded = loader.jobs_loaded
+            marked = loader.checksums_required
         # No event loop: the simulation never rewrites (the writer's only use of it).
         writer = AofWriter(node, config, cast(asyncio.AbstractEventLoop, None), _logger)
-        writer.open_existing()
+        writer.open_existing(marked)  # as AofService: the marker once, at the file's start
         self.writer = writer
 
     def flush(self) -> None:
