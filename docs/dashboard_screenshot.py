@@ -13,7 +13,6 @@ is stopped on exit.
 from __future__ import annotations
 
 import math
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ import redis
 from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test support's free_port, run from anywhere
+from tests.support.process import free_port  # noqa: E402
 OUTPUT = ROOT / "docs" / "images" / "dashboard.png"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -35,22 +36,6 @@ NODES = 3
 LOAD_SECONDS = 40           # enough samples for the sparklines
 TICK_S = 0.25               # between two rounds of jobs
 START_TIMEOUT_S = 15
-
-
-def free_port() -> int:
-    """A free loopback port whose bus port (+10000) is free too."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 55535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
-        return port
 
 
 def wait_for(predicate, what: str) -> None:

@@ -3,7 +3,6 @@ running worker loses no job, and a worker leaves a node that starts leaving."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 import threading
 import time
@@ -11,23 +10,11 @@ import time
 import pytest
 
 from disque.client import DisqueClient
-from disque.worker import ThreadedWorker, Worker
+from disque.worker import ThreadedWorker
 from tests.support.process import wait_until
+from tests.support.worker import running
 
 pytestmark = pytest.mark.cluster
-
-
-@contextlib.contextmanager
-def running(worker: Worker):
-    """``worker.run()`` on a thread, stopped (and checked to stop) on the way out."""
-    thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "the worker did not stop within 30 s"
 
 
 def seeds(cluster, order) -> str:

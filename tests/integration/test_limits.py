@@ -165,24 +165,32 @@ def test_output_buffer_limit_closes_a_client_that_does_not_read(server_factory):
     assert node.call("QLEN", "big") == 20
 
 
+def flood_until_monitor_closed(node, monitor: socket.socket):
+    """Make ``monitor`` (a raw socket that reads nothing more) MONITOR, then
+    send 2 MB batches of commands until the node closes it for its output
+    limit; return the client that sent them."""
+    monitor.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    monitor.sendall(b"MONITOR\r\n")
+    monitor.settimeout(10)
+    assert monitor.recv(5) == b"+OK\r\n"
+    body = "m" * (100 * 1024)
+    client = node.client()
+
+    def closed_after_more_commands() -> bool:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(20):
+            pipe.execute_command("QLEN", body)
+        pipe.execute()
+        return limits(node)["output_buffer_limit_closed_monitor"] == 1
+    wait_until(closed_after_more_commands, message="the MONITOR closed by its output limit")
+    return client
+
+
 @pytest.mark.expect_log(EXPECTED_LOG)
 def test_output_buffer_limit_closes_a_monitor_that_does_not_read(server_factory):
     node = server_factory("client-output-buffer-limit normal 1mb 0 0\n")
     with connect(node) as monitor:
-        monitor.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        monitor.sendall(b"MONITOR\r\n")
-        monitor.settimeout(10)
-        assert monitor.recv(5) == b"+OK\r\n"
-        body = "m" * (100 * 1024)
-        client = node.client()
-
-        def closed_after_more_commands() -> bool:
-            pipe = client.pipeline(transaction=False)
-            for _ in range(20):
-                pipe.execute_command("QLEN", body)
-            pipe.execute()
-            return limits(node)["output_buffer_limit_closed_monitor"] == 1
-        wait_until(closed_after_more_commands, message="the MONITOR closed by its output limit")
+        client = flood_until_monitor_closed(node, monitor)
         assert client.execute_command("PING")
 
 
@@ -192,20 +200,7 @@ def test_monitor_output_buffer_limit_applies_to_monitors_only(server_factory):
     assert node.call("CONFIG", "GET", "monitor-output-buffer-limit") == [
         b"monitor-output-buffer-limit", b"1048576 0 0"]
     with connect(node) as monitor:
-        monitor.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        monitor.sendall(b"MONITOR\r\n")
-        monitor.settimeout(10)
-        assert monitor.recv(5) == b"+OK\r\n"
-        body = "m" * (100 * 1024)
-        client = node.client()
-
-        def closed_after_more_commands() -> bool:
-            pipe = client.pipeline(transaction=False)
-            for _ in range(20):
-                pipe.execute_command("QLEN", body)
-            pipe.execute()
-            return limits(node)["output_buffer_limit_closed_monitor"] == 1
-        wait_until(closed_after_more_commands, message="the MONITOR closed by its output limit")
+        client = flood_until_monitor_closed(node, monitor)
         # A normal client has no limit here: 20 MB of unread replies keep it open.
         for _ in range(10):
             node.call("ADDJOB", "big", b"b" * (100 * 1024), 0)

@@ -20,23 +20,11 @@ import pytest
 from redis.exceptions import AuthenticationError
 
 from disque.client import DisqueClient
-from disque.worker import AsyncioWorker, ThreadedWorker, Worker
+from disque.worker import AsyncioWorker, ThreadedWorker
 from tests.support.process import REPO, wait_until
+from tests.support.worker import running
 
 WORKER_CLI = [sys.executable, "-m", "disque.worker.cli"]
-
-
-@contextlib.contextmanager
-def running(worker: Worker):
-    """``worker.run()`` on a thread, stopped (and checked to stop) on the way out."""
-    thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
-    thread.start()
-    try:
-        yield worker
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "the worker did not stop within 30 s"
 
 
 def registered_jobs(server) -> int:
