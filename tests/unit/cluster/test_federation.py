@@ -93,15 +93,21 @@ def test_consumers_get_jobs_round_robin_and_blocked_ones_are_served_on_arrival()
     assert waiting.blocked is None and late.id in waiting.sent[0]
 
 
-def test_a_push_hands_out_everything_requested_split_evenly():
-    """A NEEDJOBS answer keeps half of a short queue (§6.7); a push does not:
-    jobs queued for open requests all leave at once, in even shares."""
+def two_requesters(count: int) -> tuple[Parts, Federation]:
+    """A node whose queue q has an open request for ``count`` jobs from A and from B."""
     parts = Parts()
     parts.add_peer(PEER_A)
     parts.add_peer(PEER_B)
     fed = federation(parts)
     for peer in (PEER_A, PEER_B):
-        fed.on_needjobs(peer, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 10}, LINK)
+        fed.on_needjobs(peer, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: count}, LINK)
+    return parts, fed
+
+
+def test_a_push_hands_out_everything_requested_split_evenly():
+    """A NEEDJOBS answer keeps half of a short queue (§6.7); a push does not:
+    jobs queued for open requests all leave at once, in even shares."""
+    parts, fed = two_requesters(10)
     jobs = queue_jobs(parts, 5)
     fed.push_to_interested()
     pushed = {dest: [p[0] for p in msg[m.JOBS]] for dest, msg in
@@ -128,12 +134,7 @@ def test_a_push_gives_no_more_than_requested():
 def test_no_push_to_a_node_that_started_leaving_after_it_asked():
     """A leaving node never imports (spec §7): its open request is dropped,
     and the jobs go to the other requester or stay here."""
-    parts = Parts()
-    parts.add_peer(PEER_A)
-    parts.add_peer(PEER_B)
-    fed = federation(parts)
-    for peer in (PEER_A, PEER_B):
-        fed.on_needjobs(peer, {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 10}, LINK)
+    parts, fed = two_requesters(10)
     parts.membership.nodes[PEER_A].flags |= LEAVING
     jobs = queue_jobs(parts, 4)
     fed.push_to_interested()
