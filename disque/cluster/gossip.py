@@ -332,9 +332,12 @@ class Gossip:
             if node.flags & (MYSELF | NOADDR | HANDSHAKE):
                 continue
             ping_sent = node.ping_sent
+            # ping_sent is set only while a PONG is awaited (a PONG on the link
+            # zeroes it): no comparison with pong_received, which a clock that
+            # jumped back leaves later than ping_sent for good, so the link was
+            # never reconnected and the node stayed PFAIL (sim seed 5008750).
             if (node.link and now - node.link_time > timeout and ping_sent
-                    # <=: a PONG in the very ms the ping left answered an older ping
-                    and node.pong_received <= ping_sent and now - ping_sent > timeout // 2):
+                    and now - ping_sent > timeout // 2):
                 node.link = False
                 self.outbox.close(node.id)
             if node.link and not ping_sent and now - node.pong_received > timeout // 2:

@@ -137,3 +137,14 @@ def test_simulated_aof_is_the_servers_format():
         assert check(data)[1] is None, check(data)
     finally:
         sim.close()
+
+
+def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
+    """Seed 5008750: n1's clock jumped back 1.4 s after a PONG from n5, so
+    the ping_sent set later (its link had dropped) was earlier than that
+    pong_received; the cron reconnected a link only while pong_received <=
+    ping_sent, so the new link's first PING, lost, was never followed by
+    another and n1 saw n5 PFAIL for good. Membership must heal."""
+    outcome = search.run_seed(5008750)
+    assert outcome.ok, search.failure_report(outcome)
+    assert outcome.stats["clock"] >= 1
