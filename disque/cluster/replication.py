@@ -14,8 +14,8 @@ from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
-from disque.jobs.job import ACTIVE, BCAST_QUEUED, WAIT_REPL, Job
-from disque.jobs.journal import Journal
+from disque.jobs.job import ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job
+from disque.jobs.journal import REASON_HOLDERS_CHANGED, Journal
 from disque.jobs.registry import JobRegistry
 from disque.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
@@ -161,7 +161,14 @@ class Replication:
             return
         local = self.registry.by_id.get(job.id)
         if local is not None:
+            known = len(local.delivered)
             local.merge_delivered(job.delivered)
+            if len(local.delivered) != known and (local.state == ACTIVE or local.state == QUEUED):
+                # The AOF keeps a job's first LOADJOB: the wider list goes in as a
+                # DELJOB and a new LOADJOB (a stale list after a restart left a
+                # holder out of this node's SETACKs: sim seed 5001556).
+                self.journal.job_removed(local, REASON_HOLDERS_CHANGED)
+                self.journal.job_stored(local)
         else:
             job.flags |= BCAST_QUEUED
             self.lifecycle.set_received_qtime(job)

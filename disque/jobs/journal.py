@@ -22,6 +22,10 @@ REASON_MOVED: Final = b"moved"
 # QREDRIVE). The loader keeps the first LOADJOB of a job ID, so the change
 # is recorded as this DELJOB followed by a LOADJOB of the job as it is now.
 REASON_QUEUE_CHANGED: Final = b"queue-changed"
+# Not a departure either: a copy learned of more holders (a REPLJOB the
+# origin re-sent to a wider set), recorded the same way, so that after a
+# restart from the AOF an ACK here reaches every holder.
+REASON_HOLDERS_CHANGED: Final = b"holders-changed"
 
 
 class Journal(Protocol):

@@ -148,3 +148,15 @@ def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
     outcome = search.run_seed(5008750)
     assert outcome.ok, search.failure_report(outcome)
     assert outcome.stats["clock"] >= 1
+
+
+def test_seed_5001556_holders_learned_later_survive_a_restart_from_the_aof():
+    """Seed 5001556: n2's copy of a REPLICATE 3 job was stored (in its AOF)
+    from the origin's first REPLJOB, listing 3 holders; the re-sent
+    REPLJOBs that named n4 too were merged in memory only. Every node was
+    killed, n2 came back from its AOF with the short list, and its ACK's
+    SETACKs never reached n4, whose copy came back to n2 by federation and
+    was delivered again 2.7 s after the ACK in the healed cluster."""
+    outcome = search.run_seed(5001556)
+    assert outcome.ok, search.failure_report(outcome)
+    assert outcome.stats["mass_crash"] >= 1
