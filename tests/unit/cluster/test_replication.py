@@ -10,6 +10,7 @@ from disque.cluster import messages as m
 from disque.cluster.replication import Replication
 from disque.jobs.codec import to_bus
 from disque.jobs.job import QUEUED
+from disque.jobs.journal import REASON_HOLDERS_CHANGED
 from disque.resp import status
 from tests.unit.cluster.wiring import LINK, OWN_ID, PEER_A, PEER_B, Parts, make_job
 
@@ -66,6 +67,26 @@ def test_a_received_copy_is_stored_journaled_and_confirmed(parts):
     assert copy is not None and copy.body == job.body
     assert parts.journal.events == [("stored", job.id)]
     assert parts.transport.sent == [(PEER_A, m.job_message(m.GOTJOB, job.id))]
+
+
+def test_a_resent_copy_naming_more_holders_is_journaled_again(parts):
+    """The AOF keeps a job's first LOADJOB: a re-sent REPLJOB that widens the
+    holders list is recorded as a DELJOB and a new LOADJOB, so a restart
+    from the AOF knows every holder (sim seed 5001556); one that adds no
+    holder records nothing."""
+    repl = replication(parts)
+    origin = Parts()
+    job = make_job(origin, repl=2, delivered=(PEER_A, OWN_ID))
+    first = {m.TYPE: m.REPLJOB, m.JOB: to_bus(job, origin.runtime.now), m.MFLAGS: 0}
+    repl.on_repljob(PEER_A, first, LINK)
+    repl.on_repljob(PEER_A, first, LINK)
+    job.merge_delivered((PEER_B,))
+    repl.on_repljob(PEER_A, {m.TYPE: m.REPLJOB, m.JOB: to_bus(job, origin.runtime.now),
+                             m.MFLAGS: 0}, LINK)
+    assert set(parts.registry.get(job.id).delivered) == {PEER_A, OWN_ID, PEER_B}
+    assert parts.journal.events == [("stored", job.id),
+                                    ("removed", job.id, REASON_HOLDERS_CHANGED),
+                                    ("stored", job.id)]
 
 
 def test_no_copies_are_taken_above_the_memory_warning_level(parts):
