@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tests.sim.harness import NetParams, Sim
+from tests.sim.harness.start import skewed_cluster
 from tests.sim.harness.workload import Workload
 
 REPLAY = ".venv/bin/python -m tests.sim.search --replay %d"
@@ -85,11 +86,7 @@ def build(seed: int) -> tuple[Sim, Workload, int]:
     reorder = rng.random() < 0.1
     net = NetParams(latency=(0.1, rng.choice((1.0, 5.0, 5.0, 20.0))),
                     drop=rng.choice((0.0, 0.001, 0.01)), dup=rng.choice((0.0, 0.0, 0.01)))
-    sim = Sim(size, seed, aof=aof)
-    for i in range(size):  # clocks are not synchronised (and jump, see the nemesis)
-        sim.set_clock_offset(i, rng.uniform(-2000, 2000))
-    sim.join()  # on a calm network: a lost MEET would need an operator to retry it
-    sim.net.params = net
+    sim = skewed_cluster(rng, size, seed, net, aof=aof)
     workload = Workload(sim, random.Random(rng.getrandbits(64)),
                         producers=rng.randint(1, 3), consumers=rng.randint(1, 3),
                         max_down=rng.randint(1, max(1, size // 2)), reorder=reorder,

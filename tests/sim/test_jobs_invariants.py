@@ -23,6 +23,7 @@ from tests.sim.harness.checks import check_cluster
 from tests.sim.harness.fuzz import MessageFuzzer
 from tests.sim.harness.ops import getjob_ids, job_id_of, states
 from tests.sim.harness.seeds import seeds
+from tests.sim.harness.start import skewed_cluster
 from tests.sim.harness.workload import QUEUES, Workload
 
 
@@ -33,11 +34,7 @@ def scenario(seed: int, *, reorder: bool = False) -> Workload:
     latency_hi = rng.choice((1.0, 5.0, 5.0, 20.0))
     net = NetParams(latency=(0.1, latency_hi), drop=rng.choice((0.0, 0.001, 0.01)),
                     dup=rng.choice((0.0, 0.0, 0.01)))
-    sim = Sim(size, seed)
-    for i in range(size):  # clocks are not synchronised (and jump, see the nemesis)
-        sim.set_clock_offset(i, rng.uniform(-2000, 2000))
-    sim.join()  # on a calm network: a lost MEET would need an operator to retry it
-    sim.net.params = net
+    sim = skewed_cluster(rng, size, seed, net)
     workload = Workload(sim, random.Random(rng.getrandbits(64)),
                         producers=rng.randint(1, 3), consumers=rng.randint(1, 3),
                         max_down=rng.randint(1, max(1, size // 2)), reorder=reorder)
