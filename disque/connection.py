@@ -32,8 +32,8 @@ from typing import Callable
 
 from disque import errors
 from disque.clients import ClientState
-from disque.commands.acl import needs_auth
-from disque.commands.acl import PROTECTED_MODE_DENIED, is_loopback, protected_mode_refuses
+from disque.commands.acl import (PROTECTED_MODE_DENIED, is_loopback, needs_auth,
+                                 protected_mode_refuses)
 from disque.log import logger
 from disque.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
 
