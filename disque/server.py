@@ -205,8 +205,7 @@ class Server(Host):
                 self.listeners.append(await self.loop.create_server(
                     factory, hosts, config.port, backlog=config.tcp_backlog, reuse_address=True))
             except OSError as exc:
-                raise StartupError("Creating Server TCP listening socket %s:%d: %s" % (
-                    ",".join(config.bind) or "*", config.port, exc.strerror or exc)) from None
+                raise self._cannot_listen("Server TCP", config.port, exc) from None
         if config.unixsocket:
             try:
                 os.unlink(config.unixsocket)
@@ -242,6 +241,11 @@ class Server(Host):
                         config.metrics_port)
         self._notify("READY=1")
 
+    def _cannot_listen(self, what: str, port: int, exc: OSError) -> StartupError:
+        """The start-up error of a listener that could not be opened."""
+        return StartupError("Creating %s listening socket %s:%d: %s" % (
+            what, ",".join(self.config.bind) or "*", port, exc.strerror or exc))
+
     async def _start_tls_listener(self, factory) -> None:
         """TLS on tls-port beside the plain port: the same connection class on
         the same loop; the handshake is bounded by client-request-timeout."""
@@ -256,8 +260,7 @@ class Server(Host):
                 factory, config.bind or None, config.tls_port, backlog=config.tcp_backlog,
                 reuse_address=True, ssl=context, ssl_handshake_timeout=handshake_timeout))
         except OSError as exc:
-            raise StartupError("Creating Server TLS listening socket %s:%d: %s" % (
-                ",".join(config.bind) or "*", config.tls_port, exc.strerror or exc)) from None
+            raise self._cannot_listen("Server TLS", config.tls_port, exc) from None
 
     async def _start_http(self) -> None:
         """Serve /metrics and the dashboard on metrics-port, at the client
@@ -271,8 +274,7 @@ class Server(Host):
             self.listeners.append(await self.http.listen(config.bind or None, config.metrics_port,
                                                          config.tcp_backlog))
         except OSError as exc:
-            raise StartupError("Creating the metrics HTTP listening socket %s:%d: %s" % (
-                ",".join(config.bind) or "*", config.metrics_port, exc.strerror or exc)) from None
+            raise self._cannot_listen("the metrics HTTP", config.metrics_port, exc) from None
 
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
@@ -297,8 +299,7 @@ class Server(Host):
         try:
             await bus.listen(config.bind, port, config.tcp_backlog)
         except OSError as exc:
-            raise StartupError("Creating the cluster bus listening socket %s:%d: %s" % (
-                ",".join(config.bind) or "*", port, exc.strerror or exc)) from None
+            raise self._cannot_listen("the cluster bus", port, exc) from None
 
     def _notify(self, state: str) -> None:
         supervised = self.config.supervised
