@@ -56,8 +56,8 @@ def build() -> Target:
     """The AOF loader and disque-check-aof as a fuzz target."""
     from disque.aof import loader as loader_module
     from disque.aof.check import check
-    from disque.aof.format import (FILE_MARKER, append_loadjobs, checksum, deljob_record,
-                                   read_record)
+    from disque.aof.format import read_record
+    from disque.jobs.records import FILE_MARKER, append_loadjobs, checksum, deljob_record
     from disque.aof.loader import AofLoader, AofLoadError
     from disque.jobs.journal import REASON_ACKED
     from fuzz.common import Crash, trap_errors

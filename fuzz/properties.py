@@ -151,7 +151,7 @@ def aof_round_trip(examples: int) -> None:
 
     from disque.aof import loader as loader_module
     from disque.aof.check import check as check_aof
-    from disque.aof.format import FILE_MARKER, append_loadjobs, deljob_record
+    from disque.jobs.records import FILE_MARKER, append_loadjobs, deljob_record
     from disque.aof.loader import AofLoader
     from disque.jobs.journal import REASON_ACKED
     from tests.unit.helpers import make_node

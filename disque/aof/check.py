@@ -18,8 +18,8 @@ import os
 import sys
 from typing import NamedTuple
 
-from disque.aof.format import (DELJOB, LOADJOB, AofFormatError, Truncated, format_marker,
-                               load_job, read_checked)
+from disque.aof.format import AofFormatError, Truncated, format_marker, load_job, read_checked
+from disque.jobs.records import DELJOB, LOADJOB
 
 
 class CheckResult(NamedTuple):

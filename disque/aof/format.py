@@ -1,9 +1,9 @@
-"""AOF records: LOADJOB and DELJOB as RESP multibulk requests.
+"""Reading AOF records: LOADJOB and DELJOB as RESP multibulk requests.
 
 The format is documented in docs/aof-format.md (spec: persistence.md §1).
-Encoding is on the hot path (every loop turn that created jobs, with
-appendonly on); decoding reports exact byte offsets so a damaged file can
-be diagnosed and a truncated tail cut off.
+The records are built by ``disque.jobs.records`` (in the compiled core:
+it is on the hot path with appendonly on); reading them here reports exact
+byte offsets so a damaged file can be diagnosed and a truncated tail cut off.
 
 A LOADJOB payload is a packed little-endian struct, as in the original
 server: per job it costs about three quarters of what packing the job
@@ -21,111 +21,22 @@ and still load; what follows a marker is checked strictly.
 from __future__ import annotations
 
 import msgpack
-import xxhash
 
-from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
-                               BadJobPayload, apply_extension_fields, extension_fields,
+from disque.jobs.codec import (STORED_LAYOUT, BadJobPayload, apply_extension_fields,
                                from_checked_storage, from_storage)
-from disque.jobs.job import ACTIVE, ADELIV_SHIFT, COUNTER_MASK, DEFAULT_PRIORITY, QUEUED, Job
+from disque.jobs.job import Job
+from disque.jobs.records import (CHECKSUM_LEN, DELJOB, FORMAT_CHECKSUMMED, FORMAT_RECORD,
+                                 LOADJOB, PAYLOAD_V1, PAYLOAD_V2, V1_SIZE, checksum)
 
-LOADJOB = b"LOADJOB"
-DELJOB = b"DELJOB"
-
-_DELJOB_FORMAT = b"*8\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$8\r\n"
 _unpackb = msgpack.unpackb
-_join = b"".join
-
-# Payload v1: the layout is codec's (STORED_LAYOUT), shared with the loader.
-PAYLOAD_V1 = STORED_FORMAT
 _V1_MARKER = bytes((PAYLOAD_V1,))
-# Payload v2: v1's, then the extensions' msgpack map (a job with a priority,
-# dead-letter, backoff or DEDUPID field).
-PAYLOAD_V2 = STORED_FORMAT_EXTENDED
 _V2_MARKER = bytes((PAYLOAD_V2,))
-_packb = msgpack.Packer(use_bin_type=True).pack
-_V1_SIZE = STORED_LAYOUT.size
-_v1_pack = STORED_LAYOUT.pack
 _v1_unpack = STORED_LAYOUT.unpack_from
 _NODE_ID_LEN = 40
-
-# The checksum ending every record: xxh3-64 (one C call per record) of the
-# record's bytes before its 8 bytes, which follow as a bulk string.
-checksum = xxhash.xxh3_64_digest
-CHECKSUM_LEN = 8
-CHECKSUM_HEAD = b"$8\r\n"
-_CRLF = b"\r\n"
 # The bytes after a checksum's ``$8`` head: the checksum itself and CRLF.
 CHECKSUM_TAIL = CHECKSUM_LEN + 2
 # A record's argument count with a checksum (without it: one less).
 _SUMMED_COUNTS = {LOADJOB: 4, DELJOB: 8}
-# The first record of every file this version starts: from it on, every
-# record must carry a checksum.
-FORMAT_RECORD = b"AOFFORMAT"
-FORMAT_CHECKSUMMED = b"2"
-FILE_MARKER = b"*2\r\n$9\r\nAOFFORMAT\r\n$1\r\n2\r\n"
-
-
-def _digits(n: int) -> int:
-    return len(str(n))
-
-
-_LOADJOB_HEAD = b"*4\r\n$7\r\nLOADJOB\r\n$%d\r\n"
-_HEADS = 4096  # record heads made in advance, for payloads up to this size
-_LOADJOB_HEADS = [_LOADJOB_HEAD % size for size in range(_HEADS)]
-_stamp_cache = [-1, b""]  # the record tail of the last time seen: one per ms
-
-
-def _restamp(now_ms: int) -> None:
-    stamp = b"%d" % now_ms
-    _stamp_cache[:] = now_ms, b"\r\n$%d\r\n%b\r\n$8\r\n" % (len(stamp), stamp)
-
-
-def append_loadjobs(out: bytearray, jobs, now_ms: int) -> None:
-    """Append one ``LOADJOB <payload> <unix ms> <checksum>`` record per job to ``out``.
-
-    The writer builds the records of a whole loop turn in one call, when it
-    flushes: one tight loop keeps this code and struct's in the CPU caches,
-    where building each record as its job is created, in between parsing
-    and queueing, missed them (callgrind: 985 first-level cache misses per
-    pipelined ADDJOB instead of 1,369; 927 without the AOF). A job is
-    recorded queued or active: one acked in the same turn after it was
-    created is recorded active, and its DELJOB follows. Each record is
-    joined once so its checksum is one C call over contiguous bytes.
-    """
-    if _stamp_cache[0] != now_ms:
-        _restamp(now_ms)
-    stamp = _stamp_cache[1]
-    parts: list[bytes] = []
-    add = parts.extend
-    for job in jobs:
-        queue = job.queue
-        body = job.body
-        delivered = job.delivered
-        nodes = _join(delivered)
-        size = _V1_SIZE + len(queue) + len(body) + len(nodes)
-        if job.ext is not None or job.priority != DEFAULT_PRIORITY:  # codec.has_extensions
-            extra = _packb(extension_fields(job))
-            size += len(extra)
-            counts = job.counts
-            record = _join((_LOADJOB_HEAD % size,
-                            _v1_pack(PAYLOAD_V2, QUEUED if job.state == QUEUED else ACTIVE,
-                                     job.flags, job.repl, job.ctime, job.etime, job.delay,
-                                     job.retry, counts & COUNTER_MASK,
-                                     (counts >> ADELIV_SHIFT) & COUNTER_MASK,
-                                     len(queue), len(body), len(delivered), job.id),
-                            queue, body, nodes, extra, stamp))
-            add((record, checksum(record), _CRLF))
-            continue
-        counts = job.counts  # nacks and additional deliveries (Job's properties, unpacked here)
-        record = _join((_LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size,
-                        _v1_pack(PAYLOAD_V1, QUEUED if job.state == QUEUED else ACTIVE,
-                                 job.flags, job.repl, job.ctime, job.etime, job.delay,
-                                 job.retry, counts & COUNTER_MASK,
-                                 (counts >> ADELIV_SHIFT) & COUNTER_MASK,
-                                 len(queue), len(body), len(delivered), job.id),
-                        queue, body, nodes, stamp))
-        add((record, checksum(record), _CRLF))
-    out += _join(parts)
 
 
 def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job, bool]:
@@ -139,18 +50,18 @@ def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job
     """
     marker = payload[:1]
     if marker == _V1_MARKER or marker == _V2_MARKER:
-        if len(payload) < _V1_SIZE:
+        if len(payload) < V1_SIZE:
             raise BadJobPayload("job payload too short")
         (_, state, flags, repl, ctime, etime, delay, retry, nacks, adeliv, queue_len,
          body_len, count, job_id) = _v1_unpack(payload)
-        queue_end = _V1_SIZE + queue_len
+        queue_end = V1_SIZE + queue_len
         body_end = queue_end + body_len
         nodes_end = body_end + count * _NODE_ID_LEN
         if nodes_end != len(payload) if marker == _V1_MARKER else nodes_end >= len(payload):
             raise BadJobPayload("job payload length does not match its fields")
         delivered = [payload[at:at + _NODE_ID_LEN]
                      for at in range(body_end, nodes_end, _NODE_ID_LEN)]
-        job, queued = from_checked_storage(job_id, payload[_V1_SIZE:queue_end],
+        job, queued = from_checked_storage(job_id, payload[V1_SIZE:queue_end],
                                            payload[queue_end:body_end], repl, ctime, etime,
                                            delay, retry, nacks, adeliv, flags, delivered, state,
                                            known_nodes, own)
@@ -166,16 +77,6 @@ def load_job(payload: bytes, known_nodes, own: tuple | None = None) -> tuple[Job
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise BadJobPayload("not a job payload: %s" % exc) from None
     return from_storage(fields, known_nodes, own)
-
-
-def deljob_record(job, now_ms: int, reason: bytes) -> bytes:
-    """``DELJOB <id> <unix ms> <queue> <nacks> <additional deliveries> <reason>
-    <checksum>``."""
-    queue = job.queue or b""
-    record = _DELJOB_FORMAT % (job.id, _digits(now_ms), now_ms, len(queue), queue,
-                               _digits(job.nacks), job.nacks, _digits(job.adeliv), job.adeliv,
-                               len(reason), reason)
-    return record + checksum(record) + _CRLF
 
 
 class AofFormatError(Exception):

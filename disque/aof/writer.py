@@ -29,7 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter_ns  # fsync durations (tests fake time.monotonic, not this)
 
-from disque.aof.format import FILE_MARKER, append_loadjobs, deljob_record
+from disque.jobs.records import FILE_MARKER, append_loadjobs, deljob_record
 from disque.jobs.journal import NULL_JOURNAL
 from disque.jobs.job import ACTIVE, QUEUED
 from disque.stats import LatencyHistogram

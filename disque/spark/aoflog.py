@@ -12,7 +12,8 @@ from typing import Any, Iterator
 
 import hiredis
 
-from disque.aof.format import FORMAT_RECORD, load_job
+from disque.aof.format import load_job
+from disque.jobs.records import FORMAT_RECORD
 
 log = logging.getLogger("disque.spark")
 

@@ -24,7 +24,8 @@ import hiredis
 import pytest
 import redis
 
-from disque.aof.format import FILE_MARKER, load_job, read_record
+from disque.aof.format import load_job, read_record
+from disque.jobs.records import FILE_MARKER
 from disque.jobs.job import QUEUED, Job
 from tests.support.aof import file_records, loadjob_record
 from tests.support.cluster import encode_command, parse_show, raw_command

@@ -121,7 +121,7 @@ def test_simulated_aof_is_the_servers_format():
     marker at the start (checksummed records after it), none added by a
     restart, and disque-check-aof finds it valid."""
     from disque.aof.check import check
-    from disque.aof.format import FILE_MARKER
+    from disque.jobs.records import FILE_MARKER
 
     sim = Sim(2, seeds("test_simulated_aof_format", 1)[0], aof=True)
     try:

@@ -6,14 +6,15 @@ import logging
 
 import msgpack
 
-from disque.aof.format import append_loadjobs, format_marker, read_checked
+from disque.aof.format import format_marker, read_checked
+from disque.jobs.records import append_loadjobs
 from disque.aof.loader import AofLoader
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
     """One LOADJOB record as bytes, as the node appends it."""
     out = bytearray()
-    append_loadjobs(out, (job,), now_ms)
+    append_loadjobs(out, [job], now_ms)
     return bytes(out)
 
 

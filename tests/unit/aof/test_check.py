@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from disque.aof.check import check, main
-from disque.aof.format import FILE_MARKER, deljob_record
+from disque.jobs.records import FILE_MARKER, deljob_record
 from disque.jobs.journal import REASON_ACKED
 from disque.jobs.job import Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record

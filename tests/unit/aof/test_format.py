@@ -13,8 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
-from disque.aof.format import (FILE_MARKER, AofFormatError, Truncated, deljob_record,
-                               format_marker, load_job, read_checked, read_record)
+from disque.aof.format import (AofFormatError, Truncated, format_marker, load_job, read_checked,
+                               read_record)
+from disque.jobs.records import FILE_MARKER, deljob_record
 from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, msgpack_payload

@@ -9,8 +9,8 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import (FILE_MARKER, AofFormatError, deljob_record, read_checked,
-                               read_record)
+from disque.aof.format import AofFormatError, read_checked, read_record
+from disque.jobs.records import FILE_MARKER, deljob_record
 from disque.jobs.journal import REASON_ACKED
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from disque.aof import writer as writer_module
-from disque.aof.format import FILE_MARKER
+from disque.jobs.records import FILE_MARKER
 from disque.aof.loader import AofLoader
 from disque.aof.writer import STATE_OFF, STATE_ON, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.job import ACTIVE, QUEUED, Job

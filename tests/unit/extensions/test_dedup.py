@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from disque.aof.format import append_loadjobs, deljob_record, read_record
+from disque.aof.format import read_record
+from disque.jobs.records import append_loadjobs, deljob_record
 from disque.aof.loader import AofLoadError
 from disque.cluster import messages as m
 from disque.jobs.codec import to_bus

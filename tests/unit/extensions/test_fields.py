@@ -6,7 +6,8 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from disque.aof.format import append_loadjobs, load_job, read_record
+from disque.aof.format import load_job, read_record
+from disque.jobs.records import append_loadjobs
 from disque.config import Config
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from tests.unit.helpers import NODE_ID, Cmd, make_node
