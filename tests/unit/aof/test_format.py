@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
 from disque.aof.format import (AofFormatError, Truncated, format_marker, load_job, read_checked,
                                read_record)
-from disque.jobs.records import FILE_MARKER, deljob_record
+from disque.jobs.records import FILE_MARKER, append_loadjobs, deljob_record
 from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
 from tests.support.aof import loadjob_record, msgpack_loadjob_record, msgpack_payload
@@ -95,6 +95,32 @@ def test_every_storable_job_round_trips(body, queue, repl, ctime, etime, delay, 
     copy, was_queued = load_job(argv[1], None)
     assert was_queued == (state == QUEUED)
     assert_same_stored_job(copy, job)
+
+
+_STORED = st.builds(
+    lambda etime, delay, retry, nacks, body, holders: (etime, delay, retry, nacks, body, holders),
+    st.sampled_from([1_700_003_600, 2**63 - 1]), st.sampled_from([0, 7]),
+    st.sampled_from([0, 300]), st.sampled_from([0, 5]), st.sampled_from([b"", b"x" * 64]),
+    st.sampled_from([(), (NODE_A,), (NODE_A, NODE_B)]))
+
+
+@given(st.lists(_STORED, min_size=1, max_size=12))
+def test_a_run_of_records_keeps_each_jobs_own_fields(jobs_fields):
+    """``append_loadjobs`` packs the fields a run of jobs shares once per
+    change: every job of a run whose fields alternate still loads as itself."""
+    jobs = []
+    for n, (etime, delay, retry, nacks, body, holders) in enumerate(jobs_fields):
+        job = Job(JOB_ID[:-4] + b"%04d" % n, b"q", body, 1, 1_700_000_000_000_000_000 + n,
+                  etime, delay, retry)
+        job.nacks, job.delivered = nacks, holders
+        jobs.append(job)
+    out = bytearray()
+    append_loadjobs(out, jobs, RECORD_MS)
+    records = parse_all(bytes(out))
+    assert len(records) == len(jobs)
+    for argv, job in zip(records, jobs):
+        copy, _ = load_job(argv[1], None)
+        assert_same_stored_job(copy, job)
 
 
 @pytest.mark.parametrize("damage", [
