@@ -167,7 +167,7 @@ def aof_round_trip(examples: int) -> None:
            slice_records=st.integers(1, 9))
     def check(jobs, deleted: set[int], chunk: int, slice_records: int) -> None:
         out = bytearray(FILE_MARKER)
-        append_loadjobs(out, jobs, 1_700_000_000_000)
+        append_loadjobs(out, list(jobs), 1_700_000_000_000)
         gone = {jobs[n].id for n in deleted if n < len(jobs)}
         for job in jobs:
             if job.id in gone:
