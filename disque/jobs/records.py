@@ -126,8 +126,6 @@ def append_loadjobs(out: bytearray, jobs: list[Job], now_ms: int) -> None:
     joined once so its checksum is one C call over contiguous bytes.
     """
     stamp = _tail.at(now_ms)
-    parts: list[bytes] = []
-    add = parts.append
     for job in jobs:
         queue = job.queue or b""
         body = job.body or b""
@@ -147,10 +145,9 @@ def append_loadjobs(out: bytearray, jobs: list[Job], now_ms: int) -> None:
             job_id = job_id[:ID_LEN].ljust(ID_LEN, b"\0")
         record = _join((head, front, _middle.of(job, len(queue), len(body), count), job_id,
                         queue, body, nodes, extra, stamp))
-        add(record)
-        add(checksum(record))
-        add(CRLF)
-    out += _join(parts)
+        out += record
+        out += checksum(record)
+        out += CRLF
 
 
 def deljob_record(job: Job, now_ms: int, reason: bytes) -> bytes:
