@@ -27,12 +27,12 @@ from collections.abc import Container
 from typing import Final
 
 import msgpack  # type: ignore[import-untyped]  # no stubs; one call, its result is checked
-import xxhash
 
 from disque.cluster.lifecycle import JobLifecycle
 from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
                                BadJobPayload, apply_extension_fields, from_checked_storage)
 from disque.jobs.job import Job
+from disque.jobs.records import CHECKSUM_HEAD, CHECKSUM_LEN, checksum
 from disque.jobs.registry import JobRegistry
 from disque.runtime import Runtime
 
@@ -47,9 +47,7 @@ _CRLF: Final = b"\r\n"
 _RECORD_TAIL: Final = 22  # bytes after the payload: CRLF, "$13", CRLF, 13 digits, CRLF
 # A checksummed record: after the 13 digits, CRLF, "$8", CRLF, then the
 # xxh3-64 of every byte before it (docs/aof-format.md), and CRLF.
-_checksum: Final = xxhash.xxh3_64_digest
 _SUM_AT: Final = 26  # offset of the checksum after the payload
-_SUM_LEN: Final = 8
 _SUMMED_TAIL: Final = 36  # bytes after the payload
 
 
@@ -67,7 +65,6 @@ _DELJOB_HEAD: Final = re.compile(rb"\*[78]\r\n\$6\r\nDELJOB\r\n\$40\r\n([\s\S]{4
                                  + _short_bulk(20) + rb"\$([0-9]{1,9})\r\n")
 _DELJOB_TAIL: Final = re.compile(rb"\r\n" + _short_bulk(20) * 3)
 _SUMMED_DELJOB: Final = 56  # the head's second byte, "8"
-_SUM_BULK_HEAD: Final = b"$8\r\n"
 
 _FIXED: Final = STORED_LAYOUT.size
 _unpack_fixed: Final = STORED_LAYOUT.unpack_from
@@ -150,7 +147,7 @@ class JobRestore:
                 sum_at = stop + _SUM_AT
                 end = stop + _SUMMED_TAIL
                 if (buf[end - 2:end] != _CRLF or size < _FIXED
-                        or _checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + _SUM_LEN]):
+                        or checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + CHECKSUM_LEN]):
                     break
             else:
                 end = stop + _RECORD_TAIL
@@ -214,12 +211,12 @@ class JobRestore:
             return -1
         end = tail.end()
         if buf[pos + 1] == _SUMMED_DELJOB:
-            sum_at = end + len(_SUM_BULK_HEAD)
-            if (buf[end:sum_at] != _SUM_BULK_HEAD
-                    or buf[sum_at + _SUM_LEN:sum_at + _SUM_LEN + 2] != _CRLF
-                    or _checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + _SUM_LEN]):
+            sum_at = end + len(CHECKSUM_HEAD)
+            if (buf[end:sum_at] != CHECKSUM_HEAD
+                    or buf[sum_at + CHECKSUM_LEN:sum_at + CHECKSUM_LEN + 2] != _CRLF
+                    or checksum(buf[pos:sum_at]) != buf[sum_at:sum_at + CHECKSUM_LEN]):
                 return -1
-            end = sum_at + _SUM_LEN + 2
+            end = sum_at + CHECKSUM_LEN + 2
         elif required:
             return -1
         self.delete(head.group(1))

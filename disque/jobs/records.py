@@ -10,9 +10,8 @@ back is ``disque.aof.format``'s and the loader's (``cluster.restore``).
 
 from __future__ import annotations
 
-from typing import Final
-
 import struct
+from typing import Final
 
 import msgpack  # type: ignore[import-untyped]  # no stubs; packs the extensions' map
 import xxhash
@@ -62,32 +61,33 @@ _join: Final = b"".join
 class _Middle:
     """The middle part of the last payload packed, and what it was packed from."""
 
-    __slots__ = ("etime", "delay", "retry", "counts", "queue_len", "body_len", "nodes", "packed")
+    __slots__ = ("etime", "delay", "retry", "counts", "queue_len", "body_len", "holders", "packed")
 
     def __init__(self) -> None:
         self.etime = self.delay = self.retry = self.counts = -1
-        self.queue_len = self.body_len = self.nodes = -1
+        self.queue_len = self.body_len = self.holders = -1
         self.packed = b""
 
-    def of(self, job: Job, queue_len: int, body_len: int, nodes: int) -> bytes:
-        """The middle part of ``job``'s payload."""
+    def of(self, job: Job, queue_len: int, body_len: int, holders: int) -> bytes:
+        """The middle part of ``job``'s payload (``holders``: how many node
+        IDs its nodes-delivered list stores)."""
         etime = job.etime
         delay = job.delay
         retry = job.retry
         counts = job.counts
         if (etime != self.etime or delay != self.delay or retry != self.retry
                 or counts != self.counts or queue_len != self.queue_len
-                or body_len != self.body_len or nodes != self.nodes):
+                or body_len != self.body_len or holders != self.holders):
             self.etime = etime
             self.delay = delay
             self.retry = retry
             self.counts = counts
             self.queue_len = queue_len
             self.body_len = body_len
-            self.nodes = nodes
+            self.holders = holders
             self.packed = _pack_middle(etime, delay, retry, counts & COUNTER_MASK,
                                        (counts >> ADELIV_SHIFT) & COUNTER_MASK, queue_len,
-                                       body_len, nodes)
+                                       body_len, holders)
         return self.packed
 
 
