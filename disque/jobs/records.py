@@ -47,15 +47,41 @@ _DELJOB_FORMAT: Final = (b"*8\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r
 _LOADJOB_HEAD: Final = b"*4\r\n$7\r\nLOADJOB\r\n$%d\r\n"
 _HEADS: Final = 4096  # record heads made in advance, for payloads up to this size
 _LOADJOB_HEADS: Final = [_LOADJOB_HEAD % size for size in range(_HEADS)]
-# STORED_LAYOUT in three parts: the fields before ctime and ctime itself;
-# the counts and lengths after it, which the jobs of one ADDJOB run share
-# (packed once per change); then the job ID, as its 40 bytes.
-_FRONT: Final = struct.Struct("<BBBHQ")
+# STORED_LAYOUT in four parts: the fields before ctime, ctime, the counts
+# and lengths after it, then the job ID as its 40 bytes. The jobs of one
+# ADDJOB run share all but ctime and the ID, so those parts are packed
+# once per change (with the record's head before them), not once per job.
+_FRONT: Final = struct.Struct("<BBBH")
+_CTIME: Final = struct.Struct("<Q")
 _MIDDLE: Final = struct.Struct("<QQQQQIIH")
 _pack_front: Final = _FRONT.pack
+_pack_ctime: Final = _CTIME.pack
 _pack_middle: Final = _MIDDLE.pack
 _pack_map: Final = msgpack.Packer(use_bin_type=True).pack
 _join: Final = b"".join
+
+
+class _Start:
+    """The record's head and its payload's first fields, as last packed."""
+
+    __slots__ = ("size", "marker", "state", "flags", "repl", "packed")
+
+    def __init__(self) -> None:
+        self.size = self.marker = self.state = self.flags = self.repl = -1
+        self.packed = b""
+
+    def of(self, size: int, marker: int, state: int, flags: int, repl: int) -> bytes:
+        """The bytes before ctime of a record whose payload is ``size`` bytes."""
+        if (size != self.size or marker != self.marker or state != self.state
+                or flags != self.flags or repl != self.repl):
+            self.size = size
+            self.marker = marker
+            self.state = state
+            self.flags = flags
+            self.repl = repl
+            head = _LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size
+            self.packed = head + _pack_front(marker, state, flags, repl)
+        return self.packed
 
 
 class _Middle:
@@ -110,6 +136,7 @@ class _RecordTail:
 
 
 _tail: Final = _RecordTail()
+_start: Final = _Start()
 _middle: Final = _Middle()
 
 
@@ -136,15 +163,14 @@ def append_loadjobs(out: bytearray, jobs: list[Job], now_ms: int) -> None:
         extended = job.ext is not None or job.priority != DEFAULT_PRIORITY  # has_extensions
         extra = _pack_map(extension_fields(job)) if extended else b""
         size += len(extra)
-        front = _pack_front(PAYLOAD_V2 if extended else PAYLOAD_V1,
-                            QUEUED if job.state == QUEUED else ACTIVE, job.flags, job.repl,
-                            job.ctime)
-        head = _LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size
+        start = _start.of(size, PAYLOAD_V2 if extended else PAYLOAD_V1,
+                          QUEUED if job.state == QUEUED else ACTIVE, job.flags, job.repl)
         job_id = job.id
         if len(job_id) != ID_LEN:  # as the layout's "40s" stores it
             job_id = job_id[:ID_LEN].ljust(ID_LEN, b"\0")
-        record = _join((head, front, _middle.of(job, len(queue), len(body), count), job_id,
-                        queue, body, nodes, extra, stamp))
+        record = _join((start, _pack_ctime(job.ctime),
+                        _middle.of(job, len(queue), len(body), count), job_id, queue, body,
+                        nodes, extra, stamp))
         out += record
         out += checksum(record)
         out += CRLF

@@ -97,11 +97,13 @@ def test_every_storable_job_round_trips(body, queue, repl, ctime, etime, delay, 
     assert_same_stored_job(copy, job)
 
 
-_STORED = st.builds(
-    lambda etime, delay, retry, nacks, body, holders: (etime, delay, retry, nacks, body, holders),
-    st.sampled_from([1_700_003_600, 2**63 - 1]), st.sampled_from([0, 7]),
-    st.sampled_from([0, 300]), st.sampled_from([0, 5]), st.sampled_from([b"", b"x" * 64]),
-    st.sampled_from([(), (NODE_A,), (NODE_A, NODE_B)]))
+_STORED = st.fixed_dictionaries({
+    "etime": st.sampled_from([1_700_003_600, 2**63 - 1]), "delay": st.sampled_from([0, 7]),
+    "retry": st.sampled_from([0, 300]), "nacks": st.sampled_from([0, 5]),
+    "body": st.sampled_from([b"", b"x" * 64]),
+    "holders": st.sampled_from([(), (NODE_A,), (NODE_A, NODE_B)]),
+    "repl": st.sampled_from([1, 3]), "flags": st.sampled_from([0, DELIVERED]),
+    "state": st.sampled_from([ACTIVE, QUEUED]), "priority": st.sampled_from([5, 9])})
 
 
 @given(st.lists(_STORED, min_size=1, max_size=12))
@@ -109,17 +111,21 @@ def test_a_run_of_records_keeps_each_jobs_own_fields(jobs_fields):
     """``append_loadjobs`` packs the fields a run of jobs shares once per
     change: every job of a run whose fields alternate still loads as itself."""
     jobs = []
-    for n, (etime, delay, retry, nacks, body, holders) in enumerate(jobs_fields):
-        job = Job(JOB_ID[:-4] + b"%04d" % n, b"q", body, 1, 1_700_000_000_000_000_000 + n,
-                  etime, delay, retry)
-        job.nacks, job.delivered = nacks, holders
+    for n, fields in enumerate(jobs_fields):
+        job = Job(JOB_ID[:-4] + b"%04d" % n, b"q", fields["body"], fields["repl"],
+                  1_700_000_000_000_000_000 + n, fields["etime"], fields["delay"],
+                  fields["retry"])
+        job.nacks, job.delivered = fields["nacks"], fields["holders"]
+        job.flags, job.state, job.priority = fields["flags"], fields["state"], fields["priority"]
         jobs.append(job)
     out = bytearray()
     append_loadjobs(out, jobs, RECORD_MS)
     records = parse_all(bytes(out))
     assert len(records) == len(jobs)
     for argv, job in zip(records, jobs):
-        copy, _ = load_job(argv[1], None)
+        copy, queued = load_job(argv[1], None)
+        assert queued == (job.state == QUEUED)
+        assert copy.priority == job.priority
         assert_same_stored_job(copy, job)
 
 
