@@ -16,8 +16,9 @@ from typing import Final
 import msgpack  # type: ignore[import-untyped]  # no stubs; packs the extensions' map
 import xxhash
 
-from disque.jobs.codec import STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT, extension_fields
-from disque.jobs.job import ACTIVE, ADELIV_SHIFT, COUNTER_MASK, DEFAULT_PRIORITY, QUEUED, Job
+from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAYOUT,
+                               extension_fields, has_extensions)
+from disque.jobs.job import ACTIVE, ADELIV_SHIFT, COUNTER_MASK, QUEUED, Job
 
 LOADJOB: Final = b"LOADJOB"
 DELJOB: Final = b"DELJOB"
@@ -160,7 +161,7 @@ def append_loadjobs(out: bytearray, jobs: list[Job], now_ms: int) -> None:
         count = len(delivered)
         nodes = delivered[0] if count == 1 else _join(delivered)
         size = V1_SIZE + len(queue) + len(body) + len(nodes)
-        extended = job.ext is not None or job.priority != DEFAULT_PRIORITY  # has_extensions
+        extended = has_extensions(job)
         extra = _pack_map(extension_fields(job)) if extended else b""
         size += len(extra)
         start = _start.of(size, PAYLOAD_V2 if extended else PAYLOAD_V1,
