@@ -363,7 +363,9 @@ def test_records_of_a_client_without_replies_reach_the_file(server_factory):
 
 def test_bgrewriteaof_under_load_then_sigkill(server_factory):
     proc = server_factory("appendonly yes\n")
-    base = set(add_jobs(proc, 30_000, "base", "RETRY", 30))
+    # Enough jobs that the rewrite spans many loop turns and INFO polls: the
+    # compiled core builds about five million records a second.
+    base = set(add_jobs(proc, 300_000, "base", "RETRY", 30))
     loads = [Load(proc.port, "load%d" % i) for i in range(2)]
     for load in loads:
         load.start()
