@@ -47,9 +47,13 @@ $(SPARK_STAMP): $(STAMP)
 run: install
 	$(BIN)/disque-server $(CONF)
 
-# The core's type check ([tool.mypy] in pyproject.toml) runs before the tests.
+# The core's type check ([tool.mypy] in pyproject.toml: its `files` are the
+# core) runs before the tests, then the same strict check of the adapters that
+# talk to the core through typed seams.
+ADAPTERS_TYPED := disque/net disque/server.py disque/process disque/http disque/aof
 typecheck: install
 	$(BIN)/mypy
+	$(BIN)/mypy $(ADAPTERS_TYPED)
 
 test: $(SPARK_STAMP) typecheck
 	$(BIN)/python -m pytest -q

@@ -29,8 +29,8 @@ PACKAGE = "disque"
 # Core modules left interpreted, and why. Everything else in the core is compiled.
 INTERPRETED = {
     # Native classes cannot be subclassed by interpreted code: these three are.
-    "disque/clients.py": "ClientState is extended by the connection adapter and the simulator",
-    "disque/host.py": "Host is extended by the server and the simulator",
+    "disque/context/clients.py": "ClientState is extended by the connection adapter and the simulator",
+    "disque/state/host.py": "Host is extended by the server and the simulator",
     "disque/cluster/transport.py": "BusTransport is extended by the cluster bus and test transports",
 }
 # The shared library holding every compiled module, beside the package (mypyc
@@ -53,10 +53,9 @@ core = _load_build_module()
 
 
 def core_sources() -> list[str]:
-    """The type-checked core's .py files, relative to ROOT, from [tool.mypy]."""
+    """The core's .py files, relative to ROOT: [tool.mypy] ``files``, the one list."""
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         mypy = tomllib.load(f)["tool"]["mypy"]
-    excluded = [os.path.normpath(p.replace("\\", "").rstrip("$")) for p in mypy["exclude"]]
     sources = set()
     for entry in mypy["files"]:
         if entry.endswith(".py"):
@@ -64,7 +63,7 @@ def core_sources() -> list[str]:
         else:
             sources.update(os.path.relpath(p, ROOT) for p in
                            glob.glob(os.path.join(ROOT, entry, "**", "*.py"), recursive=True))
-    return sorted(s for s in sources if os.path.normpath(s) not in excluded)
+    return sorted(sources)
 
 
 def compiled_sources() -> list[str]:

@@ -35,8 +35,8 @@ from typing import Callable
 
 import hiredis
 
-from disque.clients import ClientState
-from disque.cluster.bus import BusConnection, ClusterBus
+from disque.context.clients import ClientState
+from disque.net.bus import BusConnection, ClusterBus
 from disque.cluster.membership import ClusterNode
 from disque.config import Config
 from disque.node import Node

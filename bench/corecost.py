@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import sys
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.config import Config
 from disque.jobs.ids import ID_LENGTH
 from disque.node import Node

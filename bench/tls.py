@@ -1,7 +1,7 @@
 """The tls section: what TLS on the client port costs.
 
 One node serves both a plain port and a TLS port (certificates from
-``disque.tls.generate_certificates``); redis-benchmark, built with TLS in
+``disque.net.tls.generate_certificates``); redis-benchmark, built with TLS in
 Debian, runs ADDJOB -P 1 and -P 16 against each port in alternating
 rounds of the same run (plain then TLS, then TLS then plain, ...), so the
 ratio compares the same node, the same build and the same moment. The
@@ -21,7 +21,7 @@ from bench import redis_benchmark
 from bench.measurement import Measurement, Reference, Section, median
 from bench.servers import DisqueNode, Servers
 from bench.settings import Settings
-from disque.tls import CA_CERT_FILE, NODE_CERT_FILE, NODE_KEY_FILE, generate_certificates
+from disque.net.tls import CA_CERT_FILE, NODE_CERT_FILE, NODE_KEY_FILE, generate_certificates
 
 log = logging.getLogger("bench")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Final
 
-from disque import errors
-from disque.clients import Block, ClientState
+from disque.protocol import errors
+from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.acks import AckPropagation
 from disque.cluster.consumers import Consumers
@@ -33,20 +33,20 @@ from disque.commands.acl import AccessStats, check_access, redact
 from disque.commands.monitor import format_monitor_line
 from disque.config import Config
 from disque.config.users import users_restrict
-from disque.eviction import MemoryPolicy
-from disque.host import Host
+from disque.state.eviction import MemoryPolicy
+from disque.state.host import Host
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
-from disque.log import logger
-from disque.memory import MemoryAccount
+from disque.context.log import logger
+from disque.context.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
-from disque.resp import NIL_ARRAY, OK
-from disque.runtime import Runtime
-from disque.stats import JobCounters, Stats
+from disque.protocol.resp import NIL_ARRAY, OK
+from disque.context.runtime import Runtime
+from disque.context.stats import JobCounters, Stats
 
 _QUIT: Final = b"QUIT"
 # A run of commands is timed as a whole, which the slow log can only use

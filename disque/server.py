@@ -19,21 +19,24 @@ from typing import TYPE_CHECKING
 
 import uvloop
 
-from disque import __version__, cli, log, serverinfo, tls
+from disque import __version__
+from disque.context import log
+from disque.net import tls
+from disque.process import cli, serverinfo
 from disque.aof.service import AofService, AofStartupError
 from disque.cluster import nodesconf
-from disque.cluster.bus import ClusterBus, frame_cap
-from disque.cluster.busauth import SecretConfigError
+from disque.net.bus import ClusterBus, frame_cap
+from disque.net.busauth import SecretConfigError
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
-from disque.connection import REQUEST_TIMEOUT_LOG, ClientConnection, LimitCounters, OutputBatch
-from disque.gctuning import GarbageCollector
-from disque.host import Host
+from disque.net.connection import REQUEST_TIMEOUT_LOG, ClientConnection, LimitCounters, OutputBatch
+from disque.process.gctuning import GarbageCollector
+from disque.state.host import Host
 from disque.jobs.timers import NEVER
-from disque.log import logger
+from disque.context.log import logger
 from disque.node import Node
-from disque.osprocess import (RESERVED_FDS, atomic_write, daemonize, notify_systemd,
+from disque.process.osprocess import (RESERVED_FDS, atomic_write, daemonize, notify_systemd,
                                raise_fd_limit)
 
 if TYPE_CHECKING:

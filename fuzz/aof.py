@@ -1,5 +1,5 @@
 """Fuzz target ``aof``: the AOF loader (disque/aof/loader.py, the fast loop
-of disque/cluster/restore.py, disque/aof/format.py) and disque-check-aof's
+of disque/state/restore.py, disque/aof/format.py) and disque-check-aof's
 ``check``, on the same file.
 
 An input's first byte sets how the loader reads it (read size, records

@@ -1,4 +1,4 @@
-"""Fuzz target ``bus``: the cluster bus frame decoder (disque/cluster/bus.py
+"""Fuzz target ``bus``: the cluster bus frame decoder (disque/net/bus.py
 ``BusConnection.data_received``: length prefix, msgpack decode) and what
 the node does with the decoded messages (disque/cluster/messages.py's
 checks, then the handlers of ``Node.receive_frame``).
@@ -16,7 +16,7 @@ Its first byte picks the form of the rest (bit 0) and the link (bits 1-2):
 - a plain inbound link (no cluster secret);
 - an inbound link of a node with a cluster secret: the stream is what a
   stranger sends before and instead of the handshake
-  (disque/cluster/busauth.py);
+  (disque/net/busauth.py);
 - the same, from a peer that knows the secret: the handshake is played
   properly, then every frame is sent with its MAC, so the frames reach
   the decoder behind the MAC check;
@@ -191,8 +191,8 @@ def build() -> Target:
     import msgpack
 
     from disque.cluster import messages as m
-    from disque.cluster.bus import BusConnection, ClusterBus
-    from disque.cluster.busauth import Handshake, load_keys
+    from disque.net.bus import BusConnection, ClusterBus
+    from disque.net.busauth import Handshake, load_keys
     from fuzz.common import Crash, trap_errors
     from tests.unit.helpers import PEER_ID, add_peer, make_node
     from tests.unit.test_node_fuzz import check_node

@@ -40,7 +40,7 @@ def _settings(examples: int):
 
 def resp_round_trip(examples: int) -> None:
     """Multibulk requests parse back to the commands they encode, however cut."""
-    from disque.resp import RequestParser, encode
+    from disque.protocol.resp import RequestParser, encode
 
     @_settings(examples)
     @given(commands=st.lists(ARGS, min_size=1, max_size=8), cuts=CUTS)
@@ -81,7 +81,7 @@ def bus_round_trip(examples: int) -> None:
     import msgpack
 
     from disque.cluster import messages as m
-    from disque.cluster.bus import BusConnection, ClusterBus
+    from disque.net.bus import BusConnection, ClusterBus
     from fuzz.bus import FakeLoop, FakeTransport
 
     class Receiver:

@@ -1,4 +1,4 @@
-"""Fuzz target ``resp``: the client request parser (disque/resp.py
+"""Fuzz target ``resp``: the client request parser (disque/protocol/resp.py
 ``RequestParser.feed``).
 
 The input is a client's byte stream, its first byte choosing how the
@@ -40,7 +40,7 @@ def _seeds() -> list[bytes]:
 
 def build() -> Target:
     """The RESP request parser as a fuzz target."""
-    from disque.resp import ProtocolError, RequestParser, encode
+    from disque.protocol.resp import ProtocolError, RequestParser, encode
 
     def parse(data: bytes, cuts: list[int], max_bulk_len: int) -> tuple[list, str | None]:
         parser = RequestParser(max_bulk_len)

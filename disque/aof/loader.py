@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 
 from disque.aof.format import AofFormatError, Truncated, format_marker, load_job, read_checked
-from disque.cluster.restore import JobRestore
+from disque.state.restore import JobRestore
 from disque.jobs.records import DELJOB, LOADJOB
 
 READ_CHUNK = 8 * 1024 * 1024

@@ -14,7 +14,7 @@ from disque.aof.loader import AofLoader, AofLoadError
 from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.journal import NULL_JOURNAL
 from disque.config import ConfigSetError
-from disque.resp import error, status
+from disque.protocol.resp import error, status
 
 LOAD_SLICE_RECORDS = 20000
 BGREWRITE_STARTED = status(b"Background append only file rewriting started")

@@ -32,7 +32,7 @@ from time import perf_counter_ns  # fsync durations (tests fake time.monotonic, 
 from disque.jobs.records import FILE_MARKER, append_loadjobs, deljob_record
 from disque.jobs.journal import NULL_JOURNAL
 from disque.jobs.job import ACTIVE, QUEUED
-from disque.stats import LatencyHistogram
+from disque.context.stats import LatencyHistogram
 
 STATE_OFF = "off"
 STATE_ON = "on"

@@ -14,7 +14,7 @@ from disque.cluster.replication import Replication
 from disque.cluster.transport import Link
 from disque.jobs.job import ACKED, WAIT_REPL, Job
 from disque.jobs.registry import JobRegistry
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 
 class AckPropagation:

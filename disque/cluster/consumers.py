@@ -13,7 +13,7 @@ from disque.jobs.replies import job_entry
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
 from disque.queues.queue import PAUSE_OUT
 from disque.queues.queueset import QueueSet
-from disque.stats import JobCounters
+from disque.context.stats import JobCounters
 
 
 class Consumers:

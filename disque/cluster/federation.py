@@ -22,7 +22,7 @@ from disque.jobs.registry import JobRegistry
 from disque.queues.blocking import CLIENTS_WAITING, REACHED_ZERO, BlockedClients
 from disque.queues.queue import PAUSE_OUT, Queue
 from disque.queues.queueset import QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 MIN_REQUEST: Final = 5
 MAX_REQUEST: Final = 100

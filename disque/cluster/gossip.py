@@ -16,8 +16,8 @@ from disque.cluster.membership import (FAIL, HANDSHAKE, LEAVING, MEET, MYSELF, N
                                        ClusterNode, Membership)
 from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
-from disque.log import logger
-from disque.runtime import Runtime
+from disque.context.log import logger
+from disque.context.runtime import Runtime
 
 FORGET_BLACKLIST_MS: Final = 60_000
 RANDOM_PING_INTERVAL_MS: Final = 1000

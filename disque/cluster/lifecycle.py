@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from disque import errors
+from disque.protocol import errors
 from disque.cluster import messages as m
 from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
@@ -27,9 +27,9 @@ from disque.jobs.timers import TimerWheel
 from disque.queues.blocking import BlockedClients
 from disque.queues.queue import PAUSE_IN, PAUSE_OUT, Queue
 from disque.queues.queueset import QueueSet
-from disque.resp import status
-from disque.runtime import JITTER_RANGE_MS, Runtime, ms_from_seconds
-from disque.stats import JobCounters
+from disque.protocol.resp import status
+from disque.context.runtime import JITTER_RANGE_MS, Runtime, ms_from_seconds
+from disque.context.stats import JobCounters
 
 WILLQUEUE_ADVANCE_MS: Final = 500
 GC_MAX_RETRY: Final = 10

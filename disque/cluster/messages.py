@@ -2,7 +2,7 @@
 
 A message is a dict of its type and body fields. On the wire a frame holds
 the sender's header (protocol version, node ID, ports, flags) once,
-followed by the messages it carries (see ``disque.cluster.bus``). The
+followed by the messages it carries (see ``disque.net.bus``). The
 node core builds and reads these dicts and never sees bytes on a socket.
 """
 

@@ -12,7 +12,7 @@ from disque.cluster import messages as m
 from disque.cluster.membership import Membership
 from disque.cluster.transport import BusTransport, Link
 from disque.jobs.job import Job
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 
 class Outbox:

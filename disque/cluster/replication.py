@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.clients import Block, ClientState
+from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.lifecycle import JobLifecycle
 from disque.cluster.membership import Membership
@@ -17,13 +17,13 @@ from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job
 from disque.jobs.journal import REASON_HOLDERS_CHANGED, Journal
 from disque.jobs.registry import JobRegistry
-from disque.memory import MemoryAccount
+from disque.context.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
 from disque.queues.queue import PAUSE_IN
 from disque.queues.queueset import QueueSet
-from disque.resp import status
-from disque.runtime import Runtime
-from disque.stats import REPLICATION_WAIT_BUCKETS_MS, LatencyHistogram
+from disque.protocol.resp import status
+from disque.context.runtime import Runtime
+from disque.context.stats import REPLICATION_WAIT_BUCKETS_MS, LatencyHistogram
 
 REPLICATION_RETRY_MS: Final = 50
 

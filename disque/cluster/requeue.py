@@ -20,7 +20,7 @@ from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job, extras_of
 from disque.jobs.registry import JobRegistry
 from disque.queues.queue import PAUSE_BY_NAME
 from disque.queues.queueset import QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 
 def node_order_key(node_id: bytes, job_id: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """What the node core asks of the cluster bus (the I/O side).
 
-``disque.cluster.bus`` implements it with asyncio sockets and
+``disque.net.bus`` implements it with asyncio sockets and
 ``tests/sim`` with a simulated network. This base class is the bus of a
 node that has none (unit tests): every request is accepted and nothing
 is ever delivered.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable, Final
 
-from disque import errors
+from disque.protocol import errors
 
 FLAG_WORDS: Final = (("w", b"write"), ("r", b"readonly"), ("m", b"denyoom"), ("a", b"admin"),
                      ("l", b"loading"), ("F", b"fast"))

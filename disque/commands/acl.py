@@ -14,17 +14,17 @@ import hmac
 import ipaddress
 from typing import TYPE_CHECKING, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.commands.args import option_name
 from disque.config.users import (ALL_UNITS, CATEGORIES, DEFAULT_USER, RuleError, User,
                                  user_with_rules, users_restrict, valid_user_name)
 from disque.config.values import encode as config_bytes
 from disque.jobs.ids import is_valid_job_id
-from disque.log import logger
-from disque.resp import OK, bulk, encode, error, integer
+from disque.context.log import logger
+from disque.protocol.resp import OK, bulk, encode, error, integer
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.commands import Command
     from disque.config import Config
     from disque.node import Node

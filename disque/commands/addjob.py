@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.commands.args import option_name, parse_float, parse_int
 from disque.jobs.job import (DEFAULT_PRIORITY, MAX_DELIVERIES, MAX_PRIORITY, WAIT_REPL, Job,
                              JobExtras)
 from disque.queues.queue import PAUSE_IN
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 DEFAULT_TTL: Final = 86400

@@ -6,17 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.commands import Command, unique_commands
 from disque.commands.acl import DEBUG_NOT_ALLOWED, allowed_from, authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
-from disque.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
+from disque.protocol.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
-    from disque.stats import Stats
+    from disque.context.stats import Stats
 
 # AUTH user password: a word beyond Disque 1.0's arity, which COMMAND keeps showing.
 MAX_ARGS: Final = {"auth": 3}

@@ -5,15 +5,16 @@ from __future__ import annotations
 import ipaddress
 from typing import TYPE_CHECKING, Final
 
-from disque import __version__, errors
+from disque import __version__
+from disque.protocol import errors
 from disque.cluster.membership import MYSELF
 from disque.commands.acl import authenticate, needs_auth
 from disque.commands.admin import CLIENT_BAD_NAME, valid_client_name
 from disque.commands.args import parse_int
-from disque.resp import OK, bulk, encode, error, status
+from disque.protocol.resp import OK, bulk, encode, error, status
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 CLUSTER_SYNTAX: Final = error("ERR Wrong CLUSTER subcommand or number of arguments")

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.commands.args import option_name, parse_int
 from disque.jobs.ids import is_valid_job_id
 from disque.jobs.job import ACTIVE, DELIVERED, Job, extras_of
-from disque.resp import integer
+from disque.protocol.resp import integer
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 _COUNT: Final = b"COUNT"

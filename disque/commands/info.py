@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.commands import unique_commands
-from disque.memory import format_human
-from disque.resp import bulk
+from disque.context.memory import format_human
+from disque.protocol.resp import bulk
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 SECTIONS: Final = (

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Final
 
-from disque import errors
+from disque.protocol import errors
 from disque.cluster import messages as m
 from disque.commands.args import option_name, parse_int
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
 from disque.jobs.journal import REASON_ACKED
 from disque.jobs.replies import encode_job_info, job_entry
-from disque.resp import NIL, NIL_ARRAY, error, integer
+from disque.protocol.resp import NIL, NIL_ARRAY, error, integer
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 _DELAY: Final = b"DELAY"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from disque.argsplit import quote_arg
-from disque.resp import OK
+from disque.protocol.argsplit import quote_arg
+from disque.protocol.resp import OK
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.node import Node
 
 

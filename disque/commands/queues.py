@@ -8,21 +8,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from disque import errors
+from disque.protocol import errors
 from disque.cluster import messages as m
 from disque.commands.acl import restricted_queues
 from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
-from disque.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
+from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
 
 if TYPE_CHECKING:
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     from disque.jobs.job import Job
     from disque.node import Node
     from disque.queues.queue import Queue
-    from disque.scanindex import ScanIndex, Sequenced
+    from disque.jobs.scanindex import ScanIndex, Sequenced
 
 DEFAULT_SCAN_COUNT: Final = 100
 SCAN_EFFORT: Final = 10  # slots visited per requested element before returning

@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
-from disque.argsplit import UnbalancedQuotes, quote_arg, split_args
+from disque.protocol.argsplit import UnbalancedQuotes, quote_arg, split_args
 from disque.config.errors import ConfigError, InvalidValue
 from disque.config.messages import (
     BAD_DIRECTIVE,

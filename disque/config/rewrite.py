@@ -8,7 +8,7 @@ import stat
 import tempfile
 from typing import TYPE_CHECKING, Final
 
-from disque.argsplit import UnbalancedQuotes, split_args
+from disque.protocol.argsplit import UnbalancedQuotes, split_args
 from disque.config.errors import ConfigSetError
 from disque.config.loader import read_lines
 from disque.config.messages import ERR_NO_CONFIG_FILE, ERR_REWRITING

@@ -22,7 +22,7 @@ import hashlib
 import hmac
 from typing import Final
 
-from disque.argsplit import quote_arg
+from disque.protocol.argsplit import quote_arg
 from disque.config.globmatch import stringmatch
 
 DEFAULT_USER: Final = b"default"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from disque.argsplit import quote_arg
+from disque.protocol.argsplit import quote_arg
 from disque.config.errors import InvalidValue
 from disque.config.messages import NOT_INTEGER, NOT_MEMORY, NOT_YES_NO
 

@@ -25,7 +25,7 @@ from aiohttp import web
 from disque import __version__
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL)
-from disque.memory import format_human
+from disque.context.memory import format_human
 from disque.queues.queue import PAUSE_NAMES
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from disque.aof.writer import STATE_OFF
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, PFAIL
 from disque.jobs.job import STATE_NAMES
 from disque.node import Node
-from disque.serverinfo import rss_bytes
-from disque.stats import LatencyHistogram
+from disque.process.serverinfo import rss_bytes
+from disque.context.stats import LatencyHistogram
 
 if TYPE_CHECKING:
     from disque.queues.queue import Queue

@@ -17,7 +17,7 @@ from prometheus_client.exposition import choose_encoder
 
 from disque.http import dashboard
 from disque.http.metrics import server_registry
-from disque.log import logger
+from disque.context.log import logger
 
 if TYPE_CHECKING:
     from disque.server import Server

@@ -11,7 +11,7 @@ import base64
 import random
 from typing import Final
 
-from disque.stats import JobCounters
+from disque.context.stats import JobCounters
 
 ID_LENGTH: Final = 40
 _RANDOM_CHARS: Final = 24

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from disque.jobs.job import ACKED, DELIVERED, STATE_NAMES, Job
-from disque.memory import DUMMY_ACK_COST, JOB_COST, MemoryAccount, job_cost
-from disque.scanindex import ScanIndex
+from disque.context.memory import DUMMY_ACK_COST, JOB_COST, MemoryAccount, job_cost
+from disque.jobs.scanindex import ScanIndex
 
 
 def is_evictable(job: Job) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of
-from disque.resp import encode
+from disque.protocol.resp import encode
 
 _NACKS: Final = b"$5\r\nnacks\r\n"
 _ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 from typing import Final
 
-from disque.clients import Block, ClientState
+from disque.context.clients import Block, ClientState
 from disque.queues.queue import Queue
 from disque.queues.queueset import QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 # Why a node asks other nodes for jobs of a queue (spec: cluster-bus.md §6.7).
 REACHED_ZERO: Final = 1

@@ -10,10 +10,10 @@ from collections.abc import Iterator, Mapping
 
 from typing import Final
 
-from disque.memory import MemoryAccount, queue_cost
+from disque.context.memory import MemoryAccount, queue_cost
 from disque.queues.queue import PAUSE_OUT, Queue
-from disque.runtime import Runtime
-from disque.scanindex import ScanIndex
+from disque.context.runtime import Runtime
+from disque.jobs.scanindex import ScanIndex
 
 IDLE_LIMITS_S: Final = (300, 10, 2)  # by memory warning level
 GC_SAMPLE: Final = 64  # queues looked at per pass, more while >10 % of them are collectable

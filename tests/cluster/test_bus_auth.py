@@ -19,8 +19,8 @@ import time
 import msgpack
 import pytest
 
-from disque.cluster import busauth
-from disque.cluster.busauth import CHALLENGE_LEN, MAGIC, NONCE_LEN, PROOF_LEN
+from disque.net import busauth
+from disque.net.busauth import CHALLENGE_LEN, MAGIC, NONCE_LEN, PROOF_LEN
 from tests.support.cluster import BUS_SECURITY
 from tests.support.process import DisqueProcess, free_port, wait_until
 

@@ -11,7 +11,7 @@ import ssl
 
 import pytest
 
-from disque import tls
+from disque.net import tls
 from tests.cluster.test_bus_auth import frame, header, secret_config
 from tests.support.cluster import BUS_SECURITY
 from tests.support.process import wait_until

@@ -1,4 +1,4 @@
-"""disque-cluster (disque/launcher.py): the real command starts, reports on and
+"""disque-cluster (disque/tools/launcher.py): the real command starts, reports on and
 stops daemonized nodes on free loopback ports.
 
 Every cluster a test creates is stopped at teardown even when the test fails,
@@ -23,7 +23,7 @@ from tests.support.process import REPO, UNEXPECTED_LOG, log_entries, wait_until
 from tests.support.teardown import fail_on
 
 SCRIPT = Path(sys.executable).parent / "disque-cluster"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "disque.launcher"]
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "disque.tools.launcher"]
 BUS_PORT_OFFSET = 10000
 COMMAND_TIMEOUT_S = 120   # a hung launcher fails the test instead of blocking the run
 

@@ -1,8 +1,8 @@
 """The simulation over the real adapters: ``Sim(..., wire=True)``.
 
-The nodes' bus traffic goes through ``disque.cluster.bus`` (frames of
+The nodes' bus traffic goes through ``disque.net.bus`` (frames of
 msgpack, partial reads, connect timeouts) and their clients' through
-``disque.connection`` (RESP parsing, the reply batch), over the loopback
+``disque.net.connection`` (RESP parsing, the reply batch), over the loopback
 transport of ``tests.sim.harness.wire``. Some scenarios of the message
 level simulation run here unchanged, with ``Sim`` switched to wire mode;
 the others are about what only the wire has: frames cut across reads,
@@ -16,7 +16,7 @@ import struct
 
 import pytest
 
-from disque.cluster.bus import BusConnection
+from disque.net.bus import BusConnection
 from tests.sim import test_federation, test_membership, test_replication
 from tests.sim.harness import NetParams, Sim
 from tests.sim.harness.checks import check_cluster

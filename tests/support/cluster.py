@@ -34,7 +34,7 @@ TEST_SECRET = "secret-of-the-test-clusters-0123456789abcdef"
 @functools.cache
 def _test_certificates() -> Path:
     """A CA and node certificate for the test clusters of this process."""
-    from disque import tls
+    from disque.net import tls
     directory = Path(tempfile.mkdtemp(prefix="disque-test-certs-"))
     atexit.register(shutil.rmtree, directory, True)
     tls.generate_certificates(str(directory))

@@ -29,7 +29,7 @@ SERVER = [sys.executable, "-m", "disque.server"]
 REPO = Path(__file__).resolve().parents[2]
 
 # Log lines that mean the server hit a bug. The server's own log drops
-# tracebacks (disque/log.py prints only the message), so its catch-all
+# tracebacks (disque/context/log.py prints only the message), so its catch-all
 # handlers are known by their text (server.py "Error in server cron",
 # cluster/bus.py "Error handling bus messages"); whatever reaches stderr
 # (asyncio's handler, an uncaught exception) comes with a traceback.

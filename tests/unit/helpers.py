@@ -11,12 +11,12 @@ import random
 
 import hiredis
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import ClusterNode
 from disque.cluster.transport import Link
 from disque.config import Config
-from disque.memory import BASE_MEMORY, job_cost, queue_cost
+from disque.context.memory import BASE_MEMORY, job_cost, queue_cost
 from disque.node import Node
 
 START_MS = 1_700_000_000_000  # a round second, so etime arithmetic is easy to read

@@ -1,57 +1,69 @@
-"""The package layers (docs/architecture.md): imports only run downward, no
-package cycles, and the sans-I/O core imports no adapter and no I/O module.
+"""The package layers (docs/architecture.md, "Layers"): imports only run
+downward, no package cycles, and the sans-I/O core imports no adapter and
+no I/O module.
 
-Imports under ``if TYPE_CHECKING:`` are annotations, not dependencies, and
-are left out.
+The core is one list, ``[tool.mypy] files`` in pyproject.toml, which the
+build compiles and mypy checks; this test holds the layers, the modules on
+disk and the layer table of docs/architecture.md to it. Imports inside
+functions count like any other; imports under ``if TYPE_CHECKING:`` are
+annotations, not dependencies, and are left out.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "disque"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "disque"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 # Lowest first. A module may import its own layer and the layers below.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("primitives", ("disque", "disque.resp", "disque.argsplit", "disque.errors", "disque.log",
-                    "disque.scanindex", "disque.clients", "disque.runtime", "disque.stats",
-                    "disque.memory", "disque.jobs.job", "disque.jobs.ids", "disque.jobs.codec",
-                    "disque.jobs.replies", "disque.jobs.timers", "disque.jobs.journal",
-                    "disque.jobs", "disque.queues.skiplist", "disque.queues.queue",
-                    "disque.build")),
+# A prefix names a package (or module) and everything in it; the longest
+# matching prefix decides.
+CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("protocol", ("disque.protocol",)),
+    ("context", ("disque.context",)),
+    ("jobs", ("disque.jobs",)),
     ("settings", ("disque.config",)),
-    ("registry and queues", ("disque.jobs.registry", "disque.queues")),
-    ("cluster parts", ("disque.cluster", "disque.eviction", "disque.host")),
+    ("queues", ("disque.queues",)),
+    ("cluster", ("disque.cluster",)),
+    ("state", ("disque.state",)),
+    ("command interface", ("disque.commands.command", "disque.commands.access",
+                           "disque.commands.args")),
     ("commands", ("disque.commands",)),
     ("node", ("disque.node",)),
-    ("adapters", ("disque.server", "disque.connection", "disque.cluster.bus",
-                  "disque.cluster.busauth", "disque.aof",
-                  "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-                  "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
-                  "disque.launcher", "disque.tls")),
 ]
-
-ADAPTERS = ("disque.server", "disque.connection", "disque.cluster.bus", "disque.cluster.busauth",
-            "disque.aof",
-            "disque.spark", "disque.client", "disque.cli", "disque.serverinfo",
-            "disque.gctuning", "disque.osprocess", "disque.http", "disque.worker",
-            "disque.launcher", "disque.tls")
+# Below everything: the package itself and the build selector it runs first.
+BOOT = ("disque", "disque.build")
+ADAPTERS = ("disque.server", "disque.net", "disque.process", "disque.aof", "disque.http",
+            "disque.spark", "disque.client", "disque.worker", "disque.tools")
+LAYERS: list[tuple[str, tuple[str, ...]]] = [("boot", BOOT), *CORE_LAYERS,
+                                             ("adapters", ADAPTERS)]
 # The core reads time and randomness only through what the node is given,
 # and does no I/O: none of these may be imported there.
 IO_MODULES = ("asyncio", "socket", "selectors", "os", "time", "threading", "subprocess",
-              "signal", "uvloop")
-# disque.build reads the compiled core's manifest when the package is imported.
-NOT_CORE = ADAPTERS + ("disque.build", "disque.config", "disque.log")
+              "signal", "uvloop", "ssl")
+
+
+def core_list() -> list[str]:
+    """The core's modules as [tool.mypy] ``files`` names them (paths)."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["tool"]["mypy"]["files"]
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+CORE = tuple(entry.removesuffix(".py").replace("/", ".") for entry in core_list())
 
 
 def _in(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -71,7 +83,8 @@ def layer_of(name: str) -> int:
 
 
 def runtime_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` runs (not under ``if TYPE_CHECKING``)."""
+    """Modules imported when ``path`` runs (not under ``if TYPE_CHECKING``),
+    inside functions too."""
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     for node in ast.walk(tree):
@@ -84,11 +97,15 @@ def runtime_imports(path: Path) -> set[str]:
             continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise AssertionError("%s: relative import (line %d); name the module"
+                                     % (path, node.lineno))
+            assert node.module is not None
             found.add(node.module)
             # ``from disque.cluster import messages`` imports a module
             found.update(node.module + "." + alias.name for alias in node.names
-                         if (PACKAGE.parent / (node.module + "." + alias.name)
+                         if (ROOT / (node.module + "." + alias.name)
                              .replace(".", "/")).with_suffix(".py").exists())
     return found
 
@@ -99,6 +116,30 @@ MODULES = {module_name(p): runtime_imports(p) for p in sorted(PACKAGE.rglob("*.p
 def test_every_module_has_a_layer():
     for name in MODULES:
         layer_of(name)
+
+
+def test_the_core_list_is_the_core_layers():
+    """A module is in a core layer exactly when the core list holds it."""
+    for name in MODULES:
+        listed = _in(name, CORE)
+        in_core_layer = LAYERS[layer_of(name)][0] in dict(CORE_LAYERS)
+        assert listed == in_core_layer, (
+            "%s: %s [tool.mypy] files but %s a core layer"
+            % (name, "in" if listed else "not in", "in" if in_core_layer else "not in"))
+
+
+def test_the_architecture_doc_names_the_same_core():
+    """docs/architecture.md's layer table lists the core list's packages and
+    the adapters, no more and no fewer."""
+    text = ARCHITECTURE.read_text()
+    table = text[text.index("## Layers"):]
+    table = table[:table.index("\n## ", 1)]
+    named = set(re.findall(r"`disque/([a-z_/]+?)(?:/|\.py)?`", table)) - {"build", "__init__"}
+    core = {entry.removeprefix("disque/").removesuffix(".py") for entry in core_list()}
+    adapters = {prefix.removeprefix("disque.").replace(".", "/") for prefix in ADAPTERS}
+    assert named == core | adapters, (
+        "architecture.md names %s; missing %s" % (sorted(named - core - adapters),
+                                                  sorted((core | adapters) - named)))
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -142,7 +183,7 @@ def test_no_cycles_between_packages():
             visit(package)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if not _in(n, NOT_CORE)))
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _in(n, CORE)))
 def test_the_core_imports_no_adapter_and_no_io(name):
     bad = sorted(t for t in MODULES[name]
                  if _in(t, ADAPTERS) or t.split(".")[0] in IO_MODULES)
@@ -150,10 +191,13 @@ def test_the_core_imports_no_adapter_and_no_io(name):
 
 
 def test_the_check_sees_an_upward_import(tmp_path):
-    """The walker finds a plain import, skips a TYPE_CHECKING one."""
+    """The walker finds a plain import and one inside a function, skips a
+    TYPE_CHECKING one."""
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nimport disque.server\n"
+                      "def f():\n    from disque.net import bus\n"
                       "if TYPE_CHECKING:\n    from disque.node import Node\n")
     found = runtime_imports(source)
-    assert "disque.server" in found and "disque.node" not in found
+    assert {"disque.server", "disque.net"} <= found and "disque.node" not in found
     assert layer_of("disque.server") > layer_of("disque.jobs.registry")
+    assert layer_of("disque.commands.access") < layer_of("disque.commands.addjob")

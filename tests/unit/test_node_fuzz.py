@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from disque.clients import Block, ClientState
+from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import FAIL, PFAIL
 from disque.commands import unique_commands
-from disque.eviction import is_evictable
+from disque.state.eviction import is_evictable
 from disque.jobs.codec import to_bus
 from disque.jobs.ids import is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL, Job

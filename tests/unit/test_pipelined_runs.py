@@ -17,7 +17,7 @@ from disque.config import Config
 from disque.jobs.ids import JobIdGenerator
 from disque.server import Server
 from tests.unit.helpers import FakeClock
-from tests.unit.test_connection import FakeLoop, FakeTransport
+from tests.unit.net.test_connection import FakeLoop, FakeTransport
 
 BODY = b"x" * 64
 _twins = itertools.count()
@@ -52,7 +52,7 @@ class Twin:
         node.update_memory_limits()
 
     def connect(self):
-        from disque.connection import ClientConnection
+        from disque.net.connection import ClientConnection
         client = ClientConnection(self.server)
         transport = FakeTransport()
         client.connection_made(transport)

@@ -8,10 +8,10 @@ agree, the memory estimate matches the dataset, the node table is sane.
 
 from __future__ import annotations
 
-from disque.clients import Block
+from disque.context.clients import Block
 from disque.cluster.membership import HANDSHAKE, MYSELF
 from disque.jobs.job import ACKED, ACTIVE, QUEUED, WAIT_REPL
-from disque.memory import BASE_MEMORY, job_cost, queue_cost
+from disque.context.memory import BASE_MEMORY, job_cost, queue_cost
 
 from tests.sim.harness.clients import SimFailure
 

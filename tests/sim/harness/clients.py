@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hiredis
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 
 
 class SimFailure(AssertionError):

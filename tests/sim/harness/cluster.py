@@ -27,7 +27,7 @@ from typing import Callable
 from disque.cluster import nodesconf
 from disque.cluster.membership import HANDSHAKE
 from disque.config import Config
-from disque.host import Host
+from disque.state.host import Host
 from disque.jobs.timers import NEVER
 from disque.node import Node
 

@@ -5,7 +5,7 @@ by ``(virtual time, sequence number)``; every random choice comes from
 one seeded ``random.Random``. Re-running with the same seed replays the
 same history exactly.
 
-The network follows the real bus (disque/cluster/bus.py): each node opens
+The network follows the real bus (disque/net/bus.py): each node opens
 its own outbound connection to every peer; the receiver answers a
 PING/MEET with a PONG on that same connection. A connection is TCP-like
 by default: per direction, messages arrive in the order they were sent

@@ -1,8 +1,8 @@
 """The real bus framing and client connection code over the simulated network.
 
 With ``Sim(..., wire=True)`` every node runs the production adapters
-unmodified: ``disque.cluster.bus.ClusterBus`` / ``BusConnection`` frame
-and parse the bus messages and ``disque.connection.ClientConnection``
+unmodified: ``disque.net.bus.ClusterBus`` / ``BusConnection`` frame
+and parse the bus messages and ``disque.net.connection.ClientConnection``
 parses requests and writes replies, while this module stands in for the
 operating system below them:
 
@@ -39,8 +39,8 @@ import collections
 import inspect
 import weakref
 
-from disque.cluster.bus import ClusterBus
-from disque.connection import ClientConnection, OutputBatch
+from disque.net.bus import ClusterBus
+from disque.net.connection import ClientConnection, OutputBatch
 
 from tests.sim.harness.clients import MalformedReply, SimFailure
 from tests.sim.harness.network import EventLoop, Network, NetParams

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.cluster import messages as m
 from disque.cluster.consumers import Consumers
 from disque.cluster.federation import INTEREST_TTL_MS, Federation

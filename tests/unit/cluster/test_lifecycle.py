@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from disque import errors
-from disque.clients import ClientState
+from disque.protocol import errors
+from disque.context.clients import ClientState
 from disque.cluster import messages as m
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, QUEUED, WAIT_REPL
 from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
-from disque.memory import BASE_MEMORY, JOB_COST, QUEUE_COST
-from disque.resp import status
+from disque.context.memory import BASE_MEMORY, JOB_COST, QUEUE_COST
+from disque.protocol.resp import status
 from tests.unit.cluster.wiring import OWN_ID, PEER_A, Parts, make_job
 
 

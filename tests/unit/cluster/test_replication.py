@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from disque import errors
-from disque.clients import ClientState
+from disque.protocol import errors
+from disque.context.clients import ClientState
 from disque.cluster import messages as m
 from disque.cluster.replication import Replication
 from disque.jobs.codec import to_bus
 from disque.jobs.job import QUEUED
 from disque.jobs.journal import REASON_HOLDERS_CHANGED
-from disque.resp import status
+from disque.protocol.resp import status
 from tests.unit.cluster.wiring import LINK, OWN_ID, PEER_A, PEER_B, Parts, make_job
 
 

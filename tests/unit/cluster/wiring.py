@@ -18,10 +18,10 @@ from disque.jobs.dedup import DedupIndex
 from disque.jobs.job import Job
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
-from disque.memory import MemoryAccount
+from disque.context.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 START_MS = 1_700_000_000_000
 OWN_ID = b"a" * 40

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import LEAVING
 from tests.unit.helpers import (

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.commands import build_command_table, unique_commands
 from disque.commands.acl import KEY_SPECS, is_loopback, protected_mode_refuses
 from disque.commands.admin import PROTECTED_CONFIGS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from tests.unit.helpers import START_MS, Cmd, add_peer, make_node
 
 SYNTAX = b"-ERR syntax error\r\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.cluster.membership import LEAVING
 from tests.unit.helpers import Cmd, advance
 

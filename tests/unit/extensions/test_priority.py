@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque.clients import ClientState
+from disque.context.clients import ClientState
 from disque.commands import queues as queue_commands
 from tests.unit.helpers import Cmd, advance, make_node
 

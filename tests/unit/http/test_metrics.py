@@ -14,7 +14,7 @@ from disque.config import Config
 from disque.http.metrics import histogram, node_registry, server_registry
 from disque.http.service import METRICS_PATH, HttpService
 from disque.server import Server
-from disque.stats import LatencyHistogram
+from disque.context.stats import LatencyHistogram
 from tests.unit.helpers import PEER_ID, Cmd, add_peer, deliver, make_node
 
 

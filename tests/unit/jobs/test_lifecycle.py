@@ -7,7 +7,7 @@ import pytest
 
 from disque.cluster import messages as m
 from disque.jobs.timers import NEVER
-from disque.memory import BASE_MEMORY, JOB_COST, QUEUE_COST
+from disque.context.memory import BASE_MEMORY, JOB_COST, QUEUE_COST
 from tests.unit.helpers import (
     PEER_ID,
     START_MS,
@@ -57,7 +57,7 @@ def test_delayed_job_is_queued_exactly_at_its_delay(node, cmd):
 
 
 def test_delayed_job_wakes_a_blocked_consumer(node, cmd):
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     consumer = Cmd(node, ClientState(4))
     job_id = cmd.addjob("q", "x", "DELAY", "2")
     assert consumer.raw("GETJOB", "FROM", "q") is None
@@ -357,7 +357,7 @@ def test_queue_activity_resets_idleness(node, cmd):
 
 
 def test_queues_with_jobs_or_waiters_are_kept(node, cmd):
-    from disque.clients import ClientState
+    from disque.context.clients import ClientState
     cmd.addjob("full", "x")
     Cmd(node, ClientState(3)).raw("GETJOB", "FROM", "waited")
     node.clock.advance(10_000_000)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from disque.jobs.job import ACKED, DELIVERED, Job
 from disque.jobs.registry import JobRegistry, is_evictable
-from disque.memory import BASE_MEMORY, DUMMY_ACK_COST, JOB_COST, MemoryAccount
+from disque.context.memory import BASE_MEMORY, DUMMY_ACK_COST, JOB_COST, MemoryAccount
 
 
 def job(job_id: bytes, body: bytes | None = b"12345", retry: int = 300) -> Job:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 
-from disque.clients import Block, ClientState
-from disque.memory import MemoryAccount
+from disque.context.clients import Block, ClientState
+from disque.context.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 NOW = 1_700_000_000_000
 

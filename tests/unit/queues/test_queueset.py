@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 
 from disque.jobs.job import Job
-from disque.memory import BASE_MEMORY, QUEUE_COST, MemoryAccount
+from disque.context.memory import BASE_MEMORY, QUEUE_COST, MemoryAccount
 from disque.queues.queue import PAUSE_ALL, PAUSE_NONE, PAUSE_OUT
 from disque.queues.queueset import IDLE_LIMITS_S, QueueSet
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 NOW = 1_700_000_000_000
 

@@ -1,4 +1,4 @@
-"""disque/tls.py: SSL contexts from the TLS directives, and their errors."""
+"""disque/net/tls.py: SSL contexts from the TLS directives, and their errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from disque import tls
+from disque.net import tls
 from disque.config import Config, ConfigError
 
 

@@ -13,7 +13,7 @@ from disque import __version__
 from disque.build import core_build
 from disque.commands import build_command_table, unique_commands
 from disque.config import Config, ConfigError
-from disque.serverinfo import GIT_SHA1, MEM_ALLOCATOR
+from disque.process.serverinfo import GIT_SHA1, MEM_ALLOCATOR
 
 USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
        ./disque-server - (read config from stdin)
@@ -77,7 +77,7 @@ def _gen_certs(args: list[str]) -> int:
     if not args:
         sys.stderr.write("Usage: disque-server --gen-certs <dir> [hostname ...]\n")
         return 1
-    from disque.tls import generate_certificates
+    from disque.net.tls import generate_certificates
     try:
         paths = generate_certificates(args[0], args[1:])
     except ImportError:

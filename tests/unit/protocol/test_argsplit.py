@@ -1,4 +1,4 @@
-"""Tests for disque/argsplit.py: sdssplitargs-compatible splitting and quoting."""
+"""Tests for disque/protocol/argsplit.py: sdssplitargs-compatible splitting and quoting."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque.argsplit import UnbalancedQuotes, quote_arg, split_args
+from disque.protocol.argsplit import UnbalancedQuotes, quote_arg, split_args
 
 
 @pytest.mark.parametrize("line, expected", [

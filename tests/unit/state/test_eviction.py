@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disque.eviction import MemoryPolicy
+from disque.state.eviction import MemoryPolicy
 from disque.jobs.journal import REASON_EVICTED
 from tests.unit.cluster.wiring import Parts, make_job
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 import hiredis
 from mypy_extensions import mypyc_attr
 
-from disque.argsplit import UnbalancedQuotes, split_args
+from disque.protocol.argsplit import UnbalancedQuotes, split_args
 
 CRLF: Final = b"\r\n"
 OK: Final = b"+OK\r\n"

@@ -30,12 +30,12 @@ import asyncio
 import socket
 from typing import Callable
 
-from disque import errors
-from disque.clients import ClientState
+from disque.protocol import errors
+from disque.context.clients import ClientState
 from disque.commands.acl import (PROTECTED_MODE_DENIED, is_loopback, needs_auth,
                                  protected_mode_refuses)
-from disque.log import logger
-from disque.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
+from disque.context.log import logger
+from disque.protocol.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
 
 WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses

@@ -14,12 +14,12 @@ import weakref
 import msgpack
 import uvloop
 
-from disque.cluster import busauth
-from disque.cluster.bus import ClusterBus
-from disque.cluster.busauth import BusKeys
+from disque.net import busauth
+from disque.net.bus import ClusterBus
+from disque.net.busauth import BusKeys
 from disque.config import Config
-from tests.unit.test_bus_frames import HEADER, PEER
-from tests.unit.test_bus_frames import make_bus as make_fake_bus
+from tests.unit.net.test_bus_frames import HEADER, PEER
+from tests.unit.net.test_bus_frames import make_bus as make_fake_bus
 
 SECRET = b"the cluster's long shared secret"
 NEW_SECRET = b"the cluster's next shared secret"

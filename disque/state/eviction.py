@@ -14,9 +14,9 @@ from typing import Final, Protocol
 from disque.cluster.lifecycle import JobLifecycle
 from disque.jobs.journal import REASON_EVICTED
 from disque.jobs.registry import JobRegistry, is_evictable
-from disque.memory import MemoryAccount
+from disque.context.memory import MemoryAccount
 from disque.queues.queueset import QueueSet
-from disque.stats import JobCounters
+from disque.context.stats import JobCounters
 
 MAX_EVICTIONS_PER_CALL: Final = 10000
 IDLE_QUEUE_LIMIT_S: Final = 2

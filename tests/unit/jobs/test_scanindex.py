@@ -1,4 +1,4 @@
-"""Tests for disque/scanindex.py: QSCAN/JSCAN cursors (spec: commands.md QSCAN,
+"""Tests for disque/jobs/scanindex.py: QSCAN/JSCAN cursors (spec: commands.md QSCAN,
 index.md decision 8: every item present for the whole iteration is returned
 at least once; cursor 0 ends)."""
 
@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disque.scanindex import ScanIndex
+from disque.jobs.scanindex import ScanIndex
 
 
 class Item:

@@ -5,7 +5,7 @@ Values are complete RESP error replies, ready to send.
 
 from typing import Final
 
-from disque.resp import error
+from disque.protocol.resp import error
 
 SYNTAX: Final = error("ERR syntax error")
 NOT_INTEGER: Final = error("ERR value is not an integer or out of range")

@@ -8,7 +8,7 @@ import os
 import resource
 import socket
 
-from disque.log import logger
+from disque.context.log import logger
 
 RESERVED_FDS = 32  # descriptors kept for listeners, the AOF, the bus and logs
 

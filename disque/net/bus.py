@@ -11,7 +11,7 @@ The node core sees decoded frames (``receive_frame``) and link events
 (``link_up`` / ``link_down``); it never touches a socket.
 
 With a cluster secret, a link first runs the handshake of
-``disque.cluster.busauth`` and every frame then carries a MAC checked
+``disque.net.busauth`` and every frame then carries a MAC checked
 before the frame is decoded; an outbound link is reported up to the core
 only once the peer proved it knows the secret. With ``tls-cluster yes`` the
 links run over TLS, each end presenting its certificate. A link must finish
@@ -29,8 +29,8 @@ import time
 
 import msgpack
 
-from disque import tls
-from disque.cluster.busauth import (
+from disque.net import tls
+from disque.net.busauth import (
     MAC_LEN,
     SECRET_DIRECTIVES,
     BusAuthError,
@@ -42,7 +42,7 @@ from disque.cluster.busauth import (
 )
 from disque.cluster.transport import BusTransport, Link
 from disque.config.errors import ConfigSetError
-from disque.log import logger
+from disque.context.log import logger
 
 # The largest frame is the largest job a client may add (proto-max-bulk-len)
 # plus this much for the header and the job's other fields; a larger one is

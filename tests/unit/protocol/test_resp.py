@@ -1,4 +1,4 @@
-"""Tests for disque/resp.py: request parsing and reply encoding (spec: commands.md §0,
+"""Tests for disque/protocol/resp.py: request parsing and reply encoding (spec: commands.md §0,
 reference-transcripts.md §1.5)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disque import resp
-from disque.resp import (
+from disque.protocol import resp
+from disque.protocol.resp import (
     DEFAULT_MAX_BULK_LEN,
     MAX_INLINE_SIZE,
     MAX_MULTIBULK_COUNT,

@@ -1,11 +1,11 @@
-"""disque/runtime.py helpers."""
+"""disque/context/runtime.py helpers."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disque.runtime import ms_from_seconds
+from disque.context.runtime import ms_from_seconds
 
 
 @given(st.integers(min_value=-(1 << 52), max_value=1 << 52))

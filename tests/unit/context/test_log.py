@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 
-from disque import log
+from disque.context import log
 
 
 def test_lines_have_the_original_format_and_exceptions_their_stack(tmp_path):

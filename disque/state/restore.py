@@ -34,7 +34,7 @@ from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAY
 from disque.jobs.job import Job
 from disque.jobs.records import CHECKSUM_HEAD, CHECKSUM_LEN, checksum
 from disque.jobs.registry import JobRegistry
-from disque.runtime import Runtime
+from disque.context.runtime import Runtime
 
 # What precedes a LOADJOB payload; the group is the payload's length. With
 # 4 arguments, the record ends with its checksum.

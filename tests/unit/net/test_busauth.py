@@ -1,4 +1,4 @@
-"""The bus handshake and frame MACs of disque.cluster.busauth, without sockets:
+"""The bus handshake and frame MACs of disque.net.busauth, without sockets:
 both ends agree on a session only when they share a secret, and a frame
 altered, replayed or reordered fails its MAC."""
 
@@ -11,8 +11,8 @@ import struct
 
 import pytest
 
-from disque.cluster import busauth
-from disque.cluster.busauth import (
+from disque.net import busauth
+from disque.net.busauth import (
     CHALLENGE_LEN,
     MAC_LEN,
     BusAuthError,

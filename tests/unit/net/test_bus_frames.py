@@ -8,9 +8,9 @@ import struct
 
 import msgpack
 
-from disque.cluster import bus as busmod
-from disque.cluster.bus import EARLY_FLUSH, BusConnection, ClusterBus
-from tests.unit.test_connection import FakeLoop, FakeTransport
+from disque.net import bus as busmod
+from disque.net.bus import EARLY_FLUSH, BusConnection, ClusterBus
+from tests.unit.net.test_connection import FakeLoop, FakeTransport
 
 PEER = b"b" * 40
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disque.eviction import MemoryPolicy
-from disque.stats import JobCounters
+from disque.state.eviction import MemoryPolicy
+from disque.context.stats import JobCounters
 from tests.unit.cluster.wiring import Parts, make_job
 from tests.unit.helpers import Cmd, advance, make_node
 

@@ -8,9 +8,9 @@ import pytest
 
 from disque.commands.acl import PROTECTED_MODE_DENIED
 from disque.config import Config
-from disque.connection import ClientConnection
+from disque.net.connection import ClientConnection
 from disque.server import Server
-from tests.unit.test_connection import FakeLoop, FakeTransport
+from tests.unit.net.test_connection import FakeLoop, FakeTransport
 
 DEBUG_FLUSHALL = b"*2\r\n$5\r\nDEBUG\r\n$8\r\nFLUSHALL\r\n"
 
