@@ -281,7 +281,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        sys.stderr.write("disque-pipeline: %s. The report runs on Spark: install the spark "
+                         "extra (pip install 'disque-server[spark]', or from a clone: "
+                         ".venv/bin/pip install -e '.[spark]') and a Java runtime.\n" % exc)
+        return 2
 
     from disque.spark import register
     from disque.spark.session import local_session
