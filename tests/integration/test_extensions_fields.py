@@ -1,4 +1,4 @@
-"""The extensions' job fields through a real server (issue 19): every one
+"""The extensions' job fields through a real server: every one
 set by ADDJOB, shown by SHOW through redis-cli and redis-py, and kept by
 the AOF across a SIGKILL, a rewrite and a controlled restart."""
 

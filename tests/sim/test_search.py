@@ -105,12 +105,11 @@ def test_stall_freezes_a_node_and_keeps_what_reaches_it():
 
 
 def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
-    """Seed 1004525 of the 10,000-seed search failed on a harness bug: n3,
-    stalled, had a YOURJOBS carrying a job waiting for it while a FASTACK
-    elsewhere deleted every other copy; the ledger called the job gone, and
-    n3's delivery of it on resuming (before the DELJOB that waited behind
-    it on another link) a resurrection. Nothing is marked gone while a node
-    is stalled."""
+    """The ledger marks nothing gone while a node is stalled: a stalled node
+    may have a YOURJOBS carrying a job waiting for it while a FASTACK
+    elsewhere deletes every other copy, and its delivery of that job on
+    resuming (before the DELJOB that waits behind it on another link) is
+    not a resurrection. Seed 1004525 replays that schedule."""
     outcome = search.run_seed(1004525)
     assert outcome.ok, search.failure_report(outcome)
     assert outcome.stats["stall"] >= 1
@@ -140,23 +139,22 @@ def test_simulated_aof_is_the_servers_format():
 
 
 def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
-    """Seed 5008750: n1's clock jumped back 1.4 s after a PONG from n5, so
-    the ping_sent set later (its link had dropped) was earlier than that
-    pong_received; the cron reconnected a link only while pong_received <=
-    ping_sent, so the new link's first PING, lost, was never followed by
-    another and n1 saw n5 PFAIL for good. Membership must heal."""
+    """Membership heals after a clock jumps back: after the jump, a PING's
+    ping_sent can be earlier than the pong_received recorded before it, and
+    the cron must still send another PING when a new link's first one is
+    lost, or the peer stays PFAIL for good. Seed 5008750 replays a clock
+    jumping back 1.4 s on n1 after a PONG from n5."""
     outcome = search.run_seed(5008750)
     assert outcome.ok, search.failure_report(outcome)
     assert outcome.stats["clock"] >= 1
 
 
 def test_seed_5001556_holders_learned_later_survive_a_restart_from_the_aof():
-    """Seed 5001556: n2's copy of a REPLICATE 3 job was stored (in its AOF)
-    from the origin's first REPLJOB, listing 3 holders; the re-sent
-    REPLJOBs that named n4 too were merged in memory only. Every node was
-    killed, n2 came back from its AOF with the short list, and its ACK's
-    SETACKs never reached n4, whose copy came back to n2 by federation and
-    was delivered again 2.7 s after the ACK in the healed cluster."""
+    """Holders a replica learns from a re-sent REPLJOB reach its AOF too, so
+    that after every node is killed and restarted from its AOF, an ACK's
+    SETACKs reach every holder and no copy comes back by federation to be
+    delivered again after the ACK. Seed 5001556 replays a REPLICATE 3 job
+    whose re-sent REPLJOBs named a fourth holder before a mass crash."""
     outcome = search.run_seed(5001556)
     assert outcome.ok, search.failure_report(outcome)
     assert outcome.stats["mass_crash"] >= 1

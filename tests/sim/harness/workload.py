@@ -196,7 +196,7 @@ class Ledger:
         """Note acked jobs that no live node holds any more (nor the AOF of
         a crashed one: a restart brings those back), and none did for
         GONE_AFTER_MS: a YOURJOBS sent before a FASTACK's DELJOB arrived may
-        still carry one (seed 14828195 of test_search)."""
+        still carry one."""
         self.watch_gone()
 
     def watch_gone(self) -> None:

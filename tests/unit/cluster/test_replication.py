@@ -72,7 +72,7 @@ def test_a_received_copy_is_stored_journaled_and_confirmed(parts):
 def test_a_resent_copy_naming_more_holders_is_journaled_again(parts):
     """The AOF keeps a job's first LOADJOB: a re-sent REPLJOB that widens the
     holders list is recorded as a DELJOB and a new LOADJOB, so a restart
-    from the AOF knows every holder (sim seed 5001556); one that adds no
+    from the AOF knows every holder; one that adds no
     holder records nothing."""
     repl = replication(parts)
     origin = Parts()
