@@ -6,7 +6,7 @@
 - ``aof_load``: a node with the AOF on is given ``memory_jobs`` jobs
   (1,000,000 by default, pipelined), stopped and started again; the time from
   process start to the node answering PING (no longer -LOADING) is the load
-  time (target <= 3 s, issue 18). Then a BGREWRITEAOF of the same dataset is timed.
+  time (target <= 3 s). Then a BGREWRITEAOF of the same dataset is timed.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - ``cluster_cycle``: the produce/consume cycle with REPLICATE 3, producers
   and consumers on the same node (the local reference for federation).
 - ``federation``: producers on node A (REPLICATE 3), consumers on node B,
-  at full load and at a fixed 5,000 jobs/s. Issue 18's targets: at full
+  at full load and at a fixed 5,000 jobs/s. Targets: at full
   load >= 15,000 jobs/s (the original C server: 13-15 k) and >= 1.0 x the
   local cycle of the same run; at the fixed rate an end-to-end p99 <= 25 ms.
 - ``cluster_secret``: ADDJOB ... REPLICATE 3 on a cluster with a cluster

@@ -2,7 +2,7 @@
 
 Two fresh nodes run ADDJOB -P 16 (redis-benchmark) in alternating rounds:
 one with metrics-port 0, one with metrics-port on and /metrics scraped
-every second while redis-benchmark runs, as Prometheus would (issue 20:
+every second while redis-benchmark runs, as Prometheus would (target:
 within 3 %). Then one scrape is timed on a node holding 100,000 jobs in
 100 queues, and on one with 10,000 queues, where metrics-max-queues keeps
 the per-queue series (and the scrape) bounded; the same node with the

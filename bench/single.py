@@ -108,7 +108,7 @@ def addjob(servers: Servers, settings: Settings) -> list[Measurement]:
 
 def extensions(servers: Servers, settings: Settings) -> list[Measurement]:
     """ADDJOB -P 16 with PRIORITY and with DEDUPID against the bare ADDJOB
-    on the same node, rounds alternating (issue 19: each within 10 %)."""
+    on the same node, rounds alternating (target: each within 10 %)."""
     body = "x" * settings.body_bytes
     plain = Workload("addjob_p16", ("ADDJOB", "q", body, "0"), (), 16, "ADDJOB q <body> 0",
                      counts_queue=True)
