@@ -333,9 +333,9 @@ class Gossip:
                 continue
             ping_sent = node.ping_sent
             # ping_sent is set only while a PONG is awaited (a PONG on the link
-            # zeroes it): no comparison with pong_received, which a clock that
-            # jumped back leaves later than ping_sent for good, so the link was
-            # never reconnected and the node stayed PFAIL (sim seed 5008750).
+            # zeroes it): never compare it with pong_received, which a clock
+            # that jumped back leaves later than ping_sent for good, or the
+            # link is never reconnected and the peer stays PFAIL.
             if (node.link and now - node.link_time > timeout and ping_sent
                     and now - ping_sent > timeout // 2):
                 node.link = False
