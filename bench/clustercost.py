@@ -33,13 +33,12 @@ import time
 from collections import deque
 from typing import Callable
 
-import hiredis
-
 from disque.context.clients import ClientState
 from disque.net.bus import BusConnection, ClusterBus
 from disque.cluster.membership import ClusterNode
 from disque.config import Config
 from disque.node import Node
+from disque.tools.resp_client import ReplyParser
 
 START_MS = 1_700_000_000_000
 NODES = 3
@@ -59,12 +58,24 @@ class TurnLoop:
         """Run ``callback`` at the end of this turn."""
         self.soon.append((callback, args))
 
+    def call_later(self, delay: float, callback: Callable, *args: object) -> "NoTimer":
+        """A timer that never fires: the bus arms one for each link's handshake,
+        and here links handshake in their first turns or the run's stall check fails."""
+        return NoTimer()
+
     def end_turn(self) -> None:
         """Run what the turn scheduled (the bus flush)."""
         while self.soon:
             due, self.soon = self.soon, []
             for callback, args in due:
                 callback(*args)
+
+
+class NoTimer:
+    """The handle of a timer that never fires."""
+
+    def cancel(self) -> None:
+        """Nothing is scheduled."""
 
 
 class Pipe:
@@ -182,7 +193,7 @@ class Cycle:
     def __init__(self, cluster: Cluster, consumer_node: int, consumers: int) -> None:
         self.cluster = cluster
         self.consumer_node = consumer_node
-        self.reader = hiredis.Reader()
+        self.replies = ReplyParser()
         self.idle: list[Client] = []
         self.clients = 0
         self.produced = self.acked = 0
@@ -198,8 +209,7 @@ class Cycle:
         self.idle.append(client)
 
     def _consumer_reply(self, client: Client, data: bytes) -> None:
-        self.reader.feed(data)
-        value = self.reader.gets()
+        value = self.replies.parse(data)
         commands = self.cluster.commands[self.consumer_node]
         if isinstance(value, int):
             self.acked += value

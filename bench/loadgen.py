@@ -22,10 +22,10 @@ Two modes:
   keeps the generator's own CPU use low on a machine it shares with the
   servers.
 
-Producer connections count their replies in their protocol callback and
-send a full-load producer's next batch from there: no future, callback
-handle or task wakeup per job, which on two shared cores is CPU taken from
-the servers being measured.
+Producer connections are ``ReplyStream``s: each reply is one call of
+``_Producers.replied``, which counts it and sends a full-load producer's
+next batch: no future, callback handle or task wakeup per job, which on two
+shared cores is CPU taken from the servers being measured.
 
 Only jobs delivered inside the measurement window (after a warm-up) count.
 Producer and consumer ports are separate lists so the same generator
@@ -38,12 +38,12 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
-import hiredis
 import uvloop
 
-from bench.resp import RespClient, bulk, connect, encode
+from disque.tools.resp_client import (PipelinedClient, ReplyError, ReplyStream, connect,
+                                      encode_bulk, encode_command, open_stream)
 
 STAMP_DIGITS = 20
 PACER_TICK_S = 0.001
@@ -90,23 +90,31 @@ class QueueDialect(Protocol):
         """One command acknowledging ``ids``, or None if the system needs none."""
 
 
+def _fetch_reply(command: bytes, reply: Any) -> Any:
+    """The reply of a fetch: jobs, or None after the timeout; an error reply fails the run."""
+    if isinstance(reply, ReplyError):
+        raise CycleError("%s failed: %s" % (command.decode(), reply))
+    return reply
+
+
 class DisqueDialect:
     """ADDJOB / GETJOB TIMEOUT t COUNT n / ACKJOB."""
 
     def __init__(self, queue: bytes, count: int = 16, timeout_ms: int = 100,
                  replicate: int | None = None) -> None:
-        self._head = b"*%d\r\n" % (4 if replicate is None else 6) + bulk(b"ADDJOB") + bulk(queue)
-        self._tail = bulk(b"0") + (b"" if replicate is None
-                                   else bulk(b"REPLICATE") + bulk(b"%d" % replicate))
-        self._fetch = encode(b"GETJOB", b"TIMEOUT", b"%d" % timeout_ms, b"COUNT", b"%d" % count,
-                             b"FROM", queue)
+        # ADDJOB's bytes around the body, so that a job costs one encode_bulk.
+        tail = [b"0"] if replicate is None else [b"0", b"REPLICATE", b"%d" % replicate]
+        self._head = b"*%d\r\n" % (3 + len(tail)) + encode_bulk(b"ADDJOB") + encode_bulk(queue)
+        self._tail = b"".join(encode_bulk(arg) for arg in tail)
+        self._fetch = encode_command(b"GETJOB", b"TIMEOUT", b"%d" % timeout_ms,
+                                     b"COUNT", b"%d" % count, b"FROM", queue)
 
     def produce(self, body: bytes) -> bytes:
         """ADDJOB <queue> <body> 0 [REPLICATE n]."""
-        return self._head + bulk(body) + self._tail
+        return self._head + encode_bulk(body) + self._tail
 
     def produced(self, reply: object) -> bool:
-        """A job id (bytes) means accepted; errors are hiredis.ReplyError values."""
+        """A job id (bytes) means accepted; an error reply is a ReplyError value."""
         return isinstance(reply, bytes)
 
     def fetch(self) -> bytes:
@@ -115,28 +123,26 @@ class DisqueDialect:
 
     def fetched(self, reply: object) -> tuple[list[bytes], list[bytes]]:
         """GETJOB replies [[queue, id, body], ...] or nil after the timeout."""
-        if reply is None:
+        if _fetch_reply(b"GETJOB", reply) is None:
             return [], []
-        if isinstance(reply, hiredis.ReplyError):
-            raise CycleError("GETJOB failed: %s" % reply)
         return [job[2] for job in reply], [job[1] for job in reply]
 
     def ack(self, ids: list[bytes]) -> bytes | None:
         """ACKJOB <id> ... for everything one GETJOB returned."""
-        return encode(b"ACKJOB", *ids)
+        return encode_command(b"ACKJOB", *ids)
 
 
 class RedisListDialect:
     """LPUSH / BLMPOP ... COUNT n: the same cycle on redis-server lists, as a reference."""
 
     def __init__(self, key: bytes, count: int = 16, timeout_ms: int = 100) -> None:
-        self._head = b"*3\r\n" + bulk(b"LPUSH") + bulk(key)
-        self._fetch = encode(b"BLMPOP", b"%g" % (timeout_ms / 1000), b"1", key, b"RIGHT",
-                             b"COUNT", b"%d" % count)
+        self._head = b"*3\r\n" + encode_bulk(b"LPUSH") + encode_bulk(key)
+        self._fetch = encode_command(b"BLMPOP", b"%g" % (timeout_ms / 1000), b"1", key,
+                                     b"RIGHT", b"COUNT", b"%d" % count)
 
     def produce(self, body: bytes) -> bytes:
         """LPUSH <key> <body>."""
-        return self._head + bulk(body)
+        return self._head + encode_bulk(body)
 
     def produced(self, reply: object) -> bool:
         """LPUSH answers the new list length."""
@@ -148,10 +154,8 @@ class RedisListDialect:
 
     def fetched(self, reply: object) -> tuple[list[bytes], list[bytes]]:
         """BLMPOP replies [key, [elements]] or nil after the timeout."""
-        if reply is None:
+        if _fetch_reply(b"BLMPOP", reply) is None:
             return [], []
-        if isinstance(reply, hiredis.ReplyError):
-            raise CycleError("BLMPOP failed: %s" % reply)
         return reply[1], []
 
     def ack(self, ids: list[bytes]) -> bytes | None:
@@ -203,60 +207,24 @@ class CycleResult:
                 "acked": self.acked}
 
 
-class _ProducerConnection(asyncio.Protocol):
-    """One producer connection: it counts the replies to what was sent on it
-    as they arrive and hands each to its owner, with no future or task per
-    job (the generator shares the cores with the servers it measures)."""
-
-    def __init__(self, producers: "_Producers") -> None:
-        self.producers = producers
-        self.reader = hiredis.Reader()
-        self.transport: asyncio.Transport | None = None
-        self.in_flight = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport for writes."""
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, payload: bytes, count: int) -> None:
-        """Write ``count`` pipelined commands."""
-        assert self.transport is not None
-        self.in_flight += count
-        self.transport.write(payload)
-
-    def data_received(self, data: bytes) -> None:
-        """Each reply ends one job in flight."""
-        reader, replied = self.reader, self.producers.replied
-        reader.feed(data)
-        while (reply := reader.gets()) is not False:
-            self.in_flight -= 1
-            replied(self, reply)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        """A connection lost with jobs in flight fails the run instead of hanging it."""
-        if self.in_flight:
-            self.producers.error = ConnectionError("connection lost: %s" % (exc or "EOF"))
-
-
 class _Producers:
     """The producer connections, driven at full load or as a pool at a fixed rate."""
 
     def __init__(self) -> None:
-        self.connections: list[_ProducerConnection] = []
-        self.idle: list[_ProducerConnection] = []  # fixed rate: nothing in flight
-        self.paused: list[_ProducerConnection] = []  # full load: waiting for room
+        self.connections: list[ReplyStream] = []
+        self.idle: list[ReplyStream] = []  # fixed rate: nothing in flight
+        self.paused: list[ReplyStream] = []  # full load: waiting for room
         self.busy_turn = 0
         self.error: Exception | None = None
         self.cycle: _Cycle | None = None  # set once connected: the clock starts then
 
-    async def connect(self, port: int, host: str = "127.0.0.1") -> None:
+    async def connect(self, port: int) -> None:
         """Open one more producer connection."""
-        _, conn = await asyncio.get_running_loop().create_connection(
-            lambda: _ProducerConnection(self), host, port)
+        conn = await open_stream(port, self.replied, self.lost)
         self.connections.append(conn)
         self.idle.append(conn)
 
-    def replied(self, conn: _ProducerConnection, reply: object) -> None:
+    def replied(self, conn: ReplyStream, reply: object) -> None:
         """Count a produce reply; a connection with nothing left in flight
         sends its next batch (full load) or becomes idle (fixed rate)."""
         cycle = self.cycle
@@ -271,7 +239,12 @@ class _Producers:
             else:
                 self.idle.append(conn)
 
-    def next_batch(self, conn: _ProducerConnection) -> None:
+    def lost(self, conn: ReplyStream, exc: Exception | None) -> None:
+        """A connection lost with jobs in flight fails the run instead of hanging it."""
+        if conn.in_flight:
+            self.error = ConnectionError("connection lost: %s" % (exc or "EOF"))
+
+    def next_batch(self, conn: ReplyStream) -> None:
         """Full load: ``conn`` sends a batch, waits for room, or is done."""
         cycle = self.cycle
         assert cycle is not None
@@ -313,8 +286,7 @@ class _Producers:
     def close(self) -> None:
         """Close every connection."""
         for conn in self.connections:
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.close()
 
 
 class _Cycle:
@@ -378,7 +350,7 @@ class _Cycle:
             await asyncio.sleep(PACER_TICK_S)
         self.producing = 0
 
-    async def consume(self, client: RespClient) -> None:
+    async def consume(self, client: PipelinedClient) -> None:
         """Fetch, and acknowledge the previous fetch in the same write, until the run drains."""
         dialect, fetch, ids = self.dialect, self.dialect.fetch(), []
         while True:
@@ -407,7 +379,7 @@ class _Cycle:
 async def _run(dialect: QueueDialect, producer_ports: Sequence[int],
                consumer_ports: Sequence[int], config: CycleConfig) -> CycleResult:
     producers = _Producers()
-    consumers: list[RespClient] = []
+    consumers: list[PipelinedClient] = []
     try:
         for i in range(config.producers):
             await producers.connect(producer_ports[i % len(producer_ports)])

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import uvloop
 
 from bench.loadgen import DisqueDialect
-from bench.resp import connect
 from bench.servers import DisqueNode
+from disque.tools.resp_client import connect
 
 QUEUE = b"bench:memory"
 

@@ -10,8 +10,8 @@ Each node gets its own directory ``DIR/<port>/`` with its own ``disque.conf``
 ``nodes.conf``, ``disque.log``, ``disque.pid`` and, with ``--appendonly``,
 ``disque.aof``. The nodes daemonize themselves through their config file;
 ``status`` and ``stop`` find them again by their pid files and ports. The
-launcher talks RESP through hiredis (a dependency of the server), so it
-needs no client library.
+launcher talks RESP through ``disque.tools.resp_client`` (hiredis, a
+dependency of the server), so it needs no client library.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
-import hiredis
+from disque.tools.resp_client import CommandError, Connection
 
 PROGRAM: Final = "disque-cluster"
 DEFAULT_DIR: Final = "disque-cluster"
@@ -77,10 +77,6 @@ SERVER_PROCESS_MARK: Final = b"disque"   # in the command line of every node pro
 
 class LaunchError(Exception):
     """A create step failed; the message says which node and why."""
-
-
-class NodeReplyError(Exception):
-    """A node answered a command with an error reply."""
 
 
 @dataclass(frozen=True)
@@ -154,51 +150,9 @@ def _quoted(text: str) -> str:
     return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-# ------------------------------------------------------------------ RESP
-
-def _encode(args: Sequence[str | int | bytes]) -> bytes:
-    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
-
-
-class NodeLink:
-    """A short-lived RESP connection to one local node."""
-
-    def __init__(self, port: int, timeout: float = REPLY_TIMEOUT_S) -> None:
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
-        self.reader = hiredis.Reader()
-
-    def __enter__(self) -> "NodeLink":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()
-
-    def call(self, *args: str | int | bytes) -> Any:
-        """Send one command and return its reply; raise NodeReplyError on an error reply."""
-        return self.pipeline([args])[0]
-
-    def pipeline(self, commands: Iterable[Sequence[str | int | bytes]]) -> list[Any]:
-        """Send every command in one write, then read the replies in order."""
-        requests = [_encode(command) for command in commands]
-        self.sock.sendall(b"".join(requests))
-        return [self._reply() for _ in requests]
-
-    def send_only(self, *args: str | int | bytes) -> None:
-        """Send a command whose reply may never come (SHUTDOWN closes the connection)."""
-        self.sock.sendall(_encode(args))
-
-    def _reply(self) -> Any:
-        while True:
-            reply = self.reader.gets()
-            if reply is not False:
-                if isinstance(reply, hiredis.ReplyError):
-                    raise NodeReplyError(str(reply))
-                return reply
-            data = self.sock.recv(65536)
-            if not data:
-                raise ConnectionError("the node closed the connection")
-            self.reader.feed(data)
+def _link(port: int, timeout: float = REPLY_TIMEOUT_S) -> Connection:
+    """A short-lived connection to the local node on ``port``."""
+    return Connection(port, HOST, timeout)
 
 
 def _info_fields(text: bytes) -> dict[str, str]:
@@ -214,9 +168,9 @@ def _info_fields(text: bytes) -> dict[str, str]:
 def answers_ping(port: int) -> bool:
     """True if a node answers PING on ``port`` now."""
     try:
-        with NodeLink(port, timeout=1.0) as link:
+        with _link(port, timeout=1.0) as link:
             return bool(link.call(*PING) == PONG)
-    except (OSError, NodeReplyError):
+    except (OSError, CommandError):
         return False
 
 
@@ -325,7 +279,7 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
         _start(nodes)
         _join(nodes)
         ids = _node_ids(nodes)
-    except (LaunchError, OSError, NodeReplyError) as exc:
+    except (LaunchError, OSError, CommandError) as exc:
         sys.stderr.write("%s: %s\n" % (PROGRAM, exc))
         _stop_nodes(nodes, sys.stderr)
         sys.stderr.write("The nodes' files stay in %s for a look; remove them (rm -r %s) "
@@ -375,7 +329,7 @@ def _start(nodes: Sequence[NodeFiles]) -> None:
 def _join(nodes: Sequence[NodeFiles]) -> None:
     """MEET the first node with each other one; wait until every node sees all."""
     first = nodes[0]
-    with NodeLink(first.port) as link:
+    with _link(first.port) as link:
         for node in nodes[1:]:
             if link.call(*CLUSTER_MEET, HOST, node.port) != OK:
                 raise LaunchError("CLUSTER MEET %s %d failed on node %d"
@@ -385,9 +339,9 @@ def _join(nodes: Sequence[NodeFiles]) -> None:
     def meshed() -> bool:
         for node in nodes:
             try:
-                with NodeLink(node.port) as link:
+                with _link(node.port) as link:
                     fields = _info_fields(link.call(*CLUSTER_INFO))
-            except (OSError, NodeReplyError):
+            except (OSError, CommandError):
                 return False
             views[node.port] = (int(fields[INFO_KNOWN_NODES]),
                                 int(fields[INFO_REACHABLE_NODES]) + 1)
@@ -404,7 +358,7 @@ def _node_ids(nodes: Sequence[NodeFiles]) -> list[str]:
     """Each node's ID, from its HELLO reply (version, own ID, nodes...)."""
     ids = []
     for node in nodes:
-        with NodeLink(node.port) as link:
+        with _link(node.port) as link:
             ids.append(link.call(*HELLO)[1].decode())
     return ids
 
@@ -433,11 +387,11 @@ def node_status(node: NodeFiles) -> NodeStatus:
     """Ask one node about itself; a node that does not answer is down."""
     pid = recorded_pid(node)
     try:
-        with NodeLink(node.port) as link:
+        with _link(node.port) as link:
             server, cluster, jobs, queues = link.pipeline(
                 [INFO_SERVER, CLUSTER_INFO, INFO_JOBS, QSCAN_ALL])
             lengths = link.pipeline([(QLEN, queue) for queue in queues[1]])
-    except (OSError, NodeReplyError):
+    except (OSError, CommandError):
         return NodeStatus(node.port, pid, up=False)
     cluster_fields = _info_fields(cluster)
     return NodeStatus(
@@ -497,11 +451,11 @@ def _stop_nodes(nodes: Sequence[NodeFiles], out: TextIO) -> list[int]:
     for node in nodes:
         pid = recorded_pid(node)
         try:
-            with NodeLink(node.port, timeout=1.0) as link:
+            with _link(node.port, timeout=1.0) as link:
                 pid = int(_info_fields(link.call(*INFO_SERVER))[INFO_PROCESS_ID])
                 link.send_only(*SHUTDOWN)
             steps[node.port] = 0
-        except (OSError, NodeReplyError):
+        except (OSError, CommandError):
             if pid is not None:
                 _signal(pid, signal.SIGTERM)
                 steps[node.port] = 1

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import redis
 
+from disque.tools.resp_client import encode_command  # the protocol tests' request encoder
 from tests.support.process import DisqueProcess, wait_until
 
 DEFAULT_NODE_TIMEOUT_MS = 3000
@@ -148,13 +149,10 @@ def _text(value) -> str:
 
 # ------------------------------------------------------------------ raw RESP
 
-def encode_command(*args) -> bytes:
-    """A multibulk request."""
-    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
-    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
-
-
 class _Reader:
+    """A strict reply parser that keeps each reply's type byte and the exact
+    bytes read, which hiredis does not tell, for tests that compare them."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.data = b""

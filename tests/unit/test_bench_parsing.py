@@ -6,13 +6,11 @@ job-body timestamps are fed as literal text and bytes.
 
 from __future__ import annotations
 
-import asyncio
-
-import hiredis
 import pytest
 
 from bench import compare
 from bench.loadgen import (
+    CycleError,
     DisqueDialect,
     RedisListDialect,
     body_stamp,
@@ -22,10 +20,10 @@ from bench.loadgen import (
 from bench.machine import parse_cpu_model, parse_cpu_ticks, steal_percent
 from bench.measurement import Measurement, Reference, Target
 from bench.redis_benchmark import BenchmarkError, parse_csv
-from bench.resp import RespClient, encode
 from bench.run import select_sections
 from bench.servers import parse_cpu_seconds, parse_vmrss
 from bench.settings import Settings
+from disque.tools.resp_client import ReplyParser, encode_command
 
 REDIS7_CSV = (
     '"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms",'
@@ -135,65 +133,36 @@ def test_percentile_nearest_rank():
 
 
 def _reply(data: bytes) -> object:
-    reader = hiredis.Reader()
-    reader.feed(data)
-    return reader.gets()
+    return ReplyParser().parse(data)
 
 
 def test_disque_dialect_commands_and_getjob_reply():
     dialect = DisqueDialect(b"q")
-    assert dialect.produce(b"body") == encode(b"ADDJOB", b"q", b"body", b"0")
-    assert DisqueDialect(b"q", replicate=3).produce(b"b") == encode(
+    assert dialect.produce(b"body") == encode_command(b"ADDJOB", b"q", b"body", b"0")
+    assert DisqueDialect(b"q", replicate=3).produce(b"b") == encode_command(
         b"ADDJOB", b"q", b"b", b"0", b"REPLICATE", b"3")
-    assert dialect.fetch() == encode(b"GETJOB", b"TIMEOUT", b"100", b"COUNT", b"16",
-                                     b"FROM", b"q")
+    assert dialect.fetch() == encode_command(b"GETJOB", b"TIMEOUT", b"100", b"COUNT", b"16",
+                                             b"FROM", b"q")
     reply = _reply(b"*2\r\n*3\r\n$1\r\nq\r\n$4\r\nD-01\r\n$2\r\nb1\r\n"
                    b"*3\r\n$1\r\nq\r\n$4\r\nD-02\r\n$2\r\nb2\r\n")
     assert dialect.fetched(reply) == ([b"b1", b"b2"], [b"D-01", b"D-02"])
     assert dialect.fetched(_reply(b"*-1\r\n")) == ([], [])
-    assert dialect.ack([b"D-01", b"D-02"]) == encode(b"ACKJOB", b"D-01", b"D-02")
+    assert dialect.ack([b"D-01", b"D-02"]) == encode_command(b"ACKJOB", b"D-01", b"D-02")
     assert dialect.produced(_reply(b"+D-01\r\n"))
     assert not dialect.produced(_reply(b"-NOREPL Not enough reachable nodes\r\n"))
+    with pytest.raises(CycleError, match="GETJOB failed: NOREPL"):
+        dialect.fetched(_reply(b"-NOREPL Not enough reachable nodes\r\n"))
 
 
 def test_redis_dialect_blmpop_reply():
     dialect = RedisListDialect(b"q")
-    assert dialect.fetch() == encode(b"BLMPOP", b"0.1", b"1", b"q", b"RIGHT", b"COUNT", b"16")
+    assert dialect.fetch() == encode_command(b"BLMPOP", b"0.1", b"1", b"q", b"RIGHT",
+                                             b"COUNT", b"16")
     reply = _reply(b"*2\r\n$1\r\nq\r\n*2\r\n$2\r\nb1\r\n$2\r\nb2\r\n")
     assert dialect.fetched(reply) == ([b"b1", b"b2"], [])
     assert dialect.fetched(_reply(b"*-1\r\n")) == ([], [])
     assert dialect.ack([b"x"]) is None
     assert dialect.produced(_reply(b":3\r\n"))
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.written = b""
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-
-async def test_resp_client_splits_replies_across_requests_and_chunks():
-    client = RespClient()
-    transport = _Transport()
-    client.connection_made(transport)
-    first = client.request(b"two commands", 2)
-    second = client.request(b"one command", 1)
-    assert transport.written == b"two commandsone command"
-    for chunk in (b"+OK\r\n:4", b"2\r\n*2\r\n$1\r\na\r", b"\n*-1\r\n"):
-        client.data_received(chunk)
-    assert await first == [b"OK", 42]
-    assert await second == [[b"a", None]]
-
-
-async def test_resp_client_fails_pending_requests_on_disconnect():
-    client = RespClient()
-    client.connection_made(_Transport())
-    pending = client.request(b"PING", 1)
-    client.connection_lost(None)
-    with pytest.raises(ConnectionError):
-        await asyncio.wait_for(pending, 1)
 
 
 # ------------------------------------------------------------ report and CLI
