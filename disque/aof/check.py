@@ -18,8 +18,7 @@ import os
 import sys
 from typing import NamedTuple
 
-from disque.aof.format import AofFormatError, Truncated, format_marker, load_job, read_checked
-from disque.jobs.records import DELJOB, LOADJOB
+from disque.jobs.record_reader import JOB, OTHER, RecordDamaged, RecordReader, RecordTruncated
 
 
 class CheckResult(NamedTuple):
@@ -34,34 +33,32 @@ class CheckResult(NamedTuple):
 
 def check(data: bytes) -> CheckResult:
     """Check every record of ``data`` up to the first bad one."""
+    reader = RecordReader()
     pos = 0
     end = len(data)
     records = 0
-    required = False
     while pos < end:
         try:
-            argv, nxt = read_checked(data, pos, end, required)
-            marker = format_marker(argv, pos)
-        except Truncated:
-            return CheckResult(pos, "unexpected end of file", True, records, required)
-        except AofFormatError as exc:
+            nxt = reader.read(data, pos, end)
+        except RecordTruncated:
+            return CheckResult(pos, "unexpected end of file", True, records, reader.required)
+        except RecordDamaged as exc:
             return CheckResult(pos, "bad format at offset %d: %s" % (exc.offset, exc.reason),
-                               False, records, required)
-        name = argv[0].upper()
-        if marker:
-            required = True
-        elif name == LOADJOB and len(argv) >= 2:
+                               False, records, reader.required)
+        kind = reader.kind
+        if kind == JOB:
             try:
-                load_job(argv[1], None)
+                reader.job(data, None)
             except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
                 return CheckResult(pos, "corrupted job at offset %d: %s" % (pos, exc), False,
-                                   records, required)
-        elif not (name == DELJOB and len(argv) >= 2):
-            return CheckResult(pos, "unknown command %r at offset %d" % (argv[0][:32], pos),
-                               False, records, required)
+                                   records, reader.required)
+        elif kind == OTHER:
+            return CheckResult(pos, "unknown command %r at offset %d"
+                               % (reader.argv(data)[0][:32], pos), False, records,
+                               reader.required)
         records += 1
         pos = nxt
-    return CheckResult(pos, None, False, records, required)
+    return CheckResult(pos, None, False, records, reader.required)
 
 
 def _confirm(question: str) -> bool:

@@ -6,21 +6,27 @@ their retry time; during an ``aof-enqueue-jobs-once`` load, jobs stored
 as queued are put back in their queues (RETRY 0 ones included, spec
 decision 2).
 
-The file is read in large chunks, which ``cluster.restore.JobRestore``
-applies record after record while they are in the form this version
-writes. What it stops at (a msgpack payload, another spelling of a
-record, damage, a record cut by the end of the chunk) goes through the
-strict parser here, which names the exact offset of any damage,
-including a record whose checksum does not match its bytes.
+The file is read in large chunks, which ``state.restore.JobRestore``
+applies record after record with the file's one reader
+(``jobs.record_reader``). What it stops at (damage, a record cut by the
+end of the chunk, a payload that does not decode, a command no AOF holds)
+goes through the strict parser here, built on the same framing, which
+names the exact offset of any damage, including a record whose checksum
+does not match its bytes.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from typing import TYPE_CHECKING
 
 from disque.aof.format import AofFormatError, Truncated, format_marker, load_job, read_checked
 from disque.state.restore import JobRestore
 from disque.jobs.records import DELJOB, LOADJOB
+
+if TYPE_CHECKING:
+    from disque.node import Node
 
 READ_CHUNK = 8 * 1024 * 1024
 
@@ -32,8 +38,8 @@ class AofLoadError(Exception):
 class AofLoader:
     """Reads one AOF file into a node, a slice at a time."""
 
-    def __init__(self, node, path: str, *, enqueue_once: bool, truncate_allowed: bool,
-                 logger) -> None:
+    def __init__(self, node: Node, path: str, *, enqueue_once: bool, truncate_allowed: bool,
+                 logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
         self.node = node
         self.path = path
         self.enqueue_once = enqueue_once
@@ -47,7 +53,6 @@ class AofLoader:
         self.eof = False
         self.truncated_at: int | None = None
         self._strict_records = 0
-        self.checksums_required = False  # a format marker was read
         self.restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes,
                                   enqueue_once)
 
@@ -55,6 +60,11 @@ class AofLoader:
     def records(self) -> int:
         """Records applied so far."""
         return self.restore.records + self._strict_records
+
+    @property
+    def checksums_required(self) -> bool:
+        """A format marker was read: every record after it carries a checksum."""
+        return self.restore.reader.required
 
     @property
     def jobs_loaded(self) -> int:
@@ -79,7 +89,7 @@ class AofLoader:
                 break
             try:
                 argv, used = read_checked(self.buffer, pos, len(self.buffer),
-                                          self.checksums_required)
+                                          restore.reader.required)
                 marker = format_marker(argv, pos)
             except Truncated:
                 if not self._read_more():
@@ -92,7 +102,7 @@ class AofLoader:
                 raise AofLoadError("Bad file format reading the append only file at offset %d: "
                                    "%s" % (offset, exc.reason)) from None
             if marker:
-                self.checksums_required = restore.checksums_required = True
+                restore.reader.required = True
             else:
                 self._apply(argv, self.loaded_bytes)
             self.loaded_bytes += used - pos

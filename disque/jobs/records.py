@@ -5,7 +5,7 @@ Building them is on the hot path with appendonly on (every loop turn that
 created jobs), so it lives in the compiled core: interpreted, reading a
 dozen fields of each compiled job cost about a microsecond per ADDJOB.
 Writing them is the AOF adapter's (``disque.aof.writer``); reading them
-back is ``disque.aof.format``'s and the loader's (``cluster.restore``).
+back is ``disque.jobs.record_reader``'s, for every reader of the file.
 """
 
 from __future__ import annotations

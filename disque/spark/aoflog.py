@@ -1,8 +1,9 @@
 """Reading AOF files offline (docs/aof-format.md), without Spark.
 
-An AOF is a sequence of RESP multibulk requests whose bulk strings may hold
-``\\r\\n`` (job bodies), so it is parsed by bulk lengths with hiredis' reader,
-never by lines. Records come out as columns, ready for Arrow.
+Records are framed, their checksums checked and their jobs decoded by
+``jobs.record_reader``, the reader the server's loader uses, so a file
+reads here exactly as it loads. Records come out as columns, ready for
+Arrow.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-import hiredis
-
 from disque.aof.format import load_job
+from disque.jobs.record_reader import RecordDamaged, RecordReader, RecordTruncated
 from disque.jobs.records import FORMAT_RECORD
 
 log = logging.getLogger("disque.spark")
@@ -26,32 +26,34 @@ class AofFormatError(ValueError):
 
 def iter_commands(path: str, chunk_size: int = READ_CHUNK,
                   allow_truncated: bool = True) -> Iterator[list[bytes]]:
-    """Every multibulk request of the file, as a list of bytes.
+    """Every record of the file, as a list of bytes without its checksum.
 
     A partial last record (the node died mid-write) is skipped with a warning
     unless ``allow_truncated`` is false, like the server's aof-load-truncated."""
-    reader = hiredis.Reader()
+    reader = RecordReader()
     records = 0
+    buf = b""
+    pos = 0
+    base = 0  # the file offset of buf[0]
     with open(path, "rb") as f:
         while True:
-            chunk = f.read(chunk_size)
-            if not chunk:
-                break
-            reader.feed(chunk)
-            while True:
-                try:
-                    command = reader.gets()
-                except hiredis.ProtocolError as exc:
-                    raise AofFormatError("%s: not a RESP request stream after record %d: %s"
-                                         % (path, records, exc)) from None
-                if command is False:
+            try:
+                nxt = reader.read(buf, pos, len(buf))
+            except RecordTruncated:
+                chunk = f.read(chunk_size)
+                if not chunk:
                     break
-                if not isinstance(command, list) or not command:
-                    raise AofFormatError("%s: expected a multibulk request after record %d, "
-                                         "got %r" % (path, records, command))
-                records += 1
-                yield command
-    if reader.has_data():
+                base += pos
+                buf = buf[pos:] + chunk
+                pos = 0
+                continue
+            except RecordDamaged as exc:
+                raise AofFormatError("%s: bad record at offset %d after record %d: %s"
+                                     % (path, base + exc.offset, records, exc.reason)) from None
+            records += 1
+            yield reader.argv(buf)
+            pos = nxt
+    if pos < len(buf):
         message = "%s: truncated record after record %d" % (path, records)
         if not allow_truncated:
             raise AofFormatError(message)
