@@ -12,7 +12,8 @@ worker = ThreadedWorker("127.0.0.1:7711,127.0.0.1:7712", concurrency=8)
 def send(job):          # job: disque.client.Job (queue, id, body, nacks, ...)
     deliver(job.body)   # return: ACKJOB; raise: NACK (with DELAY where supported)
 
-worker.run()            # until SIGTERM / SIGINT / worker.stop()
+if __name__ == "__main__":  # not on import: disque-worker refuses that
+    worker.run()            # until SIGTERM / SIGINT / worker.stop()
 ```
 
 ``AsyncioWorker`` is the same for ``async def`` handlers (``run()``, or

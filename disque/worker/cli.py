@@ -18,7 +18,7 @@ from disque.client import DEFAULT_SEED, AuthenticationError
 from disque.worker.aioworker import AsyncioWorker
 from disque.worker.engine import Worker, WorkerOptions
 from disque.worker.events import FORMATS, configure, emit
-from disque.worker.tasks import is_coroutine_handler, load_target
+from disque.worker.tasks import StartedOnImport, is_coroutine_handler, load_target
 from disque.worker.threaded import ThreadedWorker
 
 CLUSTER_ENV = "DISQUE_CLUSTER"
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.getcwd())  # targets in the current directory, as python -m finds them
     try:
         worker = build_worker(args)
-    except (ImportError, ValueError, TypeError) as exc:
+    except (ImportError, ValueError, TypeError, StartedOnImport) as exc:
         emit(logging.ERROR, "worker.cannot_start", error="%s: %s" % (type(exc).__name__, exc))
         return EXIT_USAGE
     try:

@@ -37,7 +37,7 @@ from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
 from disque.worker.settler import Settler
 from disque.worker.stats import WorkerStats
-from disque.worker.tasks import Handler, TaskRegistry
+from disque.worker.tasks import Handler, TaskRegistry, refuse_run_during_import
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 FETCH_ERRORS = (DisqueError, ResponseError, *CONNECTION_ERRORS)
@@ -134,7 +134,9 @@ class Worker(abc.ABC):
 
     def _begin(self) -> bool:
         """Connect (waiting for a node to answer), probe NACK DELAY, start the settler
-        and the fetcher; False if the worker was stopped first."""
+        and the fetcher; False if the worker was stopped first. Refused while
+        ``disque-worker`` imports its target's module (``tasks.StartedOnImport``)."""
+        refuse_run_during_import()
         if not self.tasks.handlers:
             raise ValueError("no task registered: use @worker.task(queue)")
         settle_client = self._settler.client

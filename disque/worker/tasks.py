@@ -1,4 +1,10 @@
-"""Which function handles which queue, and loading ``package.module:function`` targets."""
+"""Which function handles which queue, and loading ``package.module:function`` targets.
+
+Loading a target imports its module; a worker run while that import is under
+way (a ``worker.run()`` at module level, unguarded by ``if __name__ ==
+"__main__":``) is refused with ``StartedOnImport``: ``disque-worker`` would
+otherwise run the module's worker until a first SIGTERM, then its own.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,20 @@ from typing import Any, Callable
 from disque.client import Job
 
 Handler = Callable[[Job], Any]
+
+_importing: list[str] = []  # modules load_target is importing now, innermost last
+_refused: list[str] = []  # modules whose import tried to run a worker
+
+
+class StartedOnImport(RuntimeError):
+    """A worker was run while ``load_target`` imported a target's module."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        super().__init__(
+            "importing %s started a worker (worker.run() at module level?), and disque-worker "
+            "runs its own worker for the target: put the module's run() under "
+            "'if __name__ == \"__main__\":'" % module)
 
 
 def is_coroutine_handler(func: Callable[..., Any]) -> bool:
@@ -52,13 +72,27 @@ def load_target(spec: str) -> Callable[..., Any]:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError("expected package.module:function, got %r" % spec)
-    target: Any = importlib.import_module(module_name)
+    refused_before = len(_refused)
+    _importing.append(module_name)
+    try:
+        target: Any = importlib.import_module(module_name)
+    finally:
+        _importing.pop()
+    if len(_refused) > refused_before:  # the module caught the refusal and went on
+        raise StartedOnImport(_refused[refused_before])
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
         except AttributeError:
             raise ValueError("%s has no attribute %r" % (module_name, attribute)) from None
     return target
+
+
+def refuse_run_during_import() -> None:
+    """Raise ``StartedOnImport`` when called while ``load_target`` imports a module."""
+    if _importing:
+        _refused.append(_importing[-1])
+        raise StartedOnImport(_importing[-1])
 
 
 def _name(func: Callable[..., Any]) -> str:
