@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final
 
@@ -23,19 +22,24 @@ from disque.config.values import ascii_lower, decode, encode, printable
 
 if TYPE_CHECKING:
     from disque.config.directive import Directive
+    from disque.config.filesystem import FileSystem
     from disque.config.settings import Config
 
 MAX_INCLUDE_DEPTH: Final = 32
 
 
 class Loader:
-    """Applies config lines to a Config; one instance per file (include nests)."""
+    """Applies config lines to a Config; one instance per file (include nests).
+
+    ``files`` reads included files and changes directory for ``dir``.
+    """
 
     def __init__(self, config: Config, directives: Mapping[str, Directive],
-                 commands: set[str] | None, depth: int = 0) -> None:
+                 commands: set[str] | None, files: FileSystem, depth: int = 0) -> None:
         self.config = config
         self.directives = directives
         self.commands = commands
+        self.files = files
         self.depth = depth
 
     def run(self, lines: Iterable[bytes]) -> None:
@@ -70,7 +74,7 @@ class Loader:
     def chdir(self, path: str) -> None:
         """`dir` takes effect immediately so later relative paths resolve against it."""
         try:
-            os.chdir(path)
+            self.files.change_dir(path)
         except OSError as exc:
             raise InvalidValue(CANT_CHDIR.format(path=path, reason=exc.strerror)) from None
 
@@ -79,10 +83,11 @@ class Loader:
         if self.depth >= MAX_INCLUDE_DEPTH:
             raise InvalidValue(INCLUDE_TOO_DEEP)
         try:
-            lines = read_lines(path)
+            data = self.files.read_file(path)
         except OSError as exc:
             raise InvalidValue(CANT_OPEN_CONFIG.format(path=path, reason=exc.strerror)) from None
-        Loader(self.config, self.directives, self.commands, self.depth + 1).run(lines)
+        Loader(self.config, self.directives, self.commands, self.files,
+               self.depth + 1).run(split_lines(data))
 
     def user(self, args: list[str]) -> None:
         """A ``user <name> <rules>...`` line: create or change the user, as
@@ -116,10 +121,8 @@ class Loader:
         self.config.rename_commands.append((old, new))
 
 
-def read_lines(path: str) -> list[bytes]:
+def split_lines(data: bytes) -> list[bytes]:
     """A config file's lines, without their newlines."""
-    with open(path, "rb") as f:
-        data = f.read()
     lines = data.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
@@ -130,7 +133,8 @@ def override_lines(overrides: Iterable[str | bytes]) -> list[bytes]:
     """Turn argv overrides into config lines: each ``--name`` starts a line (redis-server)."""
     lines: list[bytes] = []
     for arg in overrides:
-        raw = os.fsencode(arg)
+        # argv was decoded as UTF-8 with surrogateescape: encode gives its bytes back
+        raw = encode(arg) if isinstance(arg, str) else arg
         if raw.startswith(b"--"):
             lines.append(raw[2:])
         else:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import stat
-import tempfile
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol.argsplit import UnbalancedQuotes, split_args
 from disque.config.errors import ConfigSetError
-from disque.config.loader import read_lines
+from disque.config.loader import split_lines
 from disque.config.messages import ERR_NO_CONFIG_FILE, ERR_REWRITING
 from disque.config.table import REWRITTEN
 from disque.config.values import decode, encode
@@ -31,14 +27,10 @@ class RewriteState:
         self.has_tail = False
 
     @classmethod
-    def read(cls, path: str) -> RewriteState:
-        """Load the current file; a missing file is an empty one."""
+    def parse(cls, data: bytes) -> RewriteState:
+        """The state of the current file's content."""
         state = cls()
-        try:
-            lines = read_lines(path)
-        except FileNotFoundError:
-            lines = []
-        for raw in lines:
+        for raw in split_lines(data):
             stripped = raw.strip(b" \t\r\n")
             line = decode(stripped)
             if not line or line.startswith("#"):
@@ -87,41 +79,15 @@ class RewriteState:
         return out
 
 
-def replace_file(path: str, data: bytes) -> None:
-    """Atomically replace ``path`` (following symlinks) with ``data``, keeping its mode."""
-    target = os.path.realpath(path)
-    directory = os.path.dirname(target)
-    try:
-        mode = stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        mode = 0o644
-    fd, temp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp",
-                                dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-
-
 def rewrite_lines(config: Config) -> list[str]:
     """The lines CONFIG REWRITE would write (without newlines); may raise OSError."""
     if config.config_file is None:
         raise ConfigSetError(ERR_NO_CONFIG_FILE)
-    state = RewriteState.read(config.config_file)
+    try:
+        data = config.files.read_file(config.config_file)
+    except FileNotFoundError:
+        data = b""  # a missing file is an empty one: REWRITE creates it
+    state = RewriteState.parse(data)
     for directive in REWRITTEN:
         if directive.write_lines is not None:
             texts = directive.write_lines(config)
@@ -146,6 +112,6 @@ def rewrite_file(config: Config) -> None:
         raise ConfigSetError(ERR_NO_CONFIG_FILE)
     try:
         content = "".join(line + "\n" for line in rewrite_lines(config))
-        replace_file(config.config_file, encode(content))
+        config.files.replace_file(config.config_file, encode(content))
     except OSError as exc:
         raise ConfigSetError(ERR_REWRITING.format(reason=exc.strerror or exc)) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +45,7 @@ def set_value(config: Config, listeners: Mapping[str, Listener], name: bytes,
             listener(config.dir, new)
             return
         try:
-            os.chdir(new)
+            config.files.change_dir(new)
         except OSError as exc:
             raise ConfigSetError(ERR_CHANGING_DIR.format(reason=exc.strerror)) from None
         return

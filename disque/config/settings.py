@@ -1,18 +1,17 @@
 """``Config``: the server's settings, one attribute per directive.
 
-Nothing here opens sockets or log files: the server reacts to runtime
-changes through ``Config.on_change``.
+Nothing here opens sockets or files: the server reacts to runtime changes
+through ``Config.on_change``, and the file reading, directory changes and
+file writes go through the ``FileSystem`` the Config is given.
 """
 
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Iterable
 
-from disque.config.errors import ConfigError
-from disque.config.loader import Loader, override_lines, read_lines
-from disque.config.messages import CANT_OPEN_CONFIG
+from disque.config.filesystem import FileSystem, NoFileSystem
+from disque.config.loader import Loader, override_lines, split_lines
 from disque.config.rewrite import rewrite_file, rewrite_lines
 from disque.config.runtime import Listener, get_values, set_value
 from disque.config.table import DIRECTIVE_TABLE, DIRECTIVES
@@ -94,43 +93,42 @@ class Config:
     cluster_secret_old: str
     cluster_secret_file: str
     config_file: str | None
+    files: FileSystem
 
-    def __init__(self) -> None:
+    def __init__(self, files: FileSystem | None = None) -> None:
         for directive in DIRECTIVE_TABLE:
             if directive.stored:
                 setattr(self, directive.attr, copy.copy(directive.default))
         self.rename_commands = []
         self.users = {DEFAULT_USER: User.default()}
         self.config_file = None
+        self.files = files if files is not None else NoFileSystem()
         self._listeners: dict[str, Listener] = {}
 
     @property
     def dir(self) -> str:
         """The working directory (``dir`` is the process cwd, not a stored value)."""
-        try:
-            return os.getcwd()
-        except OSError:
-            return ""
+        return self.files.working_dir()
 
     @classmethod
-    def load(cls, path: str | None, overrides: Iterable[str] = (), *,
+    def load(cls, text: bytes | None, overrides: Iterable[str | bytes] = (), *,
+             config_file: str | None = None, files: FileSystem | None = None,
              commands: Iterable[str] | None = None) -> Config:
-        """Read ``path`` (if any) then the ``--name args...`` overrides; raise ConfigError.
+        """Apply a config file's ``text`` (if any) then the ``--name args...``
+        overrides; raise ConfigError.
 
-        ``commands``, when given, is the command table used to validate
-        rename-command lines (names are matched case-insensitively).
+        ``config_file`` is the file's absolute path, where CONFIG REWRITE
+        writes; ``files`` serves ``include``, ``dir`` and, later, CONFIG SET
+        dir and CONFIG REWRITE. ``commands``, when given, is the command
+        table used to validate rename-command lines (names are matched
+        case-insensitively).
         """
-        config = cls()
-        lines: list[bytes] = []
-        if path is not None:
-            config.config_file = os.path.abspath(path)  # before any `dir` chdir
-            try:
-                lines = read_lines(path)
-            except OSError as exc:
-                raise ConfigError(CANT_OPEN_CONFIG.format(path=path, reason=exc.strerror)) from None
+        config = cls(files)
+        config.config_file = config_file
+        lines = split_lines(text) if text is not None else []
         lines.extend(override_lines(overrides))
         table = None if commands is None else {ascii_lower(name) for name in commands}
-        Loader(config, DIRECTIVES, table).run(lines)
+        Loader(config, DIRECTIVES, table, config.files).run(lines)
         return config
 
     def get(self, pattern: bytes) -> list[bytes]:
@@ -149,7 +147,8 @@ class Config:
         self._listeners[key] = listener
 
     def rewrite_lines(self) -> list[str]:
-        """The lines CONFIG REWRITE would write (without newlines); may raise OSError."""
+        """The lines CONFIG REWRITE would write (without newlines); may raise OSError
+        (reading the current file)."""
         return rewrite_lines(self)
 
     def rewrite(self) -> None:

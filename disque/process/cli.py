@@ -11,8 +11,10 @@ import sys
 
 from disque import __version__
 from disque.build import core_build
-from disque.commands import build_command_table, unique_commands
+from disque.commands.command import unique_commands
+from disque.commands.table import build_command_table
 from disque.config import Config, ConfigError
+from disque.process import configfile
 from disque.process.serverinfo import GIT_SHA1, MEM_ALLOCATOR
 
 USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
@@ -66,7 +68,7 @@ def load_config(args: list[str]) -> Config:
         path, overrides = args[0], args[1:]
     try:
         names = [c.name for c in unique_commands(build_command_table())]
-        return Config.load(path, overrides, commands=names)
+        return configfile.load_config(path, overrides, commands=names)
     except ConfigError as exc:
         sys.stderr.write(str(exc))
         raise CommandLineExit(1) from None

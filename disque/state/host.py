@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 
 class Host:
@@ -30,7 +30,7 @@ class Host:
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT: reset process-level counters."""
 
-    def client_list(self, node: Node) -> bytes:
+    def client_list(self, node: NodeState) -> bytes:
         """CLIENT LIST text."""
         return b""
 
@@ -45,11 +45,6 @@ class Host:
     def shutdown(self, rewrite_aof: bool) -> bool:
         """Prepare to exit (flush AOF, optionally rewrite it); False on failure."""
         return False
-
-    def rewrite_config(self) -> None:
-        """CONFIG REWRITE; raises disque.config.ConfigSetError."""
-        from disque.config import ConfigSetError
-        raise ConfigSetError("ERR The server is running without a config file")
 
     def bgrewriteaof(self) -> bytes:
         """Start a background AOF rewrite; return the reply."""

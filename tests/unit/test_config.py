@@ -1,12 +1,15 @@
-"""Tests for the disque/config/ package: file parsing, CONFIG GET/SET/REWRITE (spec: config.md)."""
+"""Tests for the disque/config/ package: file parsing, CONFIG GET/SET/REWRITE (spec: config.md).
+
+The config does its file operations through a FileSystem; here it is one in
+memory (``MemoryFiles``). The real one is tested in tests/unit/process/test_configfile.py.
+"""
 
 from __future__ import annotations
 
+import errno
 import fnmatch
-import os
+import posixpath
 import re
-import stat
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -65,25 +68,68 @@ GETTABLE = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cwd(tmp_path, monkeypatch):
-    """Every test runs in its own directory; `dir` changes are undone afterwards."""
-    monkeypatch.chdir(tmp_path)
+CWD = "/srv/disque"  # the working directory of MemoryFiles
+CONF = CWD + "/disque.conf"
 
 
-def write(path: Path, text: str | bytes) -> str:
-    data = text.encode() if isinstance(text, str) else text
-    path.write_bytes(data)
-    return str(path)
+def as_bytes(text: str | bytes) -> bytes:
+    return text.encode() if isinstance(text, str) else text
 
 
-def load_text(tmp_path: Path, text: str | bytes, overrides=()) -> Config:
-    return Config.load(write(tmp_path / "disque.conf", text), list(overrides))
+def missing(path: str) -> OSError:
+    return FileNotFoundError(errno.ENOENT, "No such file or directory", path)
 
 
-def fatal(tmp_path: Path, text: str | bytes, overrides=()) -> ConfigError:
+class MemoryFiles:
+    """The config's FileSystem in memory: files by absolute path, and directories."""
+
+    def __init__(self, files: dict[str, str | bytes] | None = None, dirs=(), cwd: str = CWD):
+        self.cwd = cwd
+        self.dirs = {"/", cwd, *(self.absolute(d) for d in dirs)}
+        self.files = {self.absolute(path): as_bytes(text) for path, text in (files or {}).items()}
+
+    def absolute(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.cwd, path))
+
+    def read_file(self, path: str) -> bytes:
+        full = self.absolute(path)
+        if full in self.dirs:
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if full not in self.files:
+            raise missing(path)
+        return self.files[full]
+
+    def replace_file(self, path: str, data: bytes) -> None:
+        full = self.absolute(path)
+        if posixpath.dirname(full) not in self.dirs:
+            raise missing(path)
+        self.files[full] = data
+
+    def change_dir(self, path: str) -> None:
+        full = self.absolute(path)
+        if full not in self.dirs:
+            raise missing(path)
+        self.cwd = full
+
+    def working_dir(self) -> str:
+        return self.cwd
+
+    def text(self, path: str = CONF) -> str:
+        return self.files[self.absolute(path)].decode()
+
+
+def load_text(text: str | bytes, overrides=(), *, files: MemoryFiles | None = None,
+              commands=None) -> Config:
+    """Load ``text`` as the config file CONF of ``files``."""
+    files = files if files is not None else MemoryFiles()
+    data = as_bytes(text)
+    files.files[CONF] = data
+    return Config.load(data, list(overrides), config_file=CONF, files=files, commands=commands)
+
+
+def fatal(text: str | bytes, overrides=(), *, files: MemoryFiles | None = None) -> ConfigError:
     with pytest.raises(ConfigError) as info:
-        load_text(tmp_path, text, overrides)
+        load_text(text, overrides, files=files)
     return info.value
 
 
@@ -112,7 +158,7 @@ def test_defaults():
     config = Config()
     for attr, value in DEFAULTS.items():
         assert getattr(config, attr) == value, attr
-    assert config.dir == os.getcwd()
+    assert config.dir == ""  # no file system given: no working directory known
 
 
 def test_mutable_defaults_are_not_shared():
@@ -132,26 +178,26 @@ def test_load_without_file_gives_defaults():
 # File syntax
 # ---------------------------------------------------------------------------
 
-def test_comments_blank_lines_whitespace_and_crlf(tmp_path):
-    config = load_text(tmp_path, "# a comment\n\n   \n\tport 7000\r\n  # indented comment\r\n"
+def test_comments_blank_lines_whitespace_and_crlf():
+    config = load_text("# a comment\n\n   \n\tport 7000\r\n  # indented comment\r\n"
                                  "   timeout    5   \n")
     assert config.port == 7000
     assert config.timeout == 5
 
 
-def test_names_are_case_insensitive(tmp_path):
-    config = load_text(tmp_path, "PORT 7001\nMaxMemory-Policy NOEVICTION\nAppendOnly YES\n")
+def test_names_are_case_insensitive():
+    config = load_text("PORT 7001\nMaxMemory-Policy NOEVICTION\nAppendOnly YES\n")
     assert config.port == 7001
     assert config.maxmemory_policy == "noeviction"
     assert config.appendonly is True
 
 
-def test_last_occurrence_wins(tmp_path):
-    assert load_text(tmp_path, "port 1\nport 2\nport 3\n").port == 3
+def test_last_occurrence_wins():
+    assert load_text("port 1\nport 2\nport 3\n").port == 3
 
 
-def test_quoting_and_escapes(tmp_path):
-    config = load_text(tmp_path, 'requirepass "with space"\n'
+def test_quoting_and_escapes():
+    config = load_text('requirepass "with space"\n'
                                  "pidfile '/tmp/a b'\n"
                                  'syslog-ident "a\\x41\\n\\"q\\""\n'
                                  "logfile ''\n")
@@ -161,22 +207,22 @@ def test_quoting_and_escapes(tmp_path):
     assert config.logfile == ""
 
 
-def test_single_quote_escape(tmp_path):
-    assert load_text(tmp_path, "requirepass 'it\\'s'\n").requirepass == "it's"
+def test_single_quote_escape():
+    assert load_text("requirepass 'it\\'s'\n").requirepass == "it's"
 
 
-def test_non_utf8_bytes_survive(tmp_path):
-    config = load_text(tmp_path, b'requirepass "\\xff\\x00z"\nunixsocket /tmp/\xe9.sock\n')
+def test_non_utf8_bytes_survive():
+    config = load_text(b'requirepass "\\xff\\x00z"\nunixsocket /tmp/\xe9.sock\n')
     assert config.requirepass.encode("utf-8", "surrogateescape") == b"\xff\x00z"
     assert config.unixsocket.encode("utf-8", "surrogateescape") == b"/tmp/\xe9.sock"
 
 
-def test_file_without_trailing_newline(tmp_path):
-    assert load_text(tmp_path, "port 1234").port == 1234
+def test_file_without_trailing_newline():
+    assert load_text("port 1234").port == 1234
 
 
-def test_fatal_error_message_format(tmp_path):
-    error = fatal(tmp_path, "port 7711\n\n# comment\nfoo bar\n")
+def test_fatal_error_message_format():
+    error = fatal("port 7711\n\n# comment\nfoo bar\n")
     assert str(error) == ("\n*** FATAL CONFIG FILE ERROR ***\n"
                           "Reading the configuration file, at line 4\n"
                           ">>> 'foo bar'\n"
@@ -186,17 +232,10 @@ def test_fatal_error_message_format(tmp_path):
     assert error.reason == "Bad directive or wrong number of arguments"
 
 
-def test_fatal_error_shows_trimmed_line(tmp_path):
-    error = fatal(tmp_path, "   loglevel   loud  \r\n")
+def test_fatal_error_shows_trimmed_line():
+    error = fatal("   loglevel   loud  \r\n")
     assert error.line == "loglevel   loud"
     assert ">>> 'loglevel   loud'\n" in str(error)
-
-
-def test_missing_config_file(tmp_path):
-    with pytest.raises(ConfigError) as info:
-        Config.load(str(tmp_path / "nope.conf"), [])
-    assert str(info.value) == (f"Fatal error, can't open config file '{tmp_path / 'nope.conf'}': "
-                               "No such file or directory")
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -270,8 +309,8 @@ def test_missing_config_file(tmp_path):
     ("dir /nonexistent/disque-test-dir",
      "Can't chdir to '/nonexistent/disque-test-dir': No such file or directory"),
 ])
-def test_file_validation_errors(tmp_path, line, reason):
-    error = fatal(tmp_path, "# header\n" + line + "\n")
+def test_file_validation_errors(line, reason):
+    error = fatal("# header\n" + line + "\n")
     assert error.reason == reason
     assert error.line_number == 2
     assert str(error).endswith(f"\n{reason}\n")
@@ -337,8 +376,8 @@ def test_file_validation_errors(tmp_path, line, reason):
     ("proto-max-bulk-len 1mb", "proto_max_bulk_len", MB),
     ("proto-max-bulk-len 2gb", "proto_max_bulk_len", 2 * GB),
 ])
-def test_file_values(tmp_path, line, attr, value):
-    assert getattr(load_text(tmp_path, line + "\n"), attr) == value
+def test_file_values(line, attr, value):
+    assert getattr(load_text(line + "\n"), attr) == value
 
 
 @pytest.mark.parametrize("text, value", [
@@ -357,8 +396,8 @@ def test_memory_rejects(text):
         parse_memory(text)
 
 
-def test_memory_units_in_file(tmp_path):
-    config = load_text(tmp_path, "maxmemory 2Gb\nauto-aof-rewrite-min-size 10k\n")
+def test_memory_units_in_file():
+    config = load_text("maxmemory 2Gb\nauto-aof-rewrite-min-size 10k\n")
     assert config.maxmemory == 2 * GB
     assert config.auto_aof_rewrite_min_size == 10_000
 
@@ -367,69 +406,56 @@ def test_memory_units_in_file(tmp_path):
 # include, dir, rename-command
 # ---------------------------------------------------------------------------
 
-def test_include_is_applied_in_place(tmp_path):
-    write(tmp_path / "inc.conf", "port 8000\ntimeout 9\n")
-    config = load_text(tmp_path, "port 7000\ninclude inc.conf\ntimeout 10\n")
+def test_include_is_applied_in_place():
+    files = MemoryFiles({"inc.conf": "port 8000\ntimeout 9\n"})
+    config = load_text("port 7000\ninclude inc.conf\ntimeout 10\n", files=files)
     assert config.port == 8000  # the include comes after "port 7000"
     assert config.timeout == 10  # ... and before "timeout 10"
 
 
-def test_nested_include(tmp_path):
-    write(tmp_path / "a.conf", "include b.conf\nhz 20\n")
-    write(tmp_path / "b.conf", "hz 30\nloglevel debug\n")
-    config = load_text(tmp_path, "include a.conf\n")
+def test_nested_include():
+    files = MemoryFiles({"a.conf": "include b.conf\nhz 20\n", "b.conf": "hz 30\nloglevel debug\n"})
+    config = load_text("include a.conf\n", files=files)
     assert (config.hz, config.loglevel) == (20, "debug")
 
 
-def test_error_in_included_file_reports_its_line(tmp_path):
-    write(tmp_path / "inc.conf", "# one\n# two\nport banana\n")
-    error = fatal(tmp_path, "port 1\ninclude inc.conf\n")
+def test_error_in_included_file_reports_its_line():
+    files = MemoryFiles({"inc.conf": "# one\n# two\nport banana\n"})
+    error = fatal("port 1\ninclude inc.conf\n", files=files)
     assert error.line_number == 3
     assert error.line == "port banana"
 
 
-def test_missing_include_is_fatal(tmp_path):
-    error = fatal(tmp_path, "\ninclude missing.conf\n")
+def test_missing_include_is_fatal():
+    error = fatal("\ninclude missing.conf\n")
     assert error.line_number == 2
     assert error.reason == ("Fatal error, can't open config file 'missing.conf': "
                             "No such file or directory")
 
 
-def test_recursive_include_is_fatal(tmp_path):
-    write(tmp_path / "loop.conf", "include loop.conf\n")
-    error = fatal(tmp_path, "include loop.conf\n")
+def test_recursive_include_is_fatal():
+    error = fatal("include loop.conf\n", files=MemoryFiles({"loop.conf": "include loop.conf\n"}))
     assert error.reason == "Too many nested include directives"
 
 
-def test_dir_applies_immediately_and_include_is_relative_to_it(tmp_path):
-    sub = tmp_path / "data"
-    sub.mkdir()
-    write(sub / "inc.conf", "port 9001\n")
-    config = Config.load(write(tmp_path / "main.conf", "dir data\ninclude inc.conf\n"), [])
-    assert os.getcwd() == str(sub)
-    assert config.dir == str(sub)
+def test_dir_applies_immediately_and_include_is_relative_to_it():
+    files = MemoryFiles({"data/inc.conf": "port 9001\n", "inc.conf": "port 1\n"}, dirs=["data"])
+    config = load_text("dir data\ninclude inc.conf\n", files=files)
+    assert files.cwd == CWD + "/data"
+    assert config.dir == CWD + "/data"
     assert config.port == 9001
+    assert config.config_file == CONF  # as given, whatever `dir` did
 
 
-def test_config_file_is_made_absolute_before_dir(tmp_path):
-    (tmp_path / "conf").mkdir()
-    (tmp_path / "data").mkdir()
-    write(tmp_path / "conf" / "n.conf", f"dir {tmp_path / 'data'}\n")
-    config = Config.load("conf/n.conf", [])
-    assert config.config_file == str(tmp_path / "conf" / "n.conf")
-    assert os.getcwd() == str(tmp_path / "data")
-
-
-def test_rename_command_is_recorded_in_order(tmp_path):
-    config = load_text(tmp_path, "rename-command CONFIG s3cr3t\nrename-command DEBUG \"\"\n")
+def test_rename_command_is_recorded_in_order():
+    config = load_text("rename-command CONFIG s3cr3t\nrename-command DEBUG \"\"\n")
     assert config.rename_commands == [("CONFIG", "s3cr3t"), ("DEBUG", "")]
 
 
-def test_rename_command_checked_against_command_table(tmp_path):
-    path = write(tmp_path / "r.conf", "rename-command config admin-config\n"
-                                      "rename-command ADMIN-CONFIG cfg\n"
-                                      "rename-command debug \"\"\n")
-    config = Config.load(path, [], commands=["CONFIG", "DEBUG", "PING"])
+def test_rename_command_checked_against_command_table():
+    config = load_text("rename-command config admin-config\n"
+                       "rename-command ADMIN-CONFIG cfg\n"
+                       "rename-command debug \"\"\n", commands=["CONFIG", "DEBUG", "PING"])
     assert config.rename_commands == [("config", "admin-config"), ("ADMIN-CONFIG", "cfg"),
                                       ("debug", "")]
 
@@ -440,9 +466,9 @@ def test_rename_command_checked_against_command_table(tmp_path):
     ("rename-command DEBUG \"\"\nrename-command DEBUG x\n", 2,
      "No such command in rename-command"),
 ])
-def test_rename_command_errors(tmp_path, text, line_number, reason):
+def test_rename_command_errors(text, line_number, reason):
     with pytest.raises(ConfigError) as info:
-        Config.load(write(tmp_path / "r.conf", text), [], commands=["CONFIG", "DEBUG", "PING"])
+        load_text(text, commands=["CONFIG", "DEBUG", "PING"])
     assert (info.value.line_number, info.value.reason) == (line_number, reason)
 
 
@@ -450,8 +476,8 @@ def test_rename_command_errors(tmp_path, text, line_number, reason):
 # Command-line overrides
 # ---------------------------------------------------------------------------
 
-def test_overrides_follow_the_file(tmp_path):
-    config = load_text(tmp_path, "port 7000\nappendonly no\n",
+def test_overrides_follow_the_file():
+    config = load_text("port 7000\nappendonly no\n",
                        ["--port", "7777", "--bind", "127.0.0.1", "::1", "--appendonly", "yes"])
     assert config.port == 7777
     assert config.bind == ["127.0.0.1", "::1"]
@@ -464,7 +490,7 @@ def test_overrides_without_file():
     assert config.config_file is None
 
 
-def test_override_arguments_are_quoted(tmp_path):
+def test_override_arguments_are_quoted():
     config = Config.load(None, ["--requirepass", 'a b"c\n', "--logfile", "",
                                 "--slowlog-log-slower-than", "-1"])
     assert config.requirepass == 'a b"c\n'
@@ -472,8 +498,8 @@ def test_override_arguments_are_quoted(tmp_path):
     assert config.slowlog_log_slower_than == -1
 
 
-def test_override_error_line_number(tmp_path):
-    error = fatal(tmp_path, "port 1\nport 2\n", ["--hz", "10", "--port", "x"])
+def test_override_error_line_number():
+    error = fatal("port 1\nport 2\n", ["--hz", "10", "--port", "x"])
     assert error.line_number == 4
     assert error.line == 'port "x"'
     assert error.reason == "argument couldn't be parsed into an integer"
@@ -506,12 +532,12 @@ def test_get_default_rendering():
     assert values["auto-aof-rewrite-min-size"] == str(64 * MB)
     assert values["client-output-buffer-limit"] == "normal 0 0 0"
     assert values["unixsocketperm"] == "0"
-    assert values["dir"] == os.getcwd()
+    assert values["dir"] == ""
     assert values["syslog-facility"] == "local0"
 
 
-def test_get_rendering_of_loaded_values(tmp_path):
-    config = load_text(tmp_path, "bind 127.0.0.1 ::1\nunixsocketperm 755\ntcp-keepalive 60\n"
+def test_get_rendering_of_loaded_values():
+    config = load_text("bind 127.0.0.1 ::1\nunixsocketperm 755\ntcp-keepalive 60\n"
                                  "requirepass s3cr3t\nclient-output-buffer-limit normal 1mb 1kb 5\n"
                                  "daemonize yes\n")
     values = as_dict(config.get(b"*"))
@@ -762,27 +788,34 @@ def test_on_change_rejects_unknown_directive():
         Config().on_change("no-such-thing", lambda old, new: None)
 
 
-def test_set_dir_changes_directory(tmp_path):
-    (tmp_path / "d").mkdir()
+def test_set_dir_changes_directory():
+    files = MemoryFiles(dirs=["d"])
+    config = Config(files)
+    config.set(b"dir", b"d")
+    assert files.cwd == CWD + "/d"
+    assert config.get(b"dir") == [b"dir", (CWD + "/d").encode()]
+
+
+def test_set_dir_failure():
+    config = Config(MemoryFiles())
+    assert set_error(config, "dir", "missing") == "ERR Changing directory: No such file or directory"
+    assert config.dir == CWD
+
+
+def test_set_dir_without_a_file_system_records_the_name():
     config = Config()
     config.set(b"dir", b"d")
-    assert os.getcwd() == str(tmp_path / "d")
-    assert config.get(b"dir") == [b"dir", str(tmp_path / "d").encode()]
+    assert config.get(b"dir") == [b"dir", b"d"]
 
 
-def test_set_dir_failure(tmp_path):
-    config = Config()
-    assert set_error(config, "dir", "missing") == "ERR Changing directory: No such file or directory"
-    assert os.getcwd() == str(tmp_path)
-
-
-def test_set_dir_with_listener_delegates_the_chdir(tmp_path):
-    config = Config()
+def test_set_dir_with_listener_delegates_the_chdir():
+    files = MemoryFiles(dirs=["elsewhere"])
+    config = Config(files)
     calls = []
     config.on_change("dir", lambda old, new: calls.append((old, new)))
     config.set(b"dir", b"elsewhere")
-    assert calls == [(str(tmp_path), "elsewhere")]
-    assert os.getcwd() == str(tmp_path)
+    assert calls == [(CWD, "elsewhere")]
+    assert files.cwd == CWD
 
 
 def test_set_dir_listener_error_propagates():
@@ -806,9 +839,8 @@ def test_rewrite_without_config_file():
     assert str(info.value) == "ERR The server is running without a config file"
 
 
-def test_rewrite_keeps_comments_and_unmanaged_lines(tmp_path):
-    path = tmp_path / "disque.conf"
-    write(tmp_path / "inc.conf", "")
+def test_rewrite_keeps_comments_and_unmanaged_lines():
+    files = MemoryFiles({"inc.conf": ""})
     original = ("# Disque config\n"
                 "\n"
                 "# the port\n"
@@ -817,9 +849,9 @@ def test_rewrite_keeps_comments_and_unmanaged_lines(tmp_path):
                 "rename-command DEBUG \"\"\n"
                 "databases 4\n"
                 "timeout 0\n")
-    config = Config.load(write(path, original), [])
+    config = load_text(original, files=files)
     config.rewrite()
-    assert path.read_text() == ("# Disque config\n"
+    assert files.text() == ("# Disque config\n"
                                 "\n"
                                 "# the port\n"
                                 "port 7000\n"
@@ -828,62 +860,62 @@ def test_rewrite_keeps_comments_and_unmanaged_lines(tmp_path):
                                 "databases 4\n"
                                 "timeout 0\n"
                                 f"{REWRITE_SIGNATURE}\n"
-                                f'dir "{tmp_path}"\n')
+                                f'dir "{CWD}"\n')
 
 
-def test_rewrite_replaces_lines_in_place(tmp_path):
-    config = load_text(tmp_path, "# top\nPORT 7000\n# middle\nmaxmemory 1gb\n# end\n")
+def test_rewrite_replaces_lines_in_place():
+    config = load_text("# top\nPORT 7000\n# middle\nmaxmemory 1gb\n# end\n")
     config.port = 7100
     config.set(b"maxmemory", b"3mb")
     assert config.rewrite_lines() == ["# top", "port 7100", "# middle", "maxmemory 3mb", "# end",
-                                      REWRITE_SIGNATURE, f'dir "{tmp_path}"']
+                                      REWRITE_SIGNATURE, f'dir "{CWD}"']
 
 
-def test_rewrite_blanks_duplicates_and_collapses_empty_lines(tmp_path):
-    config = load_text(tmp_path, "hz 20\n\nhz 30\n\n\n\nhz 40\n# tail\n")
+def test_rewrite_blanks_duplicates_and_collapses_empty_lines():
+    config = load_text("hz 20\n\nhz 30\n\n\n\nhz 40\n# tail\n")
     config.set(b"hz", b"50")
     assert config.rewrite_lines() == ["hz 50", "", "# tail", REWRITE_SIGNATURE,
-                                      f'dir "{tmp_path}"']
+                                      f'dir "{CWD}"']
 
 
-def test_rewrite_appends_non_defaults_once_after_signature(tmp_path):
-    config = load_text(tmp_path, "port 7000\n")
+def test_rewrite_appends_non_defaults_once_after_signature():
+    files = MemoryFiles()
+    config = load_text("port 7000\n", files=files)
     config.set(b"cluster-node-timeout", b"3000")
     config.set(b"appendonly", b"yes")
     config.set(b"loglevel", b"debug")
     config.rewrite()
-    lines = (tmp_path / "disque.conf").read_text().splitlines()
-    assert lines == ["port 7000", REWRITE_SIGNATURE, "loglevel debug", f'dir "{tmp_path}"',
+    lines = files.text().splitlines()
+    assert lines == ["port 7000", REWRITE_SIGNATURE, "loglevel debug", f'dir "{CWD}"',
                      "appendonly yes", "cluster-node-timeout 3000"]
     config.set(b"hz", b"25")
     config.rewrite()
-    lines = (tmp_path / "disque.conf").read_text().splitlines()
+    lines = files.text().splitlines()
     assert lines.count(REWRITE_SIGNATURE) == 1
     assert lines[-1] == "hz 25"
 
 
-def test_rewrite_does_not_write_defaults(tmp_path):
-    config = load_text(tmp_path, "")
+def test_rewrite_does_not_write_defaults():
+    config = load_text("")
     config.set(b"timeout", b"0")
-    assert config.rewrite_lines() == [REWRITE_SIGNATURE, f'dir "{tmp_path}"']
+    assert config.rewrite_lines() == [REWRITE_SIGNATURE, f'dir "{CWD}"']
 
 
-def test_rewrite_keeps_present_lines_at_default(tmp_path):
-    config = load_text(tmp_path, "port 7000\nappendonly yes\n")
+def test_rewrite_keeps_present_lines_at_default():
+    config = load_text("port 7000\nappendonly yes\n")
     config.port = 7711
     config.set(b"appendonly", b"no")
     assert config.rewrite_lines()[:2] == ["port 7711", "appendonly no"]
 
 
-def test_rewrite_dir_is_always_written_and_replaces_old_line(tmp_path):
-    (tmp_path / "d").mkdir()
-    config = load_text(tmp_path, f"dir {tmp_path}\nport 7000\n")
+def test_rewrite_dir_is_always_written_and_replaces_old_line():
+    config = load_text(f"dir {CWD}\nport 7000\n", files=MemoryFiles(dirs=["d"]))
     config.set(b"dir", b"d")
-    assert config.rewrite_lines() == [f'dir "{tmp_path / "d"}"', "port 7000"]
+    assert config.rewrite_lines() == [f'dir "{CWD}/d"', "port 7000"]
 
 
-def test_rewrite_strings_are_quoted(tmp_path):
-    config = load_text(tmp_path, "logfile \"\"\npidfile /run/x.pid\n")
+def test_rewrite_strings_are_quoted():
+    config = load_text("logfile \"\"\npidfile /run/x.pid\n")
     config.set(b"requirepass", b'pa ss"\n\xff')
     config.unixsocket = "/tmp/d.sock"
     config.appendfilename = "x.aof"
@@ -898,17 +930,17 @@ def test_rewrite_strings_are_quoted(tmp_path):
     assert 'syslog-ident "id"' in lines
 
 
-def test_rewrite_removes_unset_optional_strings(tmp_path):
-    config = load_text(tmp_path, "requirepass old\nunixsocket /tmp/s\nbind 127.0.0.1\nport 1\n")
+def test_rewrite_removes_unset_optional_strings():
+    config = load_text("requirepass old\nunixsocket /tmp/s\nbind 127.0.0.1\nport 1\n")
     config.set(b"requirepass", b"")
     config.unixsocket = ""
     config.bind = []
     # The three blanked lines collapse into one empty line.
-    assert config.rewrite_lines() == ["", "port 1", REWRITE_SIGNATURE, f'dir "{tmp_path}"']
+    assert config.rewrite_lines() == ["", "port 1", REWRITE_SIGNATURE, f'dir "{CWD}"']
 
 
-def test_rewrite_bind_written_when_set(tmp_path):
-    config = load_text(tmp_path, "", ["--bind", "127.0.0.1", "::1"])
+def test_rewrite_bind_written_when_set():
+    config = load_text("", ["--bind", "127.0.0.1", "::1"])
     assert "bind 127.0.0.1 ::1" in config.rewrite_lines()
 
 
@@ -920,8 +952,8 @@ def test_format_memory_uses_largest_exact_unit(value, text):
     assert format_memory(value) == text
 
 
-def test_rewrite_memory_values(tmp_path):
-    config = load_text(tmp_path, "maxmemory 100mb\n")
+def test_rewrite_memory_values():
+    config = load_text("maxmemory 100mb\n")
     config.set(b"maxmemory", b"1")
     config.set(b"auto-aof-rewrite-min-size", b"2097152")
     config.set(b"client-output-buffer-limit", b"normal 1gb 3000 60")
@@ -933,93 +965,86 @@ def test_rewrite_memory_values(tmp_path):
     assert "proto-max-bulk-len 2mb" in lines
 
 
-def test_rewrite_other_renderings(tmp_path):
-    config = load_text(tmp_path, "unixsocketperm 700\ntcp-keepalive 60\nsyslog-enabled yes\n")
+def test_rewrite_other_renderings():
+    config = load_text("unixsocketperm 700\ntcp-keepalive 60\nsyslog-enabled yes\n")
     config.set(b"tcp-keepalive", b"yes")
     assert config.rewrite_lines()[:3] == ["unixsocketperm 700", "tcp-keepalive 300",
                                           "syslog-enabled yes"]
 
 
-def test_rewrite_keeps_unparsable_lines_as_comments(tmp_path):
-    path = tmp_path / "disque.conf"
-    config = Config.load(write(path, "port 1\n"), [])
-    write(path, 'port 1\nrequirepass "broken\n')
+def test_rewrite_keeps_unparsable_lines_as_comments():
+    files = MemoryFiles()
+    config = load_text("port 1\n", files=files)
+    files.files[CONF] = b'port 1\nrequirepass "broken\n'
     assert config.rewrite_lines()[:2] == ["port 1", '# ??? requirepass "broken']
 
 
-def test_rewrite_keeps_unknown_directives(tmp_path):
-    path = tmp_path / "disque.conf"
-    config = Config.load(write(path, "port 1\n"), [])
-    write(path, "port 1\nsave 900 1\nsave 300 10\n")
+def test_rewrite_keeps_unknown_directives():
+    files = MemoryFiles()
+    config = load_text("port 1\n", files=files)
+    files.files[CONF] = b"port 1\nsave 900 1\nsave 300 10\n"
     assert config.rewrite_lines()[:3] == ["port 1", "save 900 1", "save 300 10"]
 
 
-def test_rewrite_reuses_existing_signature(tmp_path):
-    config = load_text(tmp_path, f"port 1\n{REWRITE_SIGNATURE}\nhz 20\n")
+def test_rewrite_reuses_existing_signature():
+    config = load_text(f"port 1\n{REWRITE_SIGNATURE}\nhz 20\n")
     config.set(b"timeout", b"5")
     assert config.rewrite_lines() == ["port 1", REWRITE_SIGNATURE, "hz 20", "timeout 5",
-                                      f'dir "{tmp_path}"']
+                                      f'dir "{CWD}"']
 
 
-def test_rewrite_creates_missing_file(tmp_path):
-    config = load_text(tmp_path, "port 1\n")
-    (tmp_path / "disque.conf").unlink()
+def test_rewrite_creates_missing_file():
+    files = MemoryFiles()
+    config = load_text("port 1\n", files=files)
+    del files.files[CONF]
     config.rewrite()
-    assert (tmp_path / "disque.conf").read_text().splitlines() == [
-        REWRITE_SIGNATURE, "port 1", f'dir "{tmp_path}"']
+    assert files.text().splitlines() == [REWRITE_SIGNATURE, "port 1", f'dir "{CWD}"']
 
 
-def test_rewrite_keeps_permissions_and_leaves_no_temp_files(tmp_path):
-    path = tmp_path / "disque.conf"
-    config = Config.load(write(path, "port 1\n"), [])
-    os.chmod(path, 0o600)
-    config.rewrite()
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["disque.conf"]
-
-
-def test_rewrite_follows_symlink(tmp_path):
-    real = tmp_path / "real.conf"
-    link = tmp_path / "link.conf"
-    write(real, "port 1\n")
-    link.symlink_to(real)
-    config = Config.load(str(link), [])
-    config.set(b"hz", b"11")
-    config.rewrite()
-    assert link.is_symlink()
-    assert "hz 11" in real.read_text().splitlines()
-
-
-def test_rewrite_io_error(tmp_path):
-    config = Config()
-    config.config_file = str(tmp_path / "missing-dir" / "disque.conf")
+def test_rewrite_io_error():
+    config = Config(MemoryFiles())
+    config.config_file = CWD + "/missing-dir/disque.conf"
     with pytest.raises(ConfigSetError) as info:
         config.rewrite()
     assert str(info.value) == "ERR Rewriting config file: No such file or directory"
 
 
-def test_rewrite_read_error(tmp_path):
-    config = Config()
-    (tmp_path / "conf.d").mkdir()
-    config.config_file = str(tmp_path / "conf.d")
+def test_rewrite_read_error():
+    config = Config(MemoryFiles(dirs=["conf.d"]))
+    config.config_file = CWD + "/conf.d"
     with pytest.raises(ConfigSetError) as info:
         config.rewrite()
     assert str(info.value) == "ERR Rewriting config file: Is a directory"
 
 
-def test_rewrite_is_idempotent(tmp_path):
-    config = load_text(tmp_path, "# c\nport 7000\nport 7001\n\n\nhz 20\n")
+def test_rewrite_without_a_file_system_fails():
+    config = Config()
+    config.config_file = CONF
+    with pytest.raises(ConfigSetError) as info:
+        config.rewrite()
+    assert str(info.value) == "ERR Rewriting config file: Read-only file system"
+
+
+def test_rewrite_is_idempotent():
+    files = MemoryFiles()
+    config = load_text("# c\nport 7000\nport 7001\n\n\nhz 20\n", files=files)
     config.set(b"maxmemory", b"5mb")
     config.rewrite()
-    first = (tmp_path / "disque.conf").read_text()
+    first = files.text()
     config.rewrite()
-    assert (tmp_path / "disque.conf").read_text() == first
+    assert files.text() == first
 
 
-def test_rewrite_round_trip(tmp_path):
-    (tmp_path / "data").mkdir()
-    path = write(tmp_path / "disque.conf", "# keep me\nport 7000\nhz 20\nhz 30\n")
-    config = Config.load(path, [])
+def reload(files: MemoryFiles) -> Config:
+    """What a restart reads: CONF again, from the directory the process started in."""
+    again = MemoryFiles(cwd=CWD)
+    again.files, again.dirs = files.files, files.dirs
+    return Config.load(again.files[CONF], [], config_file=CONF, files=again)
+
+
+def test_rewrite_round_trip():
+    files = MemoryFiles(dirs=["data"])
+    config = load_text("# keep me\nport 7000\nhz 20\nhz 30\n", files=files)
     config.port = 7100
     config.bind = ["127.0.0.1", "::1"]
     config.tcp_backlog = 128
@@ -1052,13 +1077,13 @@ def test_rewrite_round_trip(tmp_path):
     config.slowlog_log_slower_than = -1  # only reachable from a file, must survive too
     config.rewrite()
 
-    reloaded = Config.load(path, [])
+    reloaded = reload(files)
     expected = stored_values(config)
     expected["watchdog_period"] = 0  # runtime only, never written
     expected["databases"] = 16        # not managed by CONFIG REWRITE
     assert stored_values(reloaded) == expected
-    assert reloaded.dir == str(tmp_path / "data")
-    text = Path(path).read_text()
+    assert reloaded.dir == CWD + "/data"
+    text = files.text()
     assert text.startswith("# keep me\nport 7100\nhz 100\n")
     assert "\nhz 30\n" not in text
 
@@ -1066,17 +1091,14 @@ def test_rewrite_round_trip(tmp_path):
 @settings(max_examples=50, deadline=None)
 @given(password=st.binary(max_size=512), ident=st.text(max_size=40))
 def test_rewrite_round_trip_arbitrary_strings(password, ident):
-    with tempfile.TemporaryDirectory() as directory:
-        path = os.path.join(directory, "disque.conf")
-        with open(path, "wb") as f:
-            f.write(b"requirepass old\n")
-        config = Config.load(path, [])
-        config.set(b"requirepass", password)
-        config.syslog_ident = ident
-        config.rewrite()
-        reloaded = Config.load(path, [])
-        assert reloaded.requirepass.encode("utf-8", "surrogateescape") == password
-        assert reloaded.syslog_ident == ident
+    files = MemoryFiles()
+    config = load_text("requirepass old\n", files=files)
+    config.set(b"requirepass", password)
+    config.syslog_ident = ident
+    config.rewrite()
+    reloaded = reload(files)
+    assert reloaded.requirepass.encode("utf-8", "surrogateescape") == password
+    assert reloaded.syslog_ident == ident
 
 
 @given(st.integers(min_value=0, max_value=2 ** 50))
@@ -1092,7 +1114,7 @@ def test_format_memory_round_trip(value):
 # ---------------------------------------------------------------------------
 
 def test_shipped_config_loads_with_make_run_settings():
-    config = Config.load(str(SHIPPED_CONF), [])
+    config = load_text(SHIPPED_CONF.read_bytes())
     assert config.bind == ["127.0.0.1"]
     assert config.port == 7711
     assert config.appendonly is False
@@ -1118,13 +1140,12 @@ def test_shipped_config_documents_every_directive():
         assert name not in active
 
 
-def test_shipped_config_rewrite_only_adds_dir(tmp_path):
-    copy = tmp_path / "copy.conf"
-    copy.write_bytes(SHIPPED_CONF.read_bytes())
-    config = Config.load(str(copy), [])
+def test_shipped_config_rewrite_only_adds_dir():
+    files = MemoryFiles()
+    config = load_text(SHIPPED_CONF.read_bytes(), files=files)
     config.rewrite()
     original = SHIPPED_CONF.read_text().splitlines()
-    rewritten = copy.read_text().splitlines()
+    rewritten = files.text().splitlines()
     squeezed = [line for i, line in enumerate(original)
                 if line or i == 0 or original[i - 1]]
-    assert rewritten == squeezed + [REWRITE_SIGNATURE, f'dir "{tmp_path}"']
+    assert rewritten == squeezed + [REWRITE_SIGNATURE, f'dir "{CWD}"']

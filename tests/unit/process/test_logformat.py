@@ -5,23 +5,24 @@ from __future__ import annotations
 import logging
 import re
 
-from disque.context import log
+from disque.context.log import VERBOSE, logger
+from disque.process import logformat
 
 
 def test_lines_have_the_original_format_and_exceptions_their_stack(tmp_path):
     path = tmp_path / "disque.log"
-    log.configure(str(path), "verbose")
+    logformat.configure(str(path), "verbose")
     try:
-        log.logger.log(log.VERBOSE, "hello %s", "there")
+        logger.log(VERBOSE, "hello %s", "there")
         try:
             {}["missing"]
         except KeyError:
-            log.logger.exception("Error in server cron")
+            logger.exception("Error in server cron")
     finally:
-        for handler in list(log.logger.handlers):
-            log.logger.removeHandler(handler)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
             handler.close()
-        log.logger.setLevel(logging.NOTSET)
+        logger.setLevel(logging.NOTSET)
     lines = path.read_text().splitlines()
     assert re.fullmatch(r"\d+:M \d\d \w{3} \d\d:\d\d:\d\d\.\d{3} - hello there", lines[0])
     assert re.fullmatch(r"\d+:M .* # Error in server cron", lines[1])
