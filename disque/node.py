@@ -1,4 +1,4 @@
-"""One Disque node's state, sans I/O: a facade over its parts.
+"""One Disque node, sans I/O: its entry points.
 
 Inputs: commands through ``call(client, argv)`` (and ``call_run`` for a
 pipelined run), bus frames through ``receive_frame(link, frame)``, link
@@ -6,8 +6,9 @@ events through ``link_up`` / ``link_down``, time through ``run_timers()``
 and ``cron()``. Outputs: replies as return values or ``client.send``, bus
 messages through the outbox's transport, persistence events through the
 journal. The clock and the random source are injected, so tests and the
-simulator run many nodes in one process with a virtual clock. Which part
-owns what is in docs/architecture.md.
+simulator run many nodes in one process with a virtual clock. The parts
+and what command handlers see are ``NodeState`` (``disque.state.nodestate``);
+which part owns what is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,35 +19,17 @@ from typing import Callable, Final
 from disque.protocol import errors
 from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
-from disque.cluster.acks import AckPropagation
-from disque.cluster.consumers import Consumers
-from disque.cluster.federation import Federation, Interest
-from disque.cluster.gossip import Gossip, random_node_id
-from disque.cluster.lifecycle import JobLifecycle
-from disque.cluster.membership import Membership
-from disque.cluster.outbox import Outbox
-from disque.cluster.replication import Replication
-from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.transport import BusTransport, Link
-from disque.commands import Command, build_command_table, unique_commands
-from disque.commands.acl import AccessStats, check_access, redact
-from disque.commands.monitor import format_monitor_line
+from disque.commands.access import AccessStats, check_access, format_monitor_line, redact
+from disque.commands.command import Command
+from disque.commands.table import build_command_table
 from disque.config import Config
-from disque.config.users import users_restrict
-from disque.state.eviction import MemoryPolicy
 from disque.state.host import Host
-from disque.jobs.dedup import DedupIndex
+from disque.state.nodestate import NodeState
 from disque.jobs.ids import JobIdGenerator
-from disque.jobs.journal import NULL_JOURNAL, Journal
-from disque.jobs.registry import JobRegistry
-from disque.jobs.timers import TimerWheel
+from disque.jobs.journal import Journal
 from disque.context.log import logger
-from disque.context.memory import MemoryAccount
-from disque.queues.blocking import BlockedClients
-from disque.queues.queueset import QueueSet
 from disque.protocol.resp import NIL_ARRAY, OK
-from disque.context.runtime import Runtime
-from disque.context.stats import JobCounters, Stats
 
 _QUIT: Final = b"QUIT"
 # A run of commands is timed as a whole, which the slow log can only use
@@ -68,65 +51,54 @@ class BusRoute:
 
 
 class Node:
-    """A Disque node: jobs, queues, blocked clients, cluster view."""
+    """A Disque node: the entry points over one ``NodeState`` (``state``).
+
+    Handlers are called with ``state``. For the adapters and tests, the
+    node's parts (``jobs``, ``queues``, ``config``, ``lifecycle``, ...) are
+    also attributes here: the same objects as the state's, assigned once.
+    The state's fields that change (``loading``, ``aof_error``, ``guarded``,
+    ``clock``, the journal) are properties that read and write the state's,
+    so each value lives in one place.
+    """
 
     def __init__(self, config: Config, node_id: bytes, *, clock: Callable[[], int],
                  rng: random.Random, host: Host | None = None,
                  bus: BusTransport | None = None,
                  perf_ns: Callable[[], int] | None = None) -> None:
-        self.config = config
-        self.clock = clock
-        self.host = host if host is not None else Host()
+        commands = build_command_table()
+        state = self.state = NodeState(
+            config, node_id, clock=clock, rng=rng,
+            host=host if host is not None else Host(),
+            bus=bus if bus is not None else BusTransport(),
+            commands=commands, access_stats=AccessStats())
         self.perf_ns = perf_ns if perf_ns is not None else (lambda: 0)
-        runtime = self.runtime = Runtime(node_id, rng, clock())
-        memory = self.memory = MemoryAccount(config.maxmemory)
-        membership = self.membership = Membership(node_id, config.port)
-        counters = self.counters = JobCounters()
-        self.ids = JobIdGenerator(node_id, rng, counters)
-        self.outbox = Outbox(runtime, membership, bus if bus is not None else BusTransport(),
-                             config.port)
-        self.jobs = JobRegistry(memory)
-        self.dedup = DedupIndex()
-        self.queues = QueueSet(runtime, memory)
-        self.timers = TimerWheel()
-        self.blocked = BlockedClients(runtime, self.queues)
-        self.interest = Interest()
-        self.journal: Journal = NULL_JOURNAL
-        self.journaling = False  # see set_journal
-        self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
-                                      membership, self.outbox, self.journal, self.interest,
-                                      self.dedup, counters)
-        self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
-                                       self.blocked, membership, self.outbox, self.journal,
-                                       memory)
-        self.federation = Federation(runtime, self.jobs, self.queues, self.lifecycle,
-                                     self.blocked, membership, self.outbox, self.interest)
-        self.consumers = Consumers(self.queues, self.lifecycle, self.blocked, self.federation,
-                                   counters)
-        self.acks = AckPropagation(runtime, self.jobs, self.lifecycle, self.replication,
-                                   membership, self.outbox)
-        self.requeue = RequeueCoordination(runtime, self.jobs, self.queues, self.lifecycle,
-                                           self.outbox)
-        self.gossip = Gossip(runtime, membership, self.outbox, config, self.host)
-        self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
-                                     counters)
-        # The same dicts as QueueSet.ready and Interest.ready (cleared in
-        # place, never replaced): after every input, one test says whether
-        # ``after_input`` has work, without a call.
-        self.ready_queues = self.queues.ready
-        self.wanted_queues = self.interest.ready
+        self.config = config
+        self.host = state.host
+        self.runtime = state.runtime
+        self.memory = state.memory
+        self.membership = state.membership
+        self.counters = state.counters
+        self.outbox = state.outbox
+        self.jobs = state.jobs
+        self.dedup = state.dedup
+        self.queues = state.queues
+        self.timers = state.timers
+        self.blocked = state.blocked
+        self.interest = state.interest
+        self.lifecycle = state.lifecycle
+        self.replication = state.replication
+        self.federation = state.federation
+        self.consumers = state.consumers
+        self.acks = state.acks
+        self.requeue = state.requeue
+        self.gossip = state.gossip
+        self.eviction = state.eviction
+        self.stats = state.stats
+        self.monitors = state.monitors
+        self.access_stats = state.access_stats
+        self.commands: dict[bytes, Command] = commands
+        self.run_commands = _with_run_handler(commands)
         self.bus_routes = self._bus_routes()
-        self.commands: dict[bytes, Command] = build_command_table()
-        self.run_commands = _with_run_handler(self.commands)
-        self.stats = Stats()
-        self.aof_error: str | None = None  # last failed AOF write, for MISCONF
-        self.loading = False
-        self.monitors: dict[ClientState, None] = {}
-        # A named user exists or the default user is restricted: every command
-        # goes through check_access (ACL SETUSER turns it on; never off at run
-        # time, as a connection may still be logged in as a deleted user).
-        self.guarded = users_restrict(config.users)
-        self.access_stats = AccessStats()
 
     def _bus_routes(self) -> dict[str, BusRoute]:
         """The one table from bus message type to handler."""
@@ -151,34 +123,106 @@ class Node:
             m.YOURJOBS: BusRoute(federation.on_yourjobs, False),
         }
 
-    # --------------------------------------------------------- read-outs
+    # ---------------------------------------------- the state, for adapters
 
     @property
     def id(self) -> bytes:
         """This node's ID."""
-        return self.runtime.node_id
+        return self.state.runtime.node_id
 
     @property
     def now(self) -> int:
         """The time of the input being handled (unix ms)."""
-        return self.runtime.now
-
-    def read_clock(self) -> int:
-        """Read the injected clock for an input handled outside the entry
-        points below (the AOF loader's batches); return the time."""
-        now = self.runtime.now = self.clock()
-        return now
+        return self.state.runtime.now
 
     @property
     def used_memory(self) -> int:
         """The dataset's estimated size in bytes."""
-        return self.memory.used
+        return self.state.memory.used
+
+    @property
+    def clock(self) -> Callable[[], int]:
+        """The injected clock (unix ms)."""
+        return self.state.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], int]) -> None:
+        self.state.clock = clock
+
+    @property
+    def ids(self) -> JobIdGenerator:
+        """The job ID generator."""
+        return self.state.ids
+
+    @property
+    def loading(self) -> bool:
+        """The AOF is being loaded: commands without the loading flag get LOADING."""
+        return self.state.loading
+
+    @loading.setter
+    def loading(self, loading: bool) -> None:
+        self.state.loading = loading
+
+    @property
+    def aof_error(self) -> str | None:
+        """The last failed AOF write (writes get MISCONF while set), or None."""
+        return self.state.aof_error
+
+    @aof_error.setter
+    def aof_error(self, error: str | None) -> None:
+        self.state.aof_error = error
+
+    @property
+    def guarded(self) -> bool:
+        """Every command goes through the access check (NodeState.guarded)."""
+        return self.state.guarded
+
+    @guarded.setter
+    def guarded(self, guarded: bool) -> None:
+        self.state.guarded = guarded
+
+    @property
+    def journal(self) -> Journal:
+        """Where persistence events go."""
+        return self.state.journal
+
+    @property
+    def journaling(self) -> bool:
+        """Persistence events go somewhere (the journal is not the null one)."""
+        return self.state.journaling
+
+    def set_journal(self, journal: Journal) -> None:
+        """Report persistence events to ``journal`` from now on."""
+        self.state.set_journal(journal)
+
+    def read_clock(self) -> int:
+        """Read the injected clock for an input handled outside the entry
+        points below (the AOF loader's batches); return the time."""
+        return self.state.read_clock()
+
+    def update_memory_limits(self) -> None:
+        """Recompute the memory thresholds after maxmemory changed."""
+        self.state.update_memory_limits()
+
+    def free_memory(self) -> bool:
+        """Evict what is safe to evict until under 95 %; False if still above."""
+        return self.state.free_memory()
+
+    def after_input(self) -> None:
+        """Serve waiting consumers and other nodes' open requests."""
+        self.state.after_input()
+
+    def flush_all(self) -> None:
+        """Delete every job and queue (cluster view untouched)."""
+        self.state.flush_all()
 
     # ------------------------------------------------------------ commands
 
     def call(self, client: ClientState, argv: list[bytes]) -> bytes | None:
         """Execute one command; return its reply, or None if the client blocked."""
-        self.runtime.now = self.clock()
+        state = self.state
+        runtime = state.runtime
+        runtime.now = state.clock()
         name = argv[0]
         cmd = self.commands.get(name)
         if cmd is None:
@@ -190,35 +234,36 @@ class Node:
                 return errors.unknown_command(name)
         if not cmd.min_args <= len(argv) <= cmd.max_args:
             return cmd.arity_error
-        if self.guarded:
-            denied = check_access(self, client, cmd, argv)
+        if state.guarded:
+            denied = check_access(state, client, cmd, argv)
             if denied is not None:
                 return denied
-        elif self.config.requirepass and not client.authenticated and not cmd.is_auth:
+        elif state.config.requirepass and not client.authenticated and not cmd.is_auth:
             return errors.NOAUTH
-        if self.memory.used > self.memory.evict_threshold:
-            if not self.eviction.free_memory() and cmd.denyoom:
+        memory = state.memory
+        if memory.used > memory.evict_threshold:
+            if not state.eviction.free_memory() and cmd.denyoom:
                 return errors.OOM
-        if self.aof_error is not None and (cmd.write or cmd.is_ping):
-            return errors.misconf(self.aof_error)
-        if self.loading and not cmd.loading_ok:
+        if state.aof_error is not None and (cmd.write or cmd.is_ping):
+            return errors.misconf(state.aof_error)
+        if state.loading and not cmd.loading_ok:
             return errors.LOADING
-        if self.monitors and cmd.monitored:
+        if state.monitors and cmd.monitored:
             self.feed_monitors(client, redact(cmd, argv) if cmd.redacts else argv)
         client.last_cmd = cmd.lname
         perf_ns = self.perf_ns
         start = perf_ns()
-        reply = cmd.handler(self, client, argv)
+        reply = cmd.handler(state, client, argv)
         usec = (perf_ns() - start) // 1000
         cmd.calls += 1
         cmd.usec += usec
-        stats = self.stats
+        stats = state.stats
         stats.commands_processed += 1
         if usec >= stats.notice_us:
             stats.command_slow(cmd, redact(cmd, argv) if cmd.redacts else argv, usec,
-                               self.runtime.now)
-        if self.ready_queues or self.wanted_queues:
-            self.after_input()
+                               runtime.now)
+        if state.ready_queues or state.wanted_queues:
+            state.after_input()
         return reply
 
     def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],
@@ -234,36 +279,30 @@ class Node:
         is read once. The run is timed as a whole: when it is slower than the
         slow log threshold it is logged as its last command with the run's time.
         """
-        if ((self.config.requirepass and not client.authenticated) or self.guarded
-                or self.aof_error is not None or self.loading or self.monitors
-                or self.memory.used > self.memory.warn_threshold
-                or self.stats.notice_us < RUN_NOTICE_FLOOR_US):
+        state = self.state
+        if ((state.config.requirepass and not client.authenticated) or state.guarded
+                or state.aof_error is not None or state.loading or state.monitors
+                or state.memory.used > state.memory.warn_threshold
+                or state.stats.notice_us < RUN_NOTICE_FLOOR_US):
             return start
         run_handler = cmd.run_handler
         assert run_handler is not None  # callers take cmd from run_commands
-        self.runtime.now = self.clock()
+        runtime = state.runtime
+        runtime.now = state.clock()
         perf_ns = self.perf_ns
         begin = perf_ns()
-        end: int = run_handler(self, client, commands, start, out)
+        end: int = run_handler(state, client, commands, start, out)
         if end > start:
             usec = (perf_ns() - begin) // 1000
             count = end - start
             cmd.calls += count
             cmd.usec += usec
-            stats = self.stats
+            stats = state.stats
             stats.commands_processed += count
             client.last_cmd = cmd.lname
             if usec >= stats.notice_us:
-                stats.command_slow(cmd, commands[end - 1], usec, self.runtime.now)
+                stats.command_slow(cmd, commands[end - 1], usec, runtime.now)
         return end
-
-    def after_input(self) -> None:
-        """What every input may have made possible: waiting consumers and
-        other nodes' open requests get the jobs just queued."""
-        if self.queues.ready:
-            self.consumers.serve_ready()
-        if self.interest.ready:
-            self.federation.push_to_interested()
 
     def feed_monitors(self, client: ClientState, argv: list[bytes]) -> None:
         """Stream a command to every MONITOR client."""
@@ -279,13 +318,6 @@ class Node:
             self.commands[new.lower().encode()] = cmd
             self.commands[new.upper().encode()] = cmd
         self.run_commands = _with_run_handler(self.commands)
-
-    def reset_stats(self) -> None:
-        """CONFIG RESETSTAT."""
-        self.stats.reset()
-        for cmd in unique_commands(self.commands):
-            cmd.calls = cmd.usec = 0
-        self.host.reset_stats()
 
     def client_gone(self, client: ClientState) -> None:
         """The connection closed: drop its block (and a waiting ADDJOB's job)."""
@@ -304,12 +336,12 @@ class Node:
 
     def run_timers(self) -> None:
         """Fire due job timers and blocked-client timeouts (called every few ms)."""
-        self.runtime.now = self.clock()
+        self.state.read_clock()
         self.lifecycle.process_job_timers()
         self.timers.next_due()
         if self.blocked.deadlines:
             self._expire_blocked_clients()
-        self.after_input()
+        self.state.after_input()
 
     def _expire_blocked_clients(self) -> None:
         """Answer blocked clients whose timeout elapsed."""
@@ -330,7 +362,7 @@ class Node:
 
     def cron(self) -> None:
         """Periodic housekeeping, ``hz`` times per second."""
-        self.runtime.now = self.clock()
+        self.state.read_clock()
         self.gossip.cluster_cron()
         if self.membership.leaving and self.blocked.clients:
             self._release_blocked(errors.LEAVING)  # spec: cluster-bus.md §7
@@ -367,7 +399,7 @@ class Node:
             logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
             return
         assert header is not None
-        self.runtime.now = self.clock()
+        self.state.read_clock()
         sender = header[m.SENDER]
         body_problem = m.body_problem
         membership = self.membership
@@ -387,7 +419,7 @@ class Node:
             elif sender not in membership.nodes:
                 continue
             route.handler(sender, msg, link)
-        self.after_input()
+        self.state.after_input()
 
     def receive_bus(self, link: Link, msg: object) -> None:
         """Handle one decoded message that carries its own header (the
@@ -396,12 +428,12 @@ class Node:
 
     def link_up(self, node_id: bytes, link: Link) -> None:
         """The transport connected the outbound link of ``node_id``."""
-        self.runtime.now = self.clock()
+        self.state.read_clock()
         self.gossip.link_up(node_id, link)
 
     def link_down(self, node_id: bytes) -> None:
         """The outbound link of ``node_id`` closed or could not be opened."""
-        self.runtime.now = self.clock()
+        self.state.read_clock()
         self.gossip.link_down(node_id)
 
     def bus_header(self) -> dict:
@@ -416,57 +448,6 @@ class Node:
     @bus.setter
     def bus(self, transport: BusTransport) -> None:
         self.outbox.transport = transport
-
-    # ------------------------------------------------------ cluster admin
-
-    def cluster_reset(self, hard: bool) -> None:
-        """Forget every other node and flush all data; HARD also takes a new ID."""
-        self.gossip.forget_others()
-        if hard:
-            new_id = random_node_id(self.runtime.rng)
-            self.membership.rename(self.runtime.node_id, new_id)
-            self.runtime.set_node_id(new_id)
-            self.ids.set_node_id(new_id)
-        self.membership.update_reachable()
-        self.flush_all()
-        self.host.save_cluster_config()
-
-    # -------------------------------------------------------------- memory
-
-    def update_memory_limits(self) -> None:
-        """Recompute the 75 % / 95 % thresholds after maxmemory changed."""
-        self.memory.set_limit(self.config.maxmemory)
-
-    def free_memory(self) -> bool:
-        """Evict what is safe to evict until under 95 %; False if still above."""
-        return self.eviction.free_memory()
-
-    # ---------------------------------------------------------- journal
-
-    def set_journal(self, journal: Journal) -> None:
-        """Report persistence events to ``journal`` from now on (the AOF
-        while appendonly is on, the null journal otherwise). ``journaling``
-        says whether events go anywhere, so ADDJOB's hot path skips the
-        null journal's call."""
-        self.journal = journal
-        self.journaling = journal is not NULL_JOURNAL
-        self.lifecycle.journal = journal
-        self.replication.journal = journal
-
-    # --------------------------------------------------------------- flush
-
-    def flush_all(self) -> None:
-        """DEBUG FLUSHALL: delete every job and queue (cluster view untouched)."""
-        self.lifecycle.delete_all()
-        for client in self.blocked:
-            block = client.blocked
-            if block is not None and block.kind == Block.GETJOB:
-                self.blocked.unblock(client, NIL_ARRAY)
-        self.queues.clear()
-        self.blocked.clear()
-        self.interest.clear()
-        self.dedup.clear()
-        self.memory.reset()
 
 
 def _with_run_handler(commands: dict[bytes, Command]) -> dict[bytes, Command]:

@@ -15,7 +15,7 @@ from disque.cluster.outbox import Outbox
 from disque.cluster.transport import Link
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, QUEUED, WAIT_REPL, Job
-from disque.jobs.journal import REASON_HOLDERS_CHANGED, Journal
+from disque.jobs.journal import REASON_HOLDERS_CHANGED
 from disque.jobs.registry import JobRegistry
 from disque.context.memory import MemoryAccount
 from disque.queues.blocking import BlockedClients
@@ -33,7 +33,7 @@ class Replication:
 
     def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
                  lifecycle: JobLifecycle, blocked: BlockedClients, membership: Membership,
-                 outbox: Outbox, journal: Journal, memory: MemoryAccount) -> None:
+                 outbox: Outbox, memory: MemoryAccount) -> None:
         self.runtime = runtime
         self.registry = registry
         self.queues = queues
@@ -41,7 +41,6 @@ class Replication:
         self.blocked = blocked
         self.membership = membership
         self.outbox = outbox
-        self.journal = journal
         self.memory = memory
         # Synchronous ADDJOBs: how many waited for replicas, how many waits
         # failed (timeout, disconnection, LEAVING), and how long the
@@ -133,7 +132,7 @@ class Replication:
             self.lifecycle.enqueue_job(job)
         else:
             self.lifecycle.schedule_job(job)
-        self.journal.job_stored(job)
+        self.lifecycle.journal.job_stored(job)
         # After the record: it is written before the reply (spec: persistence.md §2).
         self.blocked.release_producer(job.id, status(job.id))
 
@@ -166,14 +165,15 @@ class Replication:
             if len(local.delivered) != known and (local.state == ACTIVE or local.state == QUEUED):
                 # The AOF keeps a job's first LOADJOB: the wider list goes in as a
                 # DELJOB and a new LOADJOB (a stale list after a restart left a
-                # holder out of this node's SETACKs: sim seed 5001556).
-                self.journal.job_removed(local, REASON_HOLDERS_CHANGED)
-                self.journal.job_stored(local)
+                # holder out of this node's SETACKs).
+                journal = self.lifecycle.journal
+                journal.job_removed(local, REASON_HOLDERS_CHANGED)
+                journal.job_stored(local)
         else:
             job.flags |= BCAST_QUEUED
             self.lifecycle.set_received_qtime(job)
             self.lifecycle.register_job(job)
-            self.journal.job_stored(job)
+            self.lifecycle.journal.job_stored(job)
         if not msg.get(m.MFLAGS, 0) & m.MFLAG_NOREPLY:
             self.outbox.send_to(sender, m.job_message(m.GOTJOB, job.id))
 

@@ -1,255 +1,38 @@
-"""Access control at the command table (docs/security.md): who the client
-is (AUTH, HELLO AUTH), what it may run and which queues it may touch (the
-check ``Node.call`` makes while ``Node.guarded``), ACL, protected mode,
-and the redaction of secrets in MONITOR and the slow log.
+"""Who the client is and what users exist: AUTH (and HELLO's AUTH through
+``authenticate``) and ACL (docs/security.md).
 
-Users and their rules are settings (``disque.config.users``); this module
-applies them to commands. Where each command carries its queue names or
-job IDs is one table, ``KEY_SPECS``, read once per restricted call.
+Users and their rules are settings (``disque.config.users``); the check of
+each command against them, protected mode and redaction are the command
+interface's (``commands.access``).
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
-from disque.commands.args import option_name
-from disque.config.users import (ALL_UNITS, CATEGORIES, DEFAULT_USER, RuleError, User,
-                                 user_with_rules, users_restrict, valid_user_name)
+from disque.config.users import (CATEGORIES, DEFAULT_USER, RuleError, User, user_with_rules,
+                                 users_restrict, valid_user_name)
 from disque.config.values import encode as config_bytes
-from disque.jobs.ids import is_valid_job_id
 from disque.context.log import logger
 from disque.protocol.resp import OK, bulk, encode, error, integer
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.commands import Command
-    from disque.config import Config
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
-# Where a command's queue names or job IDs are (Command.acl_keys).
-KEYS_NONE: Final = 0
-KEYS_QUEUE: Final = 1     # argv[1] is a queue
-KEYS_ADDJOB: Final = 2    # argv[1], and the queue of DEADLETTER <queue>
-KEYS_GETJOB: Final = 3    # the queues after FROM
-KEYS_JOBS: Final = 4      # job IDs: a job held here must be of a permitted queue
-KEYS_ACKS: Final = 5      # job IDs as KEYS_JOBS; IDs of jobs not held here are dropped
-KEY_SPECS: Final[dict[str, int]] = {
-    "addjob": KEYS_ADDJOB, "getjob": KEYS_GETJOB,
-    "qlen": KEYS_QUEUE, "qpeek": KEYS_QUEUE, "qstat": KEYS_QUEUE, "pause": KEYS_QUEUE,
-    "qredrive": KEYS_QUEUE,
-    "show": KEYS_JOBS, "working": KEYS_JOBS, "nack": KEYS_JOBS, "enqueue": KEYS_JOBS,
-    "dequeue": KEYS_JOBS, "deljob": KEYS_JOBS,
-    "ackjob": KEYS_ACKS, "fastack": KEYS_ACKS,
-}
-SUBCOMMAND_PERMS: Final = frozenset(("client", "acl"))  # permitted per subcommand
-
-_FROM: Final = b"FROM"
-_TIMEOUT: Final = b"TIMEOUT"
-_COUNT: Final = b"COUNT"
-_DEADLETTER: Final = b"DEADLETTER"
-_AUTH: Final = b"AUTH"
-_SETUSER: Final = b"SETUSER"
-REDACTED: Final = b"(redacted)"
-# Directives whose CONFIG SET value MONITOR and the slow log never show.
-SECRET_CONFIGS: Final = frozenset({b"requirepass", b"tls-key-file-pass", b"cluster-secret",
-                                   b"cluster-secret-old"})
-_SET: Final = b"SET"
 MAX_PASSWORD_LEN: Final = 512
 AUTH_LOG_INTERVAL_MS: Final = 1000  # failed AUTHs are logged at most this often
 
 WRONGPASS: Final = error("WRONGPASS invalid username-password pair or user is disabled.")
-USER_GONE: Final = error("NOAUTH this connection's user was deleted or turned off")
-DEBUG_NOT_ALLOWED: Final = error(
-    "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
-    "you can run it from a local connection, otherwise you need to set this option in the "
-    "configuration file, and then restart the server.")
 CANT_DELETE_DEFAULT: Final = error("ERR The 'default' user cannot be removed")
 BAD_USER_NAME: Final = error("ERR Usernames can't contain spaces or null characters")
-PROTECTED_MODE_DENIED: Final = error(
-    "DENIED Disque is running in protected mode because protected mode is enabled and no "
-    "password is set for the default user. In this mode connections are only accepted from "
-    "the loopback interface and the unix socket. To connect from other computers, do one of "
-    "these: 1) Set a password for the default user (requirepass, or 'user default on "
-    ">password'), or turn the default user off and add users with passwords, then bind the "
-    "interfaces clients reach. 2) Disable protected mode with 'CONFIG SET protected-mode no' "
-    "from the loopback interface, and CONFIG REWRITE to keep it; MAKE SURE the node is not "
-    "reachable from the internet if you do so. 3) Set 'protected-mode no' in the "
-    "configuration file and restart, or start the server with '--protected-mode no'.")
-
-
-class AccessStats:
-    """INFO security's counters, and the rate limit of the failed-AUTH log."""
-
-    __slots__ = ("auth_failures", "denied_commands", "denied_queues", "protected_mode_denied",
-                 "last_auth_log", "unlogged_failures")
-
-    def __init__(self) -> None:
-        self.auth_failures = 0
-        self.denied_commands = 0
-        self.denied_queues = 0
-        self.protected_mode_denied = 0
-        self.last_auth_log = 0  # unix ms
-        self.unlogged_failures = 0
-
-
-# ------------------------------------------------------------- the check
-
-def check_access(node: Node, client: ClientState, cmd: Command,
-                 argv: list[bytes]) -> bytes | None:
-    """The reply refusing the command to this client's user, or None.
-
-    ``Node.call`` calls it only while ``Node.guarded`` (a named user exists
-    or the default user is restricted), so a node without users pays one
-    attribute test per command."""
-    if cmd.is_auth:
-        return None
-    user = client.user
-    if user is None:
-        user = node.config.users[DEFAULT_USER]
-        if not user.enabled or (not client.authenticated
-                                and (bool(node.config.requirepass) or not user.nopass)):
-            return errors.NOAUTH
-    elif user.removed or not user.enabled:
-        client.user = None
-        client.authenticated = False
-        client.close_after_reply = True
-        return USER_GONE
-    if not user.all_commands:
-        unit = cmd.name
-        if unit in SUBCOMMAND_PERMS:
-            # A subcommand the node does not have only gets the handler's syntax
-            # error (clients probe, as redis-py's CLIENT MAINT_NOTIFICATIONS).
-            unit = unit + "|" + argv[1].decode("latin-1").lower()
-            if unit not in ALL_UNITS:
-                return None
-        if unit not in user.allowed:
-            node.access_stats.denied_commands += 1
-            return error("NOPERM User %s has no permissions to run the '%s' command"
-                         % (_name(user), unit))
-    if not user.all_queues and cmd.acl_keys:
-        return _check_keys(node, user, cmd.acl_keys, argv)
-    return None
-
-
-def _check_keys(node: Node, user: User, kind: int, argv: list[bytes]) -> bytes | None:
-    if kind == KEYS_QUEUE:
-        return _check_queue(node, user, argv[1])
-    if kind == KEYS_ADDJOB:
-        denied = _check_queue(node, user, argv[1])
-        for i in range(4, len(argv) - 1):
-            if denied is None and option_name(argv[i]) == _DEADLETTER:
-                denied = _check_queue(node, user, argv[i + 1])
-        return denied
-    if kind == KEYS_GETJOB:
-        for queue in getjob_queues(argv):
-            denied = _check_queue(node, user, queue)
-            if denied is not None:
-                return denied
-        return None
-    jobs = node.jobs.by_id
-    held: list[bytes] | None = None
-    for i in range(1, len(argv)):
-        job = jobs.get(argv[i])
-        if job is None or job.queue is None:
-            if kind == KEYS_ACKS and is_valid_job_id(argv[i]):
-                # The node cannot tell this job's queue: acknowledging it would
-                # reach other nodes' copies, whatever their queue.
-                if held is None:
-                    held = argv[1:i]
-                continue
-        elif not user.may_access(job.queue):
-            node.access_stats.denied_queues += 1
-            return error("NOPERM User %s has no permissions to access the queue of job %s"
-                         % (_name(user), argv[i].decode("latin-1")))
-        if held is not None:
-            held.append(argv[i])
-    if held is not None:
-        argv[1:] = held
-    return None
-
-
-def _check_queue(node: Node, user: User, queue: bytes) -> bytes | None:
-    if user.may_access(queue):
-        return None
-    node.access_stats.denied_queues += 1
-    return error("NOPERM User %s has no permissions to access the queue '%s'"
-                 % (_name(user), queue.decode("utf-8", "backslashreplace")))
-
-
-def getjob_queues(argv: list[bytes]) -> list[bytes]:
-    """The queues GETJOB names: the words after FROM (options before it
-    take a value only for TIMEOUT and COUNT)."""
-    i = 1
-    n = len(argv)
-    while i < n:
-        opt = option_name(argv[i])
-        if opt == _FROM:
-            return argv[i + 1:]
-        i += 2 if opt in (_TIMEOUT, _COUNT) else 1
-    return []
-
-
-def restricted_queues(node: Node, client: ClientState) -> User | None:
-    """The client's user when it sees only some queues (QSCAN, JSCAN filter
-    with it), else None."""
-    if not node.guarded:
-        return None
-    user = client.user
-    if user is None:
-        user = node.config.users[DEFAULT_USER]
-    return None if user.all_queues else user
-
-
-def _name(user: User) -> str:
-    return user.name.decode("latin-1")
-
-
-# ---------------------------------------------------------- who is asking
-
-def default_user_open(config: Config) -> bool:
-    """Anyone may use the node as the default user, without a password."""
-    default = config.users[DEFAULT_USER]
-    return default.enabled and default.nopass and not config.requirepass
-
-
-def needs_auth(node: Node, client: ClientState) -> bool:
-    """The client must AUTH before running commands (HELLO's check)."""
-    user = client.user
-    if user is not None:
-        return user.removed or not user.enabled
-    default = node.config.users[DEFAULT_USER]
-    return not default.enabled or (not client.authenticated
-                                   and (bool(node.config.requirepass) or not default.nopass))
-
-
-def is_loopback(host: str) -> bool:
-    """A peer address protected mode lets in (127.0.0.0/8, ::1, mapped)."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
-
-
-def protected_mode_refuses(config: Config, local: bool) -> bool:
-    """Protected mode turns this connection away: it is not local and the
-    default user needs no password (decided when the connection is made)."""
-    return config.protected_mode and not local and default_user_open(config)
-
-
-def allowed_from(setting: str, client: ClientState) -> bool:
-    """enable-debug-command / enable-protected-configs for this client."""
-    return setting == "yes" or (setting == "local" and client.local)
 
 
 # ------------------------------------------------------------------ AUTH
 
-def authenticate(node: Node, client: ClientState, name: bytes | None,
+def authenticate(node: NodeState, client: ClientState, name: bytes | None,
                  password: bytes) -> bytes:
     """AUTH [user] password. Without a user (or as ``default``) it is
     Disque 1.0's AUTH, byte for byte: requirepass (or the default user's
@@ -279,7 +62,7 @@ def authenticate(node: Node, client: ClientState, name: bytes | None,
     return OK
 
 
-def _auth_failed(node: Node, client: ClientState, name: bytes) -> None:
+def _auth_failed(node: NodeState, client: ClientState, name: bytes) -> None:
     """Count a failed AUTH, and log it (never the password), at most once a
     second so that guessing cannot flood the log."""
     stats = node.access_stats
@@ -295,35 +78,9 @@ def _auth_failed(node: Node, client: ClientState, name: bytes) -> None:
     stats.unlogged_failures = 0
 
 
-def redact(cmd: Command, argv: list[bytes]) -> list[bytes]:
-    """What MONITOR and the slow log show of AUTH, HELLO ... AUTH, ACL
-    SETUSER and CONFIG SET of a secret: ``(redacted)`` for the user name and
-    password, SETUSER's rules and the secret's value (as Redis 7)."""
-    if cmd.name == "auth":
-        return argv[:1] + [REDACTED] * (len(argv) - 1)
-    if cmd.name == "config":
-        if len(argv) < 4 or argv[1].upper() != _SET:
-            return argv
-        shown = list(argv)
-        for i in range(2, len(shown) - 1, 2):
-            if shown[i].lower() in SECRET_CONFIGS:
-                shown[i + 1] = REDACTED
-        return shown
-    if cmd.name == "acl":
-        if argv[1].upper() != _SETUSER:
-            return argv
-        return argv[:3] + [REDACTED] * (len(argv) - 3)
-    shown = list(argv)
-    for i in range(2, len(shown) - 2):
-        if shown[i].upper() == _AUTH:
-            shown[i + 1] = shown[i + 2] = REDACTED
-            break
-    return shown
-
-
 # ------------------------------------------------------------------- ACL
 
-def _setuser(node: Node, argv: list[bytes]) -> bytes:
+def _setuser(node: NodeState, argv: list[bytes]) -> bytes:
     name = argv[2]
     if not valid_user_name(name):
         return BAD_USER_NAME
@@ -344,7 +101,7 @@ def _setuser(node: Node, argv: list[bytes]) -> bytes:
     return OK
 
 
-def _deluser(node: Node, argv: list[bytes]) -> bytes:
+def _deluser(node: NodeState, argv: list[bytes]) -> bytes:
     users = node.config.users
     if DEFAULT_USER in argv[2:]:
         return CANT_DELETE_DEFAULT
@@ -354,7 +111,7 @@ def _deluser(node: Node, argv: list[bytes]) -> bytes:
         if user is not None:
             user.removed = True  # its connections are closed at their next command
             deleted += 1
-    # Node.guarded stays on: connections logged in as a deleted user must
+    # NodeState.guarded stays on: connections logged in as a deleted user must
     # still meet check_access, which closes them.
     return integer(deleted)
 
@@ -368,7 +125,7 @@ def _cat(argv: list[bytes]) -> bytes:
     return encode([unit.encode() for unit in units])
 
 
-def acl(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def acl(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """ACL SETUSER | DELUSER | LIST | USERS | WHOAMI | CAT."""
     sub = argv[1].upper()
     n = len(argv)

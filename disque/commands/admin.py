@@ -7,15 +7,16 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
-from disque.commands import Command, unique_commands
-from disque.commands.acl import DEBUG_NOT_ALLOWED, allowed_from, authenticate
+from disque.commands.command import Command, unique_commands
+from disque.commands.access import DEBUG_NOT_ALLOWED, allowed_from
+from disque.commands.acl import authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
 from disque.protocol.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
     from disque.context.stats import Stats
 
 # AUTH user password: a word beyond Disque 1.0's arity, which COMMAND keeps showing.
@@ -40,7 +41,7 @@ RESTART_FAILED: Final = error("ERR failed to restart the server. Check server lo
 LOADAOF_FAILED: Final = error("ERR Error loading the AOF file. Check server logs.")
 
 
-def ping(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def ping(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """PING [message]."""
     if len(argv) == 1:
         return PONG
@@ -49,14 +50,14 @@ def ping(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return errors.wrong_arity("ping")
 
 
-def auth(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def auth(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """AUTH password (the default user, as Disque 1.0) | AUTH user password."""
     if len(argv) == 2:
         return authenticate(node, client, None, argv[1])
     return authenticate(node, client, argv[1], argv[2])
 
 
-def time_(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def time_(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """TIME: [unix seconds, microseconds] as bulk strings."""
     us = node.host.time_us(node.runtime.now)
     return encode([str(us // 1_000_000).encode(), str(us % 1_000_000).encode()])
@@ -66,7 +67,7 @@ def _command_entry(cmd: Command) -> list[object]:
     return [cmd.lname, cmd.arity, [Status(w) for w in cmd.flag_words()], 0, 0, 0]
 
 
-def command(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def command(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """COMMAND [INFO name... | COUNT]."""
     commands = unique_commands(node.commands)
     if len(argv) == 1:
@@ -90,7 +91,7 @@ def valid_client_name(name: bytes) -> bool:
     return all(33 <= c <= 126 for c in name)
 
 
-def _client_kill(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def _client_kill(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     if len(argv) == 3:
         killed = node.host.kill_clients(client, addr=argv[2].decode("latin-1"), skip_caller=False)
         return OK if killed else NO_SUCH_CLIENT
@@ -122,7 +123,7 @@ def _client_kill(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
                                           skip_caller=skip))
 
 
-def client_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
+def client_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
     """CLIENT LIST | KILL | SETNAME | GETNAME | ID | PAUSE | REPLY."""
     sub = argv[1].upper()
     n = len(argv)
@@ -164,7 +165,7 @@ def client_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes | No
 
 # ---------------------------------------------------------------- CONFIG
 
-def config_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def config_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """CONFIG GET | SET | RESETSTAT | REWRITE."""
     sub = argv[1].upper()
     arity = {b"GET": 3, b"SET": 4, b"RESETSTAT": 2, b"REWRITE": 2}.get(sub)
@@ -184,7 +185,7 @@ def config_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
         elif sub == b"RESETSTAT":
             node.reset_stats()
         else:
-            node.host.rewrite_config()
+            node.config.rewrite()
     except ConfigSetError as exc:
         return error(str(exc))
     return OK
@@ -192,7 +193,7 @@ def config_cmd(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 # -------------------------------------------------------------- SHUTDOWN
 
-def shutdown(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
+def shutdown(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
     """SHUTDOWN [REWRITE-AOF]: no reply on success, the process exits."""
     if len(argv) > 2 or (len(argv) == 2 and argv[1].upper() != b"REWRITE-AOF"):
         return errors.SYNTAX
@@ -202,7 +203,7 @@ def shutdown(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None
     return SHUTDOWN_FAILED
 
 
-def bgrewriteaof(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def bgrewriteaof(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """BGREWRITEAOF."""
     return node.host.bgrewriteaof()
 
@@ -214,7 +215,7 @@ def _debug_unknown(sub: bytes) -> bytes:
                  % sub.decode("latin-1"))
 
 
-def debug(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def debug(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """DEBUG FLUSHALL | SLEEP | LOADAOF | ERROR | RESTART | CRASH-AND-RECOVER, when
     enable-debug-command allows it for this client."""
     if not allowed_from(node.config.enable_debug_command, client):
@@ -246,7 +247,7 @@ def debug(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 # --------------------------------------------------------------- SLOWLOG
 
-def slowlog(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def slowlog(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """SLOWLOG GET [n] | LEN | RESET."""
     sub = argv[1].upper()
     stats = node.stats
@@ -271,7 +272,7 @@ def slowlog(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
 
 # --------------------------------------------------------------- LATENCY
 
-def latency(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def latency(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """LATENCY LATEST | HISTORY | RESET | GRAPH | DOCTOR."""
     sub = argv[1].upper()
     stats = node.stats

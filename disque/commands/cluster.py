@@ -8,14 +8,15 @@ from typing import TYPE_CHECKING, Final
 from disque import __version__
 from disque.protocol import errors
 from disque.cluster.membership import MYSELF
-from disque.commands.acl import authenticate, needs_auth
+from disque.commands.access import needs_auth
+from disque.commands.acl import authenticate
 from disque.commands.admin import CLIENT_BAD_NAME, valid_client_name
 from disque.commands.args import parse_int
 from disque.protocol.resp import OK, bulk, encode, error, status
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 CLUSTER_SYNTAX: Final = error("ERR Wrong CLUSTER subcommand or number of arguments")
 INVALID_NODE_ID: Final = error("ERR Invalid node identifier")
@@ -24,7 +25,7 @@ LEAVING_SYNTAX: Final = error("ERR Wrong argument for CLUSTER LEAVING. Use 'yes'
 MAX_MEET_PORT: Final = 55535
 
 
-def hello(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def hello(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """HELLO: format version, own ID, then [id, ip, port, priority] per node.
 
     ``HELLO <protover> [AUTH user pass] [SETNAME name]`` is the handshake
@@ -41,7 +42,7 @@ def hello(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return _client_handshake(node, client, argv)
 
 
-def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def _client_handshake(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     protover = parse_int(argv[1])
     if protover is None or not argv[1]:
         return errors.wrong_arity("hello")
@@ -72,7 +73,7 @@ def _client_handshake(node: Node, client: ClientState, argv: list[bytes]) -> byt
     return encode([item for pair in fields for item in pair])
 
 
-def _meet(node: Node, argv: list[bytes]) -> bytes:
+def _meet(node: NodeState, argv: list[bytes]) -> bytes:
     ip = argv[2].decode("latin-1")
     port_arg = argv[3]
     port = parse_int(port_arg)
@@ -89,7 +90,7 @@ def _meet(node: Node, argv: list[bytes]) -> bytes:
     return OK
 
 
-def _forget(node: Node, node_id: bytes) -> bytes:
+def _forget(node: NodeState, node_id: bytes) -> bytes:
     if len(node_id) != 40:
         return INVALID_NODE_ID
     target = node.membership.nodes.get(node_id)
@@ -101,7 +102,7 @@ def _forget(node: Node, node_id: bytes) -> bytes:
     return OK
 
 
-def _leaving(node: Node, argv: list[bytes]) -> bytes:
+def _leaving(node: NodeState, argv: list[bytes]) -> bytes:
     if len(argv) == 2:
         return status(b"yes" if node.membership.leaving else b"no")
     value = argv[2].lower()
@@ -111,7 +112,7 @@ def _leaving(node: Node, argv: list[bytes]) -> bytes:
     return OK
 
 
-def cluster(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def cluster(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """CLUSTER MEET | NODES | MYID | INFO | SAVECONFIG | FORGET | RESET | LEAVING."""
     sub = argv[1].upper()
     n = len(argv)

@@ -17,12 +17,12 @@ from disque.protocol.resp import integer
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 _COUNT: Final = b"COUNT"
 
 
-def qredrive(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def qredrive(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QREDRIVE deadqueue [COUNT n]: the dead letters queued here in
     ``deadqueue`` (at most ``n``, in queue order) go back to their origin
     queue with their counters reset; replies how many moved."""
@@ -56,7 +56,7 @@ def qredrive(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(moved)
 
 
-def nack_delayed(node: Node, argv: list[bytes]) -> bytes:
+def nack_delayed(node: NodeState, argv: list[bytes]) -> bytes:
     """NACK id... DELAY seconds (the last two words): each known active job
     is requeued ``seconds`` from now, counted as a NACK then; DELAY 0 is a
     plain NACK. Replies how many jobs were NACKed."""

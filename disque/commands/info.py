@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
-from disque.commands import unique_commands
+from disque.commands.command import unique_commands
 from disque.context.memory import format_human
 from disque.protocol.resp import bulk
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 SECTIONS: Final = (
            ("Server", ("disque_version", "disque_git_sha1", "disque_git_dirty", "disque_build_id", "os",
@@ -55,7 +55,7 @@ _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTR
 _COMMANDSTATS: Final = "commandstats"
 
 
-def _node_fields(node: Node, section: str) -> dict:
+def _node_fields(node: NodeState, section: str) -> dict:
     if section == "server":
         return {"hz": node.config.hz, "tcp_port": node.config.port}
     if section == "clients":
@@ -86,7 +86,7 @@ def _node_fields(node: Node, section: str) -> dict:
     return {}
 
 
-def _section_text(node: Node, title: str, keys: Iterable[str] | None) -> str:
+def _section_text(node: NodeState, title: str, keys: Iterable[str] | None) -> str:
     section = title.lower()
     host_fields = node.host.info_fields(section)
     values = dict(host_fields)
@@ -98,7 +98,7 @@ def _section_text(node: Node, title: str, keys: Iterable[str] | None) -> str:
     return "".join(lines)
 
 
-def _commandstats_text(node: Node) -> str:
+def _commandstats_text(node: NodeState) -> str:
     lines = ["# Commandstats\r\n"]
     for cmd in unique_commands(node.commands):
         if cmd.calls:
@@ -107,7 +107,7 @@ def _commandstats_text(node: Node) -> str:
     return "".join(lines)
 
 
-def info(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def info(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """INFO [section]."""
     if len(argv) > 2:
         return errors.SYNTAX

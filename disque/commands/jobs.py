@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable, Final
 from disque.protocol import errors
 from disque.cluster import messages as m
 from disque.commands.args import option_name, parse_int
+from disque.commands.deadletter import nack_delayed
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
 from disque.jobs.journal import REASON_ACKED
@@ -16,7 +17,7 @@ from disque.protocol.resp import NIL, NIL_ARRAY, error, integer
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 _DELAY: Final = b"DELAY"
 _NOHANG: Final = b"NOHANG"
@@ -27,7 +28,7 @@ _FROM: Final = b"FROM"
 TOO_MANY_QUEUES: Final = "ERR GETJOB names %d queues, more than getjob-max-queues (%d)"
 
 
-def getjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
+def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
     """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue..."""
     nohang = withcounters = False
     timeout = 0
@@ -85,7 +86,7 @@ def _all_valid(ids: list[bytes]) -> bool:
     return True
 
 
-def ackjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def ackjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """ACKJOB id...: count of jobs moved to acked."""
     ids = argv[1:]
     if not _all_valid(ids):
@@ -110,7 +111,7 @@ def ackjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(acked)
 
 
-def fastack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def fastack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """FASTACK id...: delete everywhere, best effort."""
     ids = argv[1:]
     if not _all_valid(ids):
@@ -129,7 +130,7 @@ def fastack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(deleted)
 
 
-def working(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def working(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """WORKING id: postpone the next requeue, reply with the retry period."""
     job_id = argv[1]
     if not is_valid_job_id(job_id):
@@ -153,7 +154,7 @@ def working(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(job.retry)
 
 
-def _count_known(node: Node, argv: list[bytes], action: Callable[[Job], bool]) -> bytes:
+def _count_known(node: NodeState, argv: list[bytes], action: Callable[[Job], bool]) -> bytes:
     """Validate every ID first, then apply ``action`` to each known job and
     reply with how many times it returned True."""
     ids = argv[1:]
@@ -168,37 +169,36 @@ def _count_known(node: Node, argv: list[bytes], action: Callable[[Job], bool]) -
     return integer(count)
 
 
-def nack(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def nack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """NACK id... [DELAY seconds]: put back in the queue now (or after the
     delay, commands/deadletter.py), counting a failed delivery."""
     n = len(argv)
     if n > 2 and len(argv[n - 2]) == 5 and option_name(argv[n - 2]) == _DELAY:
-        from disque.commands.deadletter import nack_delayed  # the extension's form only
         return nack_delayed(node, argv)
     return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
 
 
-def enqueue(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def enqueue(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """ENQUEUE id...: put active jobs back in their queue."""
     return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job))
 
 
-def dequeue(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def dequeue(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """DEQUEUE id...: take queued jobs out of their queue."""
     return _count_known(node, argv, node.lifecycle.dequeue_job)
 
 
-def _delete_here(node: Node, job: Job) -> bool:
+def _delete_here(node: NodeState, job: Job) -> bool:
     node.lifecycle.delete_job(job)
     return True
 
 
-def deljob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def deljob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """DELJOB id...: forget jobs on this node only."""
     return _count_known(node, argv, lambda job: _delete_here(node, job))
 
 
-def show(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def show(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """SHOW id: the job's fields, or nil."""
     job_id = argv[1]
     if not is_valid_job_id(job_id):
@@ -207,7 +207,7 @@ def show(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return NIL if job is None else encode_job_info(job, node.runtime.now)
 
 
-def loadjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def loadjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """LOADJOB exists only inside the AOF."""
     return errors.LOADJOB_FROM_CLIENT
 

@@ -1,25 +1,18 @@
-"""MONITOR: stream every command processed by the node."""
+"""MONITOR: stream every command processed by the node (the lines are
+``commands.access.format_monitor_line``, fed by ``Node.call``)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from disque.protocol.argsplit import quote_arg
 from disque.protocol.resp import OK
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 
-def format_monitor_line(now_us: int, client: ClientState, argv: list[bytes]) -> bytes:
-    """``+<sec>.<usec> [<addr>] "arg" ...`` as a status reply."""
-    args = " ".join(quote_arg(a) for a in argv)
-    return ("+%d.%06d [%s] %s\r\n" % (now_us // 1_000_000, now_us % 1_000_000, client.addr,
-                                      args)).encode()
-
-
-def monitor(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def monitor(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """Turn this connection into a monitor."""
     if not client.monitor:
         client.monitor = True

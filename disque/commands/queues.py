@@ -1,7 +1,7 @@
 """Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2).
 
 QSCAN and JSCAN show a user limited to queue patterns only its queues
-(``commands.acl``); the other commands' queues are checked at the table."""
+(``commands.access``); the other commands' queues are checked at the table."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from disque.protocol import errors
 from disque.cluster import messages as m
-from disque.commands.acl import restricted_queues
+from disque.commands.access import restricted_queues
 from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
@@ -20,7 +20,7 @@ from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
     from disque.jobs.job import Job
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
     from disque.queues.queue import Queue
     from disque.jobs.scanindex import ScanIndex, Sequenced
 
@@ -48,13 +48,13 @@ _QPEEK_ARITY: Final = errors.wrong_arity("qpeek")
 MAX_ARGS: Final = {"qpeek": 4}
 
 
-def qlen(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def qlen(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QLEN queue."""
     queue = node.queues.by_name.get(argv[1])
     return integer(len(queue.jobs) if queue is not None else 0)
 
 
-def qpeek(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def qpeek(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QPEEK queue count [WITHPRIORITY]: first served first, or last first for
     a negative count. WITHPRIORITY adds ``"priority", <n>`` to each entry."""
     withpriority = False
@@ -121,7 +121,7 @@ def priority_counts(queue: Queue) -> list[int] | None:
     return reply
 
 
-def qstat(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def qstat(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QSTAT queue: the queue's counters, or a null array. A queue holding a
     job whose priority is not the default gets a last pair, ``priorities``."""
     queue = node.queues.by_name.get(argv[1])
@@ -232,7 +232,7 @@ _QSCAN_OPTIONS: Final[_ScanOptions] = {_MINLEN: _int_option, _MAXLEN: _int_optio
                                         _IMPORTRATE: _int_option}
 
 
-def qscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def qscan(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QSCAN [cursor] [COUNT n] [BUSYLOOP] [MINLEN n] [MAXLEN n] [IMPORTRATE n]."""
     parsed = _parse_scan_args(argv, _QSCAN_OPTIONS)
     if isinstance(parsed, bytes):  # narrows the union, unlike type() (not a hot path)
@@ -272,7 +272,7 @@ def _reply_option(arg: bytes) -> bytes:
 _JSCAN_OPTIONS: Final[_ScanOptions] = {_QUEUE: bytes, _STATE: _state_option, _REPLY: _reply_option}
 
 
-def jscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def jscan(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """JSCAN [cursor] [COUNT n] [BUSYLOOP] [QUEUE q] [STATE s]... [REPLY all|id]."""
     parsed = _parse_scan_args(argv, _JSCAN_OPTIONS)
     if isinstance(parsed, bytes):  # narrows the union, unlike type() (not a hot path)
@@ -298,7 +298,7 @@ def jscan(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
     return _scan_reply(cursor, elements)
 
 
-def pause(node: Node, client: ClientState, argv: list[bytes]) -> bytes:
+def pause(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """PAUSE queue option...: set or read a queue's pause state."""
     name = argv[1]
     flags = PAUSE_NONE

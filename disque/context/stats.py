@@ -9,7 +9,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from disque.commands import Command
+    from disque.commands.command import Command
 
 SLOWLOG_MAX_ARGS: Final = 32
 SLOWLOG_MAX_ARG_LEN: Final = 128

@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import FAIL, PFAIL
-from disque.commands import unique_commands
+from disque.commands.command import unique_commands
 from disque.state.eviction import is_evictable
 from disque.jobs.codec import to_bus
 from disque.jobs.ids import is_at_most_once_id, is_valid_job_id

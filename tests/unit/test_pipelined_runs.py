@@ -48,7 +48,7 @@ class Twin:
         node = self.node = self.server.node
         node.clock = FakeClock()
         node.runtime.random = random.Random(7).random
-        node.ids = JobIdGenerator(b"0" * 40, random.Random(7))
+        node.state.ids = JobIdGenerator(b"0" * 40, random.Random(7))
         node.update_memory_limits()
 
     def connect(self):

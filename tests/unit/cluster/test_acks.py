@@ -13,8 +13,7 @@ from tests.unit.cluster.wiring import LINK, OWN_ID, PEER_A, PEER_B, Parts, make_
 
 def acks(parts: Parts) -> AckPropagation:
     repl = Replication(parts.runtime, parts.registry, parts.queues, parts.lifecycle,
-                       parts.blocked, parts.membership, parts.outbox, parts.journal,
-                       parts.memory)
+                       parts.blocked, parts.membership, parts.outbox, parts.memory)
     return AckPropagation(parts.runtime, parts.registry, parts.lifecycle, repl,
                           parts.membership, parts.outbox)
 

@@ -25,8 +25,7 @@ def parts() -> Parts:
 
 def replication(parts: Parts) -> Replication:
     return Replication(parts.runtime, parts.registry, parts.queues, parts.lifecycle,
-                       parts.blocked, parts.membership, parts.outbox, parts.journal,
-                       parts.memory)
+                       parts.blocked, parts.membership, parts.outbox, parts.memory)
 
 
 def test_a_synchronous_addjob_waits_for_enough_gotjob(parts):

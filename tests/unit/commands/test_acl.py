@@ -9,10 +9,12 @@ import hashlib
 import pytest
 
 from disque.context.clients import ClientState
-from disque.commands import build_command_table, unique_commands
-from disque.commands.acl import KEY_SPECS, is_loopback, protected_mode_refuses
+from disque.commands.command import unique_commands
+from disque.commands.table import build_command_table
+from disque.commands.access import KEY_SPECS, is_loopback, protected_mode_refuses
 from disque.commands.admin import PROTECTED_CONFIGS
 from disque.config import DIRECTIVES, Config
+from disque.process.configfile import load_config
 from disque.config.users import (ALL_UNITS, CATEGORIES, SUBCOMMANDS, RuleError, User,
                                  user_with_rules)
 from tests.unit.helpers import START_MS, Cmd, make_node
@@ -417,7 +419,7 @@ def test_users_load_from_the_file_and_rewrite_hashed(tmp_path):
     path = tmp_path / "disque.conf"
     path.write_text("port 7711\nuser worker on >pw ~orders:* +@consume\n"
                     "user default on nopass ~* +@all\n")
-    config = Config.load(str(path))
+    config = load_config(str(path))
     assert config.users[b"worker"].check_password(b"pw")
     node = make_node(config=config)
     assert node.guarded
@@ -426,7 +428,7 @@ def test_users_load_from_the_file_and_rewrite_hashed(tmp_path):
     text = path.read_text()
     assert ">pw" not in text and "#" + hashlib.sha256(b"pw").hexdigest() in text
     assert "user default" not in text  # unchanged: not written
-    again = Config.load(str(path))
+    again = load_config(str(path))
     assert [u.describe() for u in again.users.values()] == [
         u.describe() for u in config.users.values()]
 
@@ -436,7 +438,7 @@ def test_bad_user_line_is_a_fatal_config_error(tmp_path):
     path = tmp_path / "disque.conf"
     path.write_text("user worker on +nosuch\n")
     with pytest.raises(ConfigError) as info:
-        Config.load(str(path))
+        load_config(str(path))
     assert info.value.reason == ("Error in ACL SETUSER modifier '+nosuch': Unknown command or "
                                  "category name in ACL")
 

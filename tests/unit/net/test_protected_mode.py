@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from disque.commands.acl import PROTECTED_MODE_DENIED
+from disque.commands.access import PROTECTED_MODE_DENIED
 from disque.config import Config
 from disque.net.connection import ClientConnection
 from disque.server import Server

@@ -1,0 +1,199 @@
+"""What command handlers see of a node: its parts wired together, the
+node-level fields and the operations that span several parts.
+
+``NodeState`` builds each part and passes it the collaborators it needs
+(docs/architecture.md, "The parts of a node"). ``disque.node.Node`` owns
+one and drives it from its entry points; every handler of
+``disque.commands`` is given it as ``node``. It is a plain class, not a
+Protocol, because the compiled core reads its attributes as C struct
+fields: ADDJOB's hot path reads a dozen of them per command.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Callable
+
+from disque.context.clients import Block, ClientState
+from disque.cluster.acks import AckPropagation
+from disque.cluster.consumers import Consumers
+from disque.cluster.federation import Federation, Interest
+from disque.cluster.gossip import Gossip, random_node_id
+from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.membership import Membership
+from disque.cluster.outbox import Outbox
+from disque.cluster.replication import Replication
+from disque.cluster.requeue import RequeueCoordination
+from disque.cluster.transport import BusTransport
+from disque.config import Config
+from disque.config.users import users_restrict
+from disque.context.memory import MemoryAccount
+from disque.context.runtime import Runtime
+from disque.context.stats import JobCounters, Stats
+from disque.jobs.dedup import DedupIndex
+from disque.jobs.ids import JobIdGenerator
+from disque.jobs.journal import NULL_JOURNAL, Journal
+from disque.jobs.registry import JobRegistry
+from disque.jobs.timers import TimerWheel
+from disque.protocol.resp import NIL_ARRAY
+from disque.queues.blocking import BlockedClients
+from disque.queues.queueset import QueueSet
+from disque.state.eviction import MemoryPolicy
+from disque.state.host import Host
+
+if TYPE_CHECKING:
+    from disque.commands.access import AccessStats
+    from disque.commands.command import Command
+
+
+class NodeState:
+    """One node's parts and node-level fields (see the module docstring)."""
+
+    def __init__(self, config: Config, node_id: bytes, *, clock: Callable[[], int],
+                 rng: random.Random, host: Host, bus: BusTransport,
+                 commands: dict[bytes, Command], access_stats: AccessStats) -> None:
+        self.config = config
+        self.clock = clock
+        self.host = host
+        runtime = self.runtime = Runtime(node_id, rng, clock())
+        memory = self.memory = MemoryAccount(config.maxmemory)
+        membership = self.membership = Membership(node_id, config.port)
+        counters = self.counters = JobCounters()
+        self.ids = JobIdGenerator(node_id, rng, counters)
+        self.outbox = Outbox(runtime, membership, bus, config.port)
+        self.jobs = JobRegistry(memory)
+        self.dedup = DedupIndex()
+        self.queues = QueueSet(runtime, memory)
+        self.timers = TimerWheel()
+        self.blocked = BlockedClients(runtime, self.queues)
+        self.interest = Interest()
+        # The journal itself is the lifecycle's (``journal`` below); this flag
+        # says whether it goes anywhere, so ADDJOB's hot path skips the null
+        # journal's call with one attribute test. Only set_journal changes both.
+        self.journaling = False
+        self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
+                                      membership, self.outbox, NULL_JOURNAL, self.interest,
+                                      self.dedup, counters)
+        self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
+                                       self.blocked, membership, self.outbox, memory)
+        self.federation = Federation(runtime, self.jobs, self.queues, self.lifecycle,
+                                     self.blocked, membership, self.outbox, self.interest)
+        self.consumers = Consumers(self.queues, self.lifecycle, self.blocked, self.federation,
+                                   counters)
+        self.acks = AckPropagation(runtime, self.jobs, self.lifecycle, self.replication,
+                                   membership, self.outbox)
+        self.requeue = RequeueCoordination(runtime, self.jobs, self.queues, self.lifecycle,
+                                           self.outbox)
+        self.gossip = Gossip(runtime, membership, self.outbox, config, host)
+        self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
+                                     counters)
+        # The same dicts as QueueSet.ready and Interest.ready (cleared in
+        # place, never replaced): after every input, one test says whether
+        # ``after_input`` has work, without a call.
+        self.ready_queues = self.queues.ready
+        self.wanted_queues = self.interest.ready
+        # The node's command table (COMMAND, rename-command and the call
+        # statistics read it; Node dispatches through it).
+        self.commands = commands
+        self.stats = Stats()
+        self.aof_error: str | None = None  # last failed AOF write, for MISCONF
+        self.loading = False
+        self.monitors: dict[ClientState, None] = {}
+        # A named user exists or the default user is restricted: every command
+        # goes through check_access (ACL SETUSER turns it on; never off at run
+        # time, as a connection may still be logged in as a deleted user).
+        self.guarded = users_restrict(config.users)
+        self.access_stats = access_stats
+
+    # --------------------------------------------------------- read-outs
+
+    @property
+    def id(self) -> bytes:
+        """This node's ID."""
+        return self.runtime.node_id
+
+    @property
+    def now(self) -> int:
+        """The time of the input being handled (unix ms)."""
+        return self.runtime.now
+
+    def read_clock(self) -> int:
+        """Read the injected clock for an input handled outside the node's
+        entry points (the AOF loader's batches); return the time."""
+        now = self.runtime.now = self.clock()
+        return now
+
+    @property
+    def used_memory(self) -> int:
+        """The dataset's estimated size in bytes."""
+        return self.memory.used
+
+    # ------------------------------------------------------------- input
+
+    def after_input(self) -> None:
+        """What every input may have made possible: waiting consumers and
+        other nodes' open requests get the jobs just queued."""
+        if self.queues.ready:
+            self.consumers.serve_ready()
+        if self.interest.ready:
+            self.federation.push_to_interested()
+
+    def reset_stats(self) -> None:
+        """CONFIG RESETSTAT."""
+        self.stats.reset()
+        # The table holds each command under two names: reset twice, harmlessly.
+        for cmd in self.commands.values():
+            cmd.calls = cmd.usec = 0
+        self.host.reset_stats()
+
+    # ------------------------------------------------------ cluster admin
+
+    def cluster_reset(self, hard: bool) -> None:
+        """Forget every other node and flush all data; HARD also takes a new ID."""
+        self.gossip.forget_others()
+        if hard:
+            new_id = random_node_id(self.runtime.rng)
+            self.membership.rename(self.runtime.node_id, new_id)
+            self.runtime.set_node_id(new_id)
+            self.ids.set_node_id(new_id)
+        self.membership.update_reachable()
+        self.flush_all()
+        self.host.save_cluster_config()
+
+    # -------------------------------------------------------------- memory
+
+    def update_memory_limits(self) -> None:
+        """Recompute the 75 % / 95 % thresholds after maxmemory changed."""
+        self.memory.set_limit(self.config.maxmemory)
+
+    def free_memory(self) -> bool:
+        """Evict what is safe to evict until under 95 %; False if still above."""
+        return self.eviction.free_memory()
+
+    # ---------------------------------------------------------- journal
+
+    @property
+    def journal(self) -> Journal:
+        """Where persistence events go (the lifecycle holds it)."""
+        return self.lifecycle.journal
+
+    def set_journal(self, journal: Journal) -> None:
+        """Report persistence events to ``journal`` from now on (the AOF
+        while appendonly is on, the null journal otherwise)."""
+        self.lifecycle.journal = journal
+        self.journaling = journal is not NULL_JOURNAL
+
+    # --------------------------------------------------------------- flush
+
+    def flush_all(self) -> None:
+        """DEBUG FLUSHALL: delete every job and queue (cluster view untouched)."""
+        self.lifecycle.delete_all()
+        for client in self.blocked:
+            block = client.blocked
+            if block is not None and block.kind == Block.GETJOB:
+                self.blocked.unblock(client, NIL_ARRAY)
+        self.queues.clear()
+        self.blocked.clear()
+        self.interest.clear()
+        self.dedup.clear()
+        self.memory.reset()
