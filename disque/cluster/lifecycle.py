@@ -66,6 +66,8 @@ class JobLifecycle:
         self.blocked = blocked
         self.membership = membership
         self.outbox = outbox
+        # The node's one journal: Replication reports through it too, and
+        # NodeState.set_journal swaps it (AOF on or off, a flush not logged).
         self.journal = journal
         self.arrivals = arrivals
         self.dedup = dedup
@@ -140,8 +142,8 @@ class JobLifecycle:
             else:
                 job.adeliv += 1
                 mflag = m.MFLAG_INCR_DELIV
-            ext = job.ext
-            if isinstance(ext, JobExtras):  # not a DEDUPID token alone
+            ext = extras_of(job)
+            if ext is not None:  # not a plain job, nor a DEDUPID token alone
                 self._requeue_extended(job, ext, flags, mflag, timeout)
                 return True
             self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))

@@ -1,6 +1,13 @@
 """ADDJOB (spec: commands.md §1 ADDJOB) and its extensions' options
-(docs/commands.md "Extensions"): the plain form's fast path on a lone node,
-pipelined runs, the options parser, DEDUPID's answers."""
+(docs/commands.md "Extensions").
+
+``_addjob`` holds every rule of the command once its options are known, in
+the spec's order: the timeout, the DEDUPID answer, the defaults and their
+errors, NOREPL, MAXLEN, PAUSED, and the path the new job takes. The entry
+points only find the options: ``addjob`` for one command and ``addjob_run``
+for a pipelined run on a lone node, each passing the plain form and the
+one-option PRIORITY and DEDUPID forms straight to it, without the options
+parser (the common producers' commands, see docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -9,12 +16,12 @@ from typing import TYPE_CHECKING, Final
 from disque.protocol import errors
 from disque.commands.args import option_name, parse_float, parse_int
 from disque.jobs.job import (DEFAULT_PRIORITY, MAX_DELIVERIES, MAX_PRIORITY, WAIT_REPL, Job,
-                             JobExtras)
+                             JobExtras, set_extras)
 from disque.queues.queue import PAUSE_IN
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 DEFAULT_TTL: Final = 86400
 MAX_DEFAULT_RETRY: Final = 300
@@ -45,11 +52,21 @@ _AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool
 _NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False, DEFAULT_PRIORITY, None)
 
 
+def _priority_value(value: int | None) -> int:
+    """PRIORITY's argument as a priority, or -1 when it is not one."""
+    return value if value is not None and 0 <= value <= MAX_PRIORITY else -1
+
+
+def _is_dedupid(arg: bytes) -> bool:
+    """DEDUPID's argument is a token (1 to 256 bytes)."""
+    return 0 < len(arg) <= MAX_DEDUPID_LEN
+
+
 def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtras) -> bytes | None:
     """Set one of the extensions' job options (not PRIORITY) in ``extras``;
     an error reply, or None."""
     if opt == _DEDUPID:
-        if not 0 < len(arg) <= MAX_DEDUPID_LEN:
+        if not _is_dedupid(arg):
             return errors.DEDUPID_RANGE
         extras.dedupid = arg
     elif opt == _MAXDELIVER:
@@ -75,7 +92,8 @@ def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtra
 
 
 def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
-    """Options after the timeout; returns an error reply or the values."""
+    """Options after the timeout, left to right (the spec checks them before
+    the timeout); returns an error reply or the values."""
     repl = ttl = retry = maxlen = None
     delay = 0
     async_ = False
@@ -113,9 +131,9 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
                 return errors.MAXLEN_RANGE
             maxlen = value
         elif opt == _PRIORITY:
-            if value is None or not 0 <= value <= MAX_PRIORITY:
+            priority = _priority_value(value)
+            if priority < 0:
                 return errors.PRIORITY_RANGE
-            priority = value
         else:
             if extras is None:
                 extras = JobExtras(MAXDELIVER_UNSET)
@@ -141,92 +159,25 @@ def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
     return True
 
 
-def _new_job(node: Node, queue_name: bytes, body: bytes, repl: int, ttl: int, delay: int,
-             retry: int) -> Job:
-    """A job created by this node (spec: commands.md ADDJOB, execution)."""
-    now = node.runtime.now
-    job = Job(node.ids.new_id(ttl, retry), queue_name, body, repl, node.jobs.new_ctime(now),
-              now // 1000 + ttl, delay, retry)
-    job.qtime = now + (delay or retry) * 1000
-    return job
+def addjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
+    """ADDJOB queue body ms-timeout [options]."""
+    size = len(argv)
+    if size == 4:
+        return _addjob(node, client, argv)
+    if size == 6:
+        opt = argv[4]
+        if opt == _PRIORITY or opt == _DEDUPID:
+            return _addjob_one_option(node, client, argv, opt)
+    return _addjob_parsed(node, client, argv, _parse_addjob_options(argv))
 
 
-def _addjob_defaults(node: Node, argv: list[bytes], priority: int = DEFAULT_PRIORITY,
-                     token: bytes | None = None) -> bytes:
-    """``ADDJOB queue body timeout`` on a lone node: REPLICATE 1, TTL one day,
-    RETRY 300 s, queued at once. The common case, kept free of option logic;
-    ``_addjob_one_option`` adds a PRIORITY or a DEDUPID ``token`` to it."""
-    timeout = argv[3]
-    if timeout != b"0":
-        value = parse_int(timeout)
-        if value is None:
-            return errors.TIMEOUT_NOT_INTEGER
-        if value < 0:
-            return errors.TIMEOUT_NEGATIVE
-    name = argv[1]
-    leaving = node.membership.leaving
-    if leaving or node.memory.used > node.memory.warn_threshold:
-        return _refused(node, name, token, errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM)
-    queue = node.queues.by_name.get(name)
-    if queue is not None:
-        if queue.paused & PAUSE_IN:
-            return _refused(node, name, token, errors.PAUSED)
-        name = queue.name  # one name object shared by every job of the queue
-    job = _new_job(node, name, argv[2], 1, DEFAULT_TTL, 0, MAX_DEFAULT_RETRY)
-    if token is not None:
-        known = node.dedup.claim(name, token, job.id, node.runtime.now,
-                                 node.config.dedup_window * 1000)
-        if known is not None:
-            node.counters.added -= 1  # the ID was handed out, the job is dropped unseen
-            return _known_job(node, known)
-        job.ext = token
-    job.delivered = node.runtime.self_delivered
-    if priority != DEFAULT_PRIORITY:
-        job.priority = priority
-    node.jobs.add_new(job)
-    node.lifecycle.queue_job(job)
-    if node.journaling:
-        node.journal.job_stored(job)
-    return b"+" + job.id + b"\r\n"
-
-
-def _refused(node: Node, queue: bytes, token: bytes | None, error: bytes) -> bytes:
-    """``error``, unless the ADDJOB's DEDUPID names a job already: a
-    repeated ADDJOB is answered with its job whatever the node's state."""
-    if token is not None:
-        known = _deduplicated(node, queue, token)
-        if known is not None:
-            return known
-    return error
-
-
-def _addjob_one_option(node: Node, argv: list[bytes]) -> bytes | None:
-    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token`` on a
-    lone node, option words in upper case: the plain form's path plus the
-    option (their cost over the plain ADDJOB is the option's own: issue
-    19's benchmark), with the errors ``_parse_addjob_options`` gives. None
-    for any other option."""
-    opt = argv[4]
-    value = argv[5]
-    if opt == _DEDUPID:
-        if not 0 < len(value) <= MAX_DEDUPID_LEN:
-            return errors.DEDUPID_RANGE
-        return _addjob_defaults(node, argv, DEFAULT_PRIORITY, value)
-    if opt == _PRIORITY:
-        priority = parse_int(value)
-        if priority is None or not 0 <= priority <= MAX_PRIORITY:
-            return errors.PRIORITY_RANGE
-        return _addjob_defaults(node, argv, priority)
-    return None
-
-
-def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], start: int,
+def addjob_run(node: NodeState, client: ClientState, commands: list[list[bytes]], start: int,
                out: list[bytes]) -> int:
-    """Pipelined ADDJOBs on a lone node (see ``Node.call_run``): each is
-    answered by ``_addjob_defaults``, or by ``addjob`` when it has options,
-    errors included. A lone node never blocks an ADDJOB (it cannot have the
-    replicas a synchronous one waits for), so every command of the run gets
-    its reply here. The run stops when memory passes the eviction
+    """Pipelined ADDJOBs on a lone node (see ``Node.call_run``), each answered
+    as ``addjob`` answers it, errors included, with the options parsed once
+    per run of equal ones. A lone node never blocks an ADDJOB (it cannot have
+    the replicas a synchronous one waits for), so every command of the run
+    gets its reply here. The run stops when memory passes the eviction
     threshold, where ``Node.call`` must act."""
     if node.membership.size != 1:
         return start
@@ -235,133 +186,178 @@ def addjob_run(node: Node, client: ClientState, commands: list[list[bytes]], sta
     memory = node.memory
     ready = node.ready_queues
     wanted = node.wanted_queues
-    maxdeliver_default = node.config.maxdeliver_default
     parsed_argv: list[bytes] | None = None  # the command whose options ``parsed`` holds
     parsed: _AddjobOptions | bytes = _NO_OPTIONS
     i = start
     n = len(commands)
     while i < n:
         argv = commands[i]
-        if len(argv) < 4 or argv[0] != name or memory.used > memory.evict_threshold:
-            break  # an arity error, another spelling, or memory: Node.call answers
         size = len(argv)
-        if size == 4 and not maxdeliver_default:
-            append(_addjob_defaults(node, argv))
-        elif size == 6 and not maxdeliver_default and (
-                reply := _addjob_one_option(node, argv)) is not None:
-            append(reply)
+        if size < 4 or argv[0] != name or memory.used > memory.evict_threshold:
+            break  # an arity error, another spelling, or memory: Node.call answers
+        if size == 4:
+            reply = _addjob(node, client, argv)
+        elif size == 6 and ((opt := argv[4]) == _PRIORITY or opt == _DEDUPID):
+            reply = _addjob_one_option(node, client, argv, opt)
         else:
             # A producer repeats its options: parsed once per run of equal ones.
             if parsed_argv is None or not _same_options(argv, parsed_argv):
                 parsed = _parse_addjob_options(argv)
                 parsed_argv = argv
-            if type(parsed) is bytes:
-                append(parsed)
-            else:
-                reply = _addjob_with(node, client, argv, parsed)  # type: ignore[arg-type]
-                assert reply is not None  # see above: never blocked here
-                append(reply)
+            reply = _addjob_parsed(node, client, argv, parsed)
+        assert reply is not None  # see above: never blocked here
+        append(reply)
         if ready or wanted:  # what Node.call does after each command: blocked consumers first
             node.after_input()
         i += 1
     return i
 
 
-def addjob(node: Node, client: ClientState, argv: list[bytes]) -> bytes | None:
-    """ADDJOB queue body ms-timeout [options]."""
-    lone = node.membership.size == 1 and not node.config.maxdeliver_default
-    if len(argv) == 4:
-        if lone:
-            return _addjob_defaults(node, argv)
-        return _addjob_with(node, client, argv, _NO_OPTIONS)
-    if lone and len(argv) == 6:
-        reply = _addjob_one_option(node, argv)
-        if reply is not None:
-            return reply
-    parsed = _parse_addjob_options(argv)
+def _addjob_one_option(node: NodeState, client: ClientState, argv: list[bytes],
+                       opt: bytes) -> bytes | None:
+    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token``
+    (``opt``, spelt in upper case): the option's value checked as the options
+    parser checks it, without the parser (its cost over the plain ADDJOB is
+    the option's own)."""
+    if opt == _DEDUPID:
+        token = argv[5]
+        if not _is_dedupid(token):
+            return errors.DEDUPID_RANGE
+        return _addjob(node, client, argv, DEFAULT_PRIORITY, token)
+    priority = _priority_value(parse_int(argv[5]))
+    if priority < 0:
+        return errors.PRIORITY_RANGE
+    return _addjob(node, client, argv, priority)
+
+
+def _addjob_parsed(node: NodeState, client: ClientState, argv: list[bytes],
+                   parsed: _AddjobOptions | bytes) -> bytes | None:
+    """ADDJOB with what ``_parse_addjob_options`` gave: its error, or its options."""
     if type(parsed) is bytes:
         return parsed
     # mypy keeps bytes in the union after `type(...) is bytes` (bytes can be
     # subclassed); isinstance would narrow it but costs ADDJOB more.
-    return _addjob_with(node, client, argv, parsed)  # type: ignore[arg-type]
-
-
-def _addjob_with(node: Node, client: ClientState, argv: list[bytes],
-                 options: _AddjobOptions) -> bytes | None:
-    """ADDJOB once its options are parsed (``_parse_addjob_options``)."""
+    options: _AddjobOptions = parsed  # type: ignore[assignment]
     repl, ttl, retry, delay, maxlen, async_, priority, extras = options
-    timeout = parse_int(argv[3])
-    if timeout is None:
-        return errors.TIMEOUT_NOT_INTEGER
-    if timeout < 0:
-        return errors.TIMEOUT_NEGATIVE
-    if extras is not None and extras.dedupid is not None:
-        known = _deduplicated(node, argv[1], extras.dedupid)
-        if known is not None:
-            return known
+    return _addjob(node, client, argv, priority, None if extras is None else extras.dedupid,
+                   repl, ttl, retry, delay, maxlen, async_, extras)
+
+
+def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
+            priority: int = DEFAULT_PRIORITY, token: bytes | None = None,
+            repl: int | None = None, ttl: int | None = None, retry: int | None = None,
+            delay: int = 0, maxlen: int | None = None, async_: bool = False,
+            extras: JobExtras | None = None) -> bytes | None:
+    """ADDJOB once its options are known (None: not given; the plain form
+    passes none, the one-option forms only theirs): the reply, or None while
+    the producer waits for its replicas. ``token`` is the DEDUPID
+    (``extras.dedupid`` when there are extras). Every refusal after the
+    timeout's goes through ``_refused``: a DEDUPID that names a job is
+    answered with it first."""
+    timeout = 0
+    arg = argv[3]
+    if arg != b"0":  # the usual timeout needs no parsing
+        value = parse_int(arg)
+        if value is None:
+            return errors.TIMEOUT_NOT_INTEGER
+        if value < 0:
+            return errors.TIMEOUT_NEGATIVE
+        timeout = value
+    name = argv[1]
     membership = node.membership
+    # The options' values as ints from here on (compiled, ``int | None`` is
+    # a boxed object that every use would unbox).
     if repl is None:
-        repl = membership.size if membership.size < 3 else 3
-    if repl > 1 and retry == 0:
-        return errors.RETRY0_REPLICATE
+        size = membership.size
+        copies = size if size < 3 else 3
+    else:
+        copies = repl
     if ttl is None:
-        ttl = DEFAULT_TTL
+        ttl_s = DEFAULT_TTL
+        retry_s = MAX_DEFAULT_RETRY if retry is None else retry
+    else:
+        ttl_s = ttl
         if retry is None:
-            retry = MAX_DEFAULT_RETRY
-    if delay >= ttl:
-        return errors.DELAY_TTL
-    if retry is None:
-        retry = ttl // 10 if ttl < 10 * MAX_DEFAULT_RETRY else MAX_DEFAULT_RETRY
-        if not retry:
-            retry = 1
+            retry_s = ttl // 10 if ttl < 10 * MAX_DEFAULT_RETRY else MAX_DEFAULT_RETRY
+            if not retry_s:
+                retry_s = 1
+        else:
+            retry_s = retry
+    if copies > 1 and retry_s == 0:  # only a RETRY 0 given is 0
+        return _refused(node, name, token, errors.RETRY0_REPLICATE)
+    if delay >= ttl_s:
+        return _refused(node, name, token, errors.DELAY_TTL)
+    # A node leaving the cluster or past the memory warning level holds no
+    # copy: every copy goes to other nodes (spec: commands.md ADDJOB).
     leaving = membership.leaving
-    extrepl = leaving or node.memory.used > node.memory.warn_threshold
-    additional = repl if extrepl else repl - 1
+    memory = node.memory
+    extrepl = leaving or memory.used > memory.warn_threshold
+    additional = copies if extrepl else copies - 1
     if additional > len(membership.reachable):
         if extrepl and additional - 1 == len(membership.reachable):
-            return errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM
-        return errors.NOREPL_UNREACHABLE
-    queue_name = argv[1]
-    queue = node.queues.by_name.get(queue_name)
+            return _refused(node, name, token,
+                            errors.NOREPL_LEAVING if leaving else errors.NOREPL_OOM)
+        return _refused(node, name, token, errors.NOREPL_UNREACHABLE)
+    queue = node.queues.by_name.get(name)
     if queue is not None:
         if maxlen is not None and len(queue.jobs) >= maxlen:
-            return errors.MAXLEN_EXCEEDED
+            return _refused(node, name, token, errors.MAXLEN_EXCEEDED)
         if queue.paused & PAUSE_IN:
-            return errors.PAUSED
-        queue_name = queue.name  # one name object shared by every job of the queue
-    job = _new_job(node, queue_name, argv[2], repl, ttl, delay, retry)
-    job.priority = priority
+            return _refused(node, name, token, errors.PAUSED)
+        name = queue.name  # one name object shared by every job of the queue
+
+    # The job (spec: commands.md ADDJOB, execution).
+    now = node.runtime.now
+    job_id = node.ids.new_id(ttl_s, retry_s)
+    if token is not None:
+        # Finding the token and taking it for this job is one lookup.
+        known = node.dedup.claim(name, token, job_id, now, node.config.dedup_window * 1000)
+        if known is not None:
+            node.counters.added -= 1  # the ID was handed out, the job is dropped unseen
+            return _known_job(node, known)
+    job = Job(job_id, name, argv[2], copies, node.jobs.new_ctime(now), now // 1000 + ttl_s,
+              delay, retry_s)
+    job.qtime = now + (delay or retry_s) * 1000
+    if priority != DEFAULT_PRIORITY:
+        job.priority = priority
     if extras is not None or node.config.maxdeliver_default:
-        _extend(node, job, extras)
-    reply = b"+" + job.id + b"\r\n"
+        _extend(node, job, extras, token)
+    elif token is not None:
+        job.ext = token  # a DEDUPID alone is held as the token (Job.ext)
+    reply = b"+" + job_id + b"\r\n"
     if not extrepl:
         job.delivered = node.runtime.self_delivered
-        if async_ or repl == 1:
+        if async_ or copies == 1:
             if delay == 0:
                 node.jobs.add_new(job)
                 node.lifecycle.queue_job(job)
             else:
                 node.lifecycle.register_job(job)
-            if repl > 1:
-                node.replication.replicate(job, repl - 1, True)
-            node.journal.job_stored(job)  # spec decision 14: after replication, real holders
+            if copies > 1:
+                node.replication.replicate(job, copies - 1, True)
+            if node.journaling:
+                node.journal.job_stored(job)  # spec decision 14: after replication, real holders
             return reply
     if async_:
         # Externally replicated and asynchronous: never registered here.
-        node.replication.hand_off(job, repl, delay)
+        node.replication.hand_off(job, copies, delay)
         return reply
     node.replication.wait_for_replicas(client, job, extrepl, additional,
-                                       node.runtime.now + timeout if timeout else 0)
+                                       now + timeout if timeout else 0)
     return None
 
 
-def _deduplicated(node: Node, queue: bytes, token: bytes) -> bytes | None:
-    """The reply to an ADDJOB whose DEDUPID named a job in the window, or None."""
-    job_id = node.dedup.find(queue, token, node.config.dedup_window * 1000)
-    return None if job_id is None else _known_job(node, job_id)
+def _refused(node: NodeState, queue: bytes, token: bytes | None, error: bytes) -> bytes:
+    """``error``, unless the ADDJOB's DEDUPID names a job already: a
+    repeated ADDJOB is answered with its job whatever the node's state."""
+    if token is not None:
+        job_id = node.dedup.find(queue, token, node.config.dedup_window * 1000)
+        if job_id is not None:
+            return _known_job(node, job_id)
+    return error
 
 
-def _known_job(node: Node, job_id: bytes) -> bytes:
+def _known_job(node: NodeState, job_id: bytes) -> bytes:
     """The reply to an ADDJOB whose DEDUPID names ``job_id``."""
     job = node.jobs.by_id.get(job_id)
     if job is not None and job.state == WAIT_REPL:
@@ -370,22 +366,15 @@ def _known_job(node: Node, job_id: bytes) -> bytes:
     return b"+" + job_id + b"\r\n"
 
 
-def _extend(node: Node, job: Job, extras: JobExtras | None) -> None:
-    """Give a new job its extensions' fields: those ADDJOB parsed, with the
-    server's maxdeliver-default where MAXDELIVER was not given. The job's
-    DEDUPID is remembered now (the job is found by it from this ADDJOB on)."""
-    ext = extras.copy() if extras is not None else JobExtras(MAXDELIVER_UNSET)
+def _extend(node: NodeState, job: Job, extras: JobExtras | None, token: bytes | None) -> None:
+    """Give a new job its extensions' fields: those ADDJOB parsed (or its
+    DEDUPID ``token`` alone), with the server's maxdeliver-default where
+    MAXDELIVER was not given."""
+    ext = extras.copy() if extras is not None else JobExtras(MAXDELIVER_UNSET, dedupid=token)
     if ext.maxdeliver == MAXDELIVER_UNSET:
         ext.maxdeliver = node.config.maxdeliver_default
     ext.base_retry = job.retry
-    token = ext.dedupid
-    job.ext = token if token is not None and ext.token_only() else ext
-    if token is not None:
-        queue = job.queue
-        assert queue is not None
-        # ADDJOB found no job of the token (_deduplicated): this one takes it.
-        node.dedup.claim(queue, token, job.id, node.runtime.now,
-                         node.config.dedup_window * 1000)
+    set_extras(job, ext)
 
 
 RUN_HANDLERS: Final = {"addjob": addjob_run}

@@ -15,7 +15,7 @@ from collections.abc import Container, Sequence
 from typing import Any, Final
 
 from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, MAX_DELIVERIES, MAX_PRIORITY,
-                             QUEUED, Job, JobExtras)
+                             QUEUED, Job, JobExtras, dedup_token, extras_of, set_extras)
 
 MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
@@ -67,11 +67,13 @@ def extension_fields(job: Job) -> dict[str, object]:
     fields: dict[str, object] = {}
     if job.priority != DEFAULT_PRIORITY:
         fields[EXT_PRIORITY] = job.priority
-    ext = job.ext
-    if type(ext) is bytes:  # a DEDUPID token only
+    if job.ext is None:
+        return fields
+    ext = extras_of(job)
+    if ext is None:  # a DEDUPID token alone: the defaults' fields
         fields[EXT_MAXDELIVER] = 0
-        fields[EXT_DEDUPID] = ext
-    elif isinstance(ext, JobExtras):
+        fields[EXT_DEDUPID] = dedup_token(job)
+    else:
         fields[EXT_MAXDELIVER] = ext.maxdeliver
         if ext.deadletter is not None:
             fields[EXT_DEADLETTER] = ext.deadletter
@@ -127,12 +129,8 @@ def apply_extension_fields(job: Job, fields: object) -> None:
     ext.backoff = backoff
     ext.maxretry = _count(fields, EXT_MAXRETRY, _MAX_COUNT)
     ext.base_retry = _count(fields, EXT_BASE_RETRY, _MAX_COUNT)
-    dedupid = _name(fields, EXT_DEDUPID)
-    ext.dedupid = dedupid
-    if dedupid is not None and ext.token_only():
-        job.ext = dedupid  # held as the origin holds it: no JobExtras
-    else:
-        job.ext = ext
+    ext.dedupid = _name(fields, EXT_DEDUPID)
+    set_extras(job, ext)  # held as the origin holds it
 
 
 

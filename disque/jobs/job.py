@@ -75,6 +75,15 @@ class JobExtras:
         return other
 
 
+# What ``Job.ext`` holds: None for a plain job; a DEDUPID token alone (bytes)
+# for a job whose only extension is the token, so that the common producer's
+# retry guard costs no JobExtras object (its other fields are the defaults);
+# a JobExtras otherwise. Rules read it through ``extras_of`` and
+# ``dedup_token`` and change it through ``own_extras`` and ``set_extras``;
+# a rule about an extension starts with ``job.ext is not None``.
+JobExt = JobExtras | bytes | None
+
+
 class Job:
     """One job as held by one node.
 
@@ -83,9 +92,8 @@ class Job:
     ``delivered`` is a tuple of node IDs (tuples are small and shared by
     every single-node job); ``confirmed`` is a set only while it matters.
     ``priority`` (0-9, higher served first) orders the job in its queue
-    before its ctime; ``ext`` holds the extensions' fields, or None, or
-    only its DEDUPID token (bytes: the common producer's retry guard costs
-    no JobExtras; ``extras_of``, ``dedup_token`` and ``own_extras`` read it).
+    before its ctime; ``ext`` is a ``JobExt``: the extensions' fields, or
+    only a DEDUPID token, or None.
     ``counts`` packs three 16-bit counters (``nacks``, ``adeliv``,
     ``gc_retry``, read and set through properties): unsigned 16-bit like the
     original's, and one slot instead of three keeps a compiled job at 208
@@ -118,7 +126,7 @@ class Job:
         self.flags = 0
         self.seq = -1
         self.priority = DEFAULT_PRIORITY
-        self.ext: JobExtras | bytes | None = None
+        self.ext: JobExt = None
         self._sl: Job | None = None
         self._slprev: Job | None = None
         self._slup: list[Job | None] | None = None
@@ -169,7 +177,7 @@ class Job:
 
 
 def extras_of(job: Job) -> JobExtras | None:
-    """The job's JobExtras, or None when it has none beyond a DEDUPID token
+    """The job's JobExtras, or None: a plain job, or a DEDUPID token alone
     (whose other fields are then all the defaults)."""
     ext = job.ext
     return ext if isinstance(ext, JobExtras) else None
@@ -193,3 +201,10 @@ def own_extras(job: Job) -> JobExtras:
         return ext
     own = job.ext = JobExtras(dedupid=ext)
     return own
+
+
+def set_extras(job: Job, ext: JobExtras) -> None:
+    """Give the job ``ext``, held as its DEDUPID token alone when that is all
+    it says (``JobExtras.token_only``)."""
+    token = ext.dedupid
+    job.ext = token if token is not None and ext.token_only() else ext

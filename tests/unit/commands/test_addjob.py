@@ -463,3 +463,135 @@ def test_federation_does_not_queue_a_job_whose_producer_waits():
     assert cmd.show(job_id)["state"] == b"wait-repl"
     assert cmd.ok("DELJOB", job_id) == 1
     assert cmd.client.sent == [NOREPL_REMOVED]
+
+
+# ------------------------------------- DEDUPID among the checks, and the forms
+#
+# The plain form and the one-option PRIORITY and DEDUPID forms (upper case)
+# skip the options parser; a lower-case spelling, or any other option, takes
+# it. Both must meet the same checks in the same order.
+
+PRIORITY_ERR = b"-ERR PRIORITY must be between 0 and 9\r\n"
+DEDUPID_ERR = b"-ERR DEDUPID must be 1 to 256 bytes\r\n"
+DEDUP_FORMS = [["DEDUPID"], ["dedupid"], ["RETRY", "5", "DEDUPID"]]
+
+
+def _leaving(node):
+    node.membership.myself.flags |= LEAVING
+
+
+def _memory_warning(node):
+    node.config.maxmemory = 1_000_000  # used ~786 KB: above the 75 % level only
+    node.update_memory_limits()
+    assert node.memory.level() == 1
+
+
+def _paused(node):
+    Cmd(node).ok("PAUSE", "q", "in")
+
+
+@pytest.mark.parametrize("state, refusal", [(_leaving, NOREPL_LEAVING),
+                                            (_memory_warning, NOREPL_OOM), (_paused, PAUSED)])
+@pytest.mark.parametrize("dedup", DEDUP_FORMS)
+def test_a_known_dedupid_is_answered_whatever_the_node_state(state, refusal, dedup):
+    node = make_node()
+    cmd = Cmd(node)
+    known = cmd.addjob("q", "first", *dedup, "t")
+    state(node)
+    assert cmd.raw("ADDJOB", "q", "b", "0", *dedup, "t") == b"+" + known + b"\r\n"
+    assert cmd.raw("ADDJOB", "q", "b", "0", *dedup, "u") == refusal
+    assert list(node.jobs.by_id) == [known]
+
+
+@pytest.mark.parametrize("options, refusal", [
+    (["REPLICATE", "2"], NOREPL),
+    (["RETRY", "0", "REPLICATE", "2"], RETRY0),
+    (["DELAY", "10", "TTL", "5"], DELAY_TTL),
+    (["MAXLEN", "1"], MAXLEN_EXCEEDED),
+])
+def test_a_known_dedupid_comes_before_every_check_after_the_timeout(cmd, options, refusal):
+    known = cmd.addjob("q", "first", "DEDUPID", "t")
+    assert cmd.raw("ADDJOB", "q", "b", "0", *options, "DEDUPID", "t") == b"+" + known + b"\r\n"
+    assert cmd.raw("ADDJOB", "q", "b", "0", *options, "DEDUPID", "u") == refusal
+    # A refused token names no job: the next ADDJOB with it creates one.
+    assert cmd.addjob("q", "b", "DEDUPID", "u") != known
+
+
+@pytest.mark.parametrize("dedup", DEDUP_FORMS)
+@pytest.mark.parametrize("timeout, reply", [("abc", TIMEOUT_NOT_INT), ("-1", TIMEOUT_NEG)])
+def test_a_bad_timeout_comes_before_a_known_dedupid(cmd, dedup, timeout, reply):
+    cmd.addjob("q", "first", *dedup, "t")
+    assert cmd.raw("ADDJOB", "q", "b", timeout, *dedup, "t") == reply
+
+
+@pytest.mark.parametrize("option, value, reply", [
+    ("PRIORITY", "12", PRIORITY_ERR), ("priority", "12", PRIORITY_ERR),
+    ("DEDUPID", "", DEDUPID_ERR), ("dedupid", "", DEDUPID_ERR),
+    ("PRIORITY", "5", TIMEOUT_NOT_INT), ("DEDUPID", "t", TIMEOUT_NOT_INT),
+])
+def test_the_one_option_forms_check_their_option_before_the_timeout(cmd, option, value, reply):
+    assert cmd.raw("ADDJOB", "q", "b", "abc", option, value) == reply
+
+
+@pytest.mark.parametrize("option", ["PRIORITY", "priority", "DEDUPID", "dedupid"])
+def test_the_one_option_forms_replicate_on_a_cluster(option):
+    node = make_node()
+    add_peer(node)
+    cmd = Cmd(node)
+    value = "7" if option.upper() == "PRIORITY" else "t"
+    assert cmd.raw("ADDJOB", "q", "b", "0", option, value) is None  # REPLICATE 2: blocked
+    (job_id,) = node.jobs.by_id
+    assert cmd.show(job_id)["state"] == b"wait-repl"
+    assert [dest for dest, _ in node.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
+    if value == "t":
+        assert Cmd(node).raw("ADDJOB", "q", "b", "0", option, value) == (
+            b"-PENDING Job %s with this DEDUPID is waiting for its replicas, retry later\r\n"
+            % job_id)
+    else:
+        assert node.jobs.by_id[job_id].priority == 7
+    deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
+    assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
+
+
+@pytest.mark.parametrize("form", [["DEDUPID", "t"], ["dedupid", "t"], [], ["PRIORITY", "3"]])
+def test_maxdeliver_default_reaches_every_form(form):
+    node = make_node(maxdeliver_default=4)
+    job = node.jobs.by_id[Cmd(node).addjob("q", "b", *form)]
+    assert (job.ext.maxdeliver, job.ext.base_retry) == (4, 300)
+    assert job.ext.dedupid == (b"t" if form[:1] in (["DEDUPID"], ["dedupid"]) else None)
+
+
+def test_a_pipelined_run_mixing_forms_answers_as_one_by_one():
+    from disque.commands.addjob import addjob_run
+
+    def words(*args):
+        return [a if isinstance(a, bytes) else str(a).encode() for a in args]
+
+    run = [words("ADDJOB", "q", "b", *rest) for rest in (
+        [0], [0, "PRIORITY", 9], [0, "DEDUPID", "t"],
+        [0, "DEDUPID", "t"], [0, "dedupid", "t"], [0, "RETRY", 5, "DEDUPID", "t"],  # known
+        ["abc", "DEDUPID", "t"], ["abc", "PRIORITY", 12], ["abc", "PRIORITY", 5],
+        [0, "REPLICATE", 2, "DEDUPID", "t"], [0, "REPLICATE", 2, "DEDUPID", "u"],
+        [0, "DEDUPID", "u"], [0, "PRIORITY", 1, "MAXLEN", 4], [0, "MAXLEN", 4, "DEDUPID", "u"],
+        [0, "BOGUS", 1], [0, "DELAY", 10, "TTL", 5], [0, "priority", 2],
+    )]
+    paused = [words("ADDJOB", "q", "b", *rest) for rest in (
+        [0], [0, "DEDUPID", "t"], [0, "DEDUPID", "v"], [0, "PRIORITY", 3], [0, "ASYNC"])]
+    piped, single = make_node(), make_node()
+    replies: list[bytes] = []
+    for commands in (run, paused):
+        assert addjob_run(piped.state, Cmd(piped).client, commands, 0, replies) == len(commands)
+        Cmd(piped).ok("PAUSE", "q", "in")
+    one_by_one = [Cmd(single).raw(*argv) for argv in run]
+    Cmd(single).ok("PAUSE", "q", "in")
+    one_by_one += [Cmd(single).raw(*argv) for argv in paused]
+    assert replies == one_by_one
+    known, other = replies[2], replies[11]
+    created = [reply for reply in replies if reply.startswith(b"+D-")]
+    assert created == [replies[0], replies[1], known] + [known] * 4 + [other, other, replies[16],
+                                                                        known]
+    assert replies[6:9] == [TIMEOUT_NOT_INT, PRIORITY_ERR, TIMEOUT_NOT_INT]
+    assert replies[10] == NOREPL and replies[12] == MAXLEN_EXCEEDED  # four jobs queued
+    assert replies[14:16] == [SYNTAX, DELAY_TTL]
+    assert replies[-5:] == [PAUSED, known, PAUSED, PAUSED, PAUSED]
+    assert sorted(piped.jobs.by_id) == sorted(single.jobs.by_id)

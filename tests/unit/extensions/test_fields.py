@@ -77,7 +77,7 @@ def test_maxdeliver_default_applies_when_not_given():
     # The pipelined path of a lone node applies it too.
     replies = []
     from disque.commands.addjob import addjob_run
-    addjob_run(cmd.node, cmd.client, [[b"ADDJOB", b"q", b"b", b"0"]] * 2, 0, replies)
+    addjob_run(cmd.node.state, cmd.client, [[b"ADDJOB", b"q", b"b", b"0"]] * 2, 0, replies)
     assert all(cmd.show(r[1:-2])["maxdeliver"] == 4 for r in replies)
 
 
@@ -187,7 +187,7 @@ def test_one_option_fast_path_in_a_pipelined_run():
     commands = [[b"ADDJOB", b"q", b"b", b"0", b"DEDUPID", b"t%d" % (i % 3)] for i in range(6)]
     commands += [[b"ADDJOB", b"q", b"b", b"0", b"PRIORITY", b"%d" % i] for i in (1, 9, 12)]
     replies = []
-    assert addjob_run(cmd.node, cmd.client, commands, 0, replies) == len(commands)
+    assert addjob_run(cmd.node.state, cmd.client, commands, 0, replies) == len(commands)
     assert replies[3:6] == replies[0:3]  # the same tokens: the same jobs
     assert replies[-1] == b"-ERR PRIORITY must be between 0 and 9\r\n"
     assert len(cmd.node.jobs.by_id) == 5

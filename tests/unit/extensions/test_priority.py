@@ -123,7 +123,7 @@ def test_qpeek_follows_the_serving_order_with_1_0_entries(cmd):
 def _qpeek(cmd, *args) -> bytes:
     """The QPEEK handler itself (what Node.call runs once its arity allows)."""
     argv = [b"QPEEK"] + [a if isinstance(a, bytes) else str(a).encode() for a in args]
-    return queue_commands.qpeek(cmd.node, cmd.client, argv)
+    return queue_commands.qpeek(cmd.node.state, cmd.client, argv)
 
 
 def test_qpeek_withpriority_entries(cmd):
