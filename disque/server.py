@@ -15,15 +15,16 @@ import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import uvloop
 
 from disque import __version__
 from disque.context import log
 from disque.net import tls
-from disque.process import cli, serverinfo
+from disque.process import cli, logformat, serverinfo
 from disque.aof.service import AofService, AofStartupError
+from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
 from disque.net.bus import ClusterBus, frame_cap
 from disque.net.busauth import SecretConfigError
@@ -40,7 +41,9 @@ from disque.process.osprocess import (RESERVED_FDS, atomic_write, daemonize, not
                                raise_fd_limit)
 
 if TYPE_CHECKING:
+    from disque.context.clients import ClientState
     from disque.http.service import HttpService
+    from disque.state.nodestate import NodeState
 
 TIMER_SLACK_MS = 1
 REQUEST_SCAN_INTERVAL_MS = 1000  # client-request-timeout is checked once a second
@@ -76,14 +79,14 @@ class Server(Host):
         self.timer_handle: asyncio.TimerHandle | None = None
         self.timer_at = NEVER
         self.cron_handle: asyncio.TimerHandle | None = None
-        self.stopped: asyncio.Future | None = None
+        self.stopped: asyncio.Future[int] | None = None  # the exit code, once shut down
         self.paused_until = 0.0
         self.clients_paused = False  # CLIENT PAUSE in force: connections do not read
         self.lock_fd = -1
         self.pidfile_written = False
         self.gc = GarbageCollector()
         self.aof: AofService | None = None
-        self.aof_writer = None
+        self.aof_writer: AofWriter | None = None
         self.bus: ClusterBus | None = None
         self.http: HttpService | None = None  # metrics-port: /metrics and the dashboard
         self.output_limited = any(config.client_output_buffer_limit)
@@ -159,7 +162,7 @@ class Server(Host):
         for name in stats_fields:
             config.on_change(name, lambda old, new: self._apply_stats_config(node))
         config.on_change("maxmemory", self._maxmemory_changed)
-        config.on_change("loglevel", lambda old, new: log.set_level(new))
+        config.on_change("loglevel", lambda old, new: logformat.set_level(new))
         config.on_change("maxclients", self._maxclients_changed)
         config.on_change("hz", lambda old, new: self._schedule_cron())
         config.on_change("proto-max-bulk-len", self._max_bulk_changed)
@@ -249,7 +252,7 @@ class Server(Host):
         return StartupError("Creating %s listening socket %s:%d: %s" % (
             what, ",".join(self.config.bind) or "*", port, exc.strerror or exc))
 
-    async def _start_tls_listener(self, factory) -> None:
+    async def _start_tls_listener(self, factory: Callable[[], ClientConnection]) -> None:
         """TLS on tls-port beside the plain port: the same connection class on
         the same loop; the handshake is bounded by client-request-timeout."""
         config = self.config
@@ -259,7 +262,7 @@ class Server(Host):
             raise StartupError("Can't configure TLS: %s" % exc) from None
         handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
         try:
-            self.listeners.append(await self.loop.create_server(
+            self.listeners.append(await self._running_loop().create_server(
                 factory, config.bind or None, config.tls_port, backlog=config.tcp_backlog,
                 reuse_address=True, ssl=context, ssl_handshake_timeout=handshake_timeout))
         except OSError as exc:
@@ -282,7 +285,7 @@ class Server(Host):
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
         config = self.config
-        bus = ClusterBus(self.node, self.loop, after_bus=self.arm_timer,
+        bus = ClusterBus(self.node, self._running_loop(), after_bus=self.arm_timer,
                          before_write=self.flush_aof)
         self.node.bus = bus
         self.bus = bus
@@ -321,6 +324,12 @@ class Server(Host):
 
     # -------------------------------------------------------------- timers
 
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop ``start`` runs the server on: nothing is scheduled before."""
+        loop = self.loop
+        assert loop is not None, "the server has not started"
+        return loop
+
     def next_client_id(self) -> int:
         """Monotonic client IDs for CLIENT ID / LIST / KILL ID."""
         self.client_id += 1
@@ -336,7 +345,7 @@ class Server(Host):
             handle.cancel()
         self.timer_at = due
         delay = max(0.0, (due - wall_clock_ms() + TIMER_SLACK_MS) / 1000)
-        self.timer_handle = self.loop.call_later(delay, self._on_timer)
+        self.timer_handle = self._running_loop().call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
         self.timer_handle = None
@@ -347,7 +356,7 @@ class Server(Host):
     def _schedule_cron(self) -> None:
         if self.cron_handle is not None:
             self.cron_handle.cancel()
-        self.cron_handle = self.loop.call_later(1 / self.config.hz, self._cron)
+        self.cron_handle = self._running_loop().call_later(1 / self.config.hz, self._cron)
 
     def _cron(self) -> None:
         self.cron_handle = None
@@ -419,7 +428,7 @@ class Server(Host):
         """The replies of this loop turn, handed to each new connection."""
         batch = self._output_batch
         if batch is None or batch.loop is not self.loop:
-            batch = self._output_batch = OutputBatch(self.loop, self.flush_aof)
+            batch = self._output_batch = OutputBatch(self._running_loop(), self.flush_aof)
         return batch
 
     def flush_aof(self) -> None:
@@ -469,11 +478,12 @@ class Server(Host):
         self.net_output_bytes = 0
         self.net_rate.clear()
 
-    def client_list(self, node) -> bytes:
+    def client_list(self, node: NodeState) -> bytes:
         now = node.now
         return "".join(c.describe(now) + "\n" for c in self.clients.values()).encode()
 
-    def kill_clients(self, caller, *, addr=None, client_id=None, skip_caller=True) -> int:
+    def kill_clients(self, caller: ClientState, *, addr: str | None = None,
+                     client_id: int | None = None, skip_caller: bool = True) -> int:
         killed = 0
         for client in list(self.clients.values()):
             if addr is not None and client.addr != addr:
@@ -494,13 +504,15 @@ class Server(Host):
         self.paused_until = max(self.paused_until, time.monotonic() + ms / 1000)
         self.clients_paused = True
         for client in self.clients.values():
-            client.transport.pause_reading()
-        self.loop.call_later(ms / 1000, self._resume_clients)
+            transport = client.transport
+            assert transport is not None  # a listed client is connected
+            transport.pause_reading()
+        self._running_loop().call_later(ms / 1000, self._resume_clients)
 
     def _resume_clients(self) -> None:
         remaining = self.paused_until - time.monotonic()
         if remaining > 0:  # a longer pause came, or the timer fired early
-            self.loop.call_later(remaining, self._resume_clients)
+            self._running_loop().call_later(remaining, self._resume_clients)
             return
         self.clients_paused = False
         for client in list(self.clients.values()):
@@ -509,11 +521,10 @@ class Server(Host):
                 client.held_input = None
                 client.data_received(held)
         for client in self.clients.values():
+            transport = client.transport
             if client.reading and not client.closing:
-                client.transport.resume_reading()
-
-    def rewrite_config(self) -> None:
-        self.config.rewrite()
+                assert transport is not None  # a listed client is connected
+                transport.resume_reading()
 
     def debug_sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -545,18 +556,24 @@ class Server(Host):
         return serverinfo.info_fields(self, section)
 
     def bgrewriteaof(self) -> bytes:
+        assert self.aof is not None  # start() makes it before any listener opens
         return self.aof.bgrewriteaof()
 
     def debug_reload_aof(self) -> bool:
+        assert self.aof is not None  # start() makes it before any listener opens
         return self.aof.reload()
 
 
 async def _serve(server: Server) -> int:
     await server.start()
-    code = await server.stopped
+    stopped = server.stopped
+    assert stopped is not None  # start() made it
+    code = await stopped
     server.output_batch.flush()
     for client in list(server.clients.values()):
-        client.transport.close()
+        transport = client.transport
+        assert transport is not None  # a listed client is connected
+        transport.close()
     if server.http is not None:
         await server.http.close()
     return code
@@ -571,8 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code
     if config.daemonize:
         daemonize()
-    log.configure(config.logfile, config.loglevel, config.syslog_enabled, config.syslog_ident,
-                  config.syslog_facility)
+    logformat.configure(config.logfile, config.loglevel, config.syslog_enabled,
+                        config.syslog_ident, config.syslog_facility)
     if config.config_file is None:
         logger.warning(cli.NO_CONFIG_WARNING)
     try:

@@ -7,14 +7,20 @@ config (``appendonly`` and friends) and the server's commands.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.journal import NULL_JOURNAL
 from disque.config import ConfigSetError
 from disque.protocol.resp import error, status
+
+if TYPE_CHECKING:
+    from disque.config import Config
+    from disque.node import Node
 
 LOAD_SLICE_RECORDS = 20000
 BGREWRITE_STARTED = status(b"Background append only file rewriting started")
@@ -29,7 +35,8 @@ class AofStartupError(Exception):
 class AofService:
     """Owns the node's AOF writer and loader."""
 
-    def __init__(self, node, config, loop: asyncio.AbstractEventLoop, logger) -> None:
+    def __init__(self, node: Node, config: Config, loop: asyncio.AbstractEventLoop,
+                 logger: logging.Logger) -> None:
         self.node = node
         self.config = config
         self.logger = logger

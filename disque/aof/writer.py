@@ -24,15 +24,22 @@ record this version writes to it (docs/aof-format.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter_ns  # fsync durations (tests fake time.monotonic, not this)
+from typing import TYPE_CHECKING
 
 from disque.jobs.records import FILE_MARKER, append_loadjobs, deljob_record
 from disque.jobs.journal import NULL_JOURNAL
-from disque.jobs.job import ACTIVE, QUEUED
+from disque.jobs.job import ACTIVE, QUEUED, Job
 from disque.context.stats import LatencyHistogram
+
+if TYPE_CHECKING:
+    from disque.config import Config
+    from disque.node import Node
 
 STATE_OFF = "off"
 STATE_ON = "on"
@@ -51,14 +58,14 @@ def _open_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
-def _write_all(fd: int, data) -> None:
+def _write_all(fd: int, data: bytes | bytearray) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
 
 
-def _stored(jobs) -> list:
+def _stored(jobs: Iterable[Job]) -> list[Job]:
     """The jobs a rewrite writes: the active and queued ones."""
     return [job for job in jobs if job.state == ACTIVE or job.state == QUEUED]
 
@@ -79,7 +86,8 @@ def _write_prefix(fd: int, data: bytearray) -> tuple[int, OSError | None]:
 class AofWriter:
     """The node's journal while appendonly is on, and the file behind it."""
 
-    def __init__(self, node, config, loop: asyncio.AbstractEventLoop, logger) -> None:
+    def __init__(self, node: Node, config: Config, loop: asyncio.AbstractEventLoop,
+                 logger: logging.Logger) -> None:
         self.node = node
         self.config = config
         self.loop = loop
@@ -87,9 +95,9 @@ class AofWriter:
         self.state = STATE_OFF
         self.fd = -1
         self.buffer = bytearray()
-        self.new_jobs: list = []  # created since the last flush, records not built yet
+        self.new_jobs: list[Job] = []  # created since the last flush, records not built yet
         self.diff: bytearray | None = None  # records made during a background rewrite
-        self.rewrite_task: asyncio.Task | None = None
+        self.rewrite_task: asyncio.Task[None] | None = None
         self.rewrite_started = 0.0
         self.last_rewrite_seconds = -1
         self.last_bgrewrite_ok = True
@@ -99,7 +107,7 @@ class AofWriter:
         self.write_error: str | None = None
         self.last_write_retry = 0
         self.fsync_pool = ThreadPoolExecutor(1, thread_name_prefix="aof-fsync")
-        self.fsync_future = None
+        self.fsync_future: Future[None] | None = None  # the everysec fsync in its thread
         self.fsync_pending_bytes = 0
         self.last_fsync = time.monotonic()
         self.delayed_fsync = 0
@@ -116,12 +124,12 @@ class AofWriter:
 
     # ---------------------------------------------------- the journal
 
-    def job_stored(self, job) -> None:
+    def job_stored(self, job: Job) -> None:
         """A job now lives on this node (once per ADDJOB, so all it costs
         here is a list append: the record is built at the next flush)."""
         self.new_jobs.append(job)
 
-    def job_removed(self, job, reason: bytes) -> None:
+    def job_removed(self, job: Job, reason: bytes) -> None:
         """A job left this node."""
         self._append(deljob_record(job, self.node.now, reason))
 
@@ -186,9 +194,9 @@ class AofWriter:
             start = perf_counter_ns()
             try:
                 os.fdatasync(self.fd)
-            except OSError as exc:
+            except OSError as fsync_error:
                 self.logger.warning("Can't fsync the AOF with appendfsync always: %s. Exiting.",
-                                    exc.strerror)
+                                    fsync_error.strerror)
                 os._exit(1)
             self.fsync_latency.observe((perf_counter_ns() - start) // 1000)
             self.fsync_pending_bytes = 0

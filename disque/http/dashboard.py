@@ -29,9 +29,9 @@ from disque.context.memory import format_human
 from disque.queues.queue import PAUSE_NAMES
 
 if TYPE_CHECKING:
+    from disque.http.observed import ObservedServer
     from disque.node import Node
     from disque.queues.queue import Queue
-    from disque.server import Server
 
 STATIC_DIR = Path(__file__).parent / "static"
 INDEX_FILE = "index.html"
@@ -197,7 +197,7 @@ def queue_entry(track: QueueTrack, queues: dict[bytes, Queue]) -> dict[str, Any]
     }
 
 
-def nodes_entries(server: Server, own_host: str) -> list[dict[str, Any]]:
+def nodes_entries(server: ObservedServer, own_host: str) -> list[dict[str, Any]]:
     """The cluster as this node sees it (CLUSTER NODES), itself first.
 
     A node learns its own IP from its peers; until then it is shown at
@@ -215,11 +215,11 @@ def nodes_entries(server: Server, own_host: str) -> list[dict[str, Any]]:
     } for node in nodes]
 
 
-def _info(server: Server, section: str) -> dict[str, object]:
+def _info(server: ObservedServer, section: str) -> dict[str, object]:
     return dict(server.info_fields(section))
 
 
-def memory_entry(server: Server) -> dict[str, Any]:
+def memory_entry(server: ObservedServer) -> dict[str, Any]:
     """The dataset's estimated size, its limit and the process RSS."""
     account = server.node.memory
     peak = account.update_peak()
@@ -234,7 +234,7 @@ def memory_entry(server: Server) -> dict[str, Any]:
     }
 
 
-def aof_entry(server: Server) -> dict[str, Any]:
+def aof_entry(server: ObservedServer) -> dict[str, Any]:
     """The append-only file's state (INFO Persistence)."""
     fields = _info(server, "persistence")
     enabled = bool(fields.get("aof_enabled", 0))
@@ -244,7 +244,7 @@ def aof_entry(server: Server) -> dict[str, Any]:
         "state": fields.get("aof_state"),
         "fsync": server.config.appendfsync,
         "size": size,
-        "size_human": None if size is None else format_human(size),
+        "size_human": format_human(size) if isinstance(size, int) else None,
         "loading": bool(fields.get("loading", 0)),
         "rewrite_in_progress": bool(fields.get("aof_rewrite_in_progress", 0)),
         "last_write_status": fields.get("aof_last_write_status"),
@@ -267,7 +267,7 @@ def jobs_entry(node: Node, sampler: Sampler) -> dict[str, Any]:
     }
 
 
-def build_stats(server: Server, sampler: Sampler, at: float,
+def build_stats(server: ObservedServer, sampler: Sampler, at: float,
                 own_host: str = "") -> dict[str, Any]:
     """The whole /api/stats document, sampled at monotonic time ``at``."""
     node = server.node
@@ -300,7 +300,7 @@ def build_stats(server: Server, sampler: Sampler, at: float,
 class Dashboard:
     """The request handlers, with the sampler they share."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ObservedServer) -> None:
         self.server = server
         self.sampler = Sampler()
 
@@ -324,7 +324,7 @@ class Dashboard:
         return web.json_response(document, headers=STATS_HEADERS)
 
 
-def add_routes(app: web.Application, server: Server) -> None:
+def add_routes(app: web.Application, server: ObservedServer) -> None:
     """Serve the dashboard from ``app`` (the metrics-port application)."""
     dashboard = Dashboard(server)
     app.router.add_get(ROUTE_INDEX, dashboard.index)

@@ -28,8 +28,8 @@ from disque.process.serverinfo import rss_bytes
 from disque.context.stats import LatencyHistogram
 
 if TYPE_CHECKING:
+    from disque.http.observed import ObservedServer
     from disque.queues.queue import Queue
-    from disque.server import Server
 
 PREFIX = "disque_"
 MS = 1e-3
@@ -213,7 +213,7 @@ class ProcessCollector:
     """What the process around the node knows: clients, RSS, the network,
     the AOF, the build."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ObservedServer) -> None:
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
@@ -269,7 +269,7 @@ def node_registry(node: Node) -> CollectorRegistry:
     return registry
 
 
-def server_registry(server: Server) -> CollectorRegistry:
+def server_registry(server: ObservedServer) -> CollectorRegistry:
     """Every collector of a running node: what /metrics serves."""
     registry = node_registry(server.node)
     registry.register(ProcessCollector(server))

@@ -20,7 +20,7 @@ from disque.http.metrics import server_registry
 from disque.context.log import logger
 
 if TYPE_CHECKING:
-    from disque.server import Server
+    from disque.http.observed import ObservedServer
 
 METRICS_PATH = "/metrics"
 ACCEPT = "Accept"
@@ -31,7 +31,7 @@ SHUTDOWN_TIMEOUT_S = 1.0
 class HttpService:
     """The aiohttp application of metrics-port and its listeners."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ObservedServer) -> None:
         self.server = server
         self.registry = server_registry(server)
         self.runner: web.AppRunner | None = None
@@ -47,14 +47,17 @@ class HttpService:
                      backlog: int) -> asyncio.AbstractServer:
         """Start serving on ``port`` at ``hosts`` (None: every address);
         OSError when the port cannot be bound."""
-        if self.runner is None:
+        runner = self.runner
+        if runner is None:
             # Errors in a handler go to the server's log; no access log.
             runner = web.AppRunner(self.build_app(), handle_signals=False, access_log=None,
                                    logger=logger, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
             await runner.setup()
             self.runner = runner
+        protocol_factory = runner.server
+        assert protocol_factory is not None  # AppRunner.setup() made it
         loop = asyncio.get_running_loop()
-        return await loop.create_server(self.runner.server, hosts, port, backlog=backlog,
+        return await loop.create_server(protocol_factory, hosts, port, backlog=backlog,
                                         reuse_address=True)
 
     async def close(self) -> None:
@@ -65,5 +68,5 @@ class HttpService:
 
     async def metrics(self, request: web.Request) -> web.Response:
         """The Prometheus exposition, in the format the scraper accepts."""
-        encoder, content_type = choose_encoder(request.headers.get(ACCEPT))
+        encoder, content_type = choose_encoder(request.headers.get(ACCEPT, ""))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})

@@ -26,8 +26,9 @@ import ipaddress
 import ssl
 import struct
 import time
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type stubs
 
 from disque.net import tls
 from disque.net.busauth import (
@@ -43,6 +44,9 @@ from disque.net.busauth import (
 from disque.cluster.transport import BusTransport, Link
 from disque.config.errors import ConfigSetError
 from disque.context.log import logger
+
+if TYPE_CHECKING:
+    from disque.config import Config
 
 # The largest frame is the largest job a client may add (proto-max-bulk-len)
 # plus this much for the header and the job's other fields; a larger one is
@@ -65,6 +69,23 @@ _FIXARRAY = [bytes((0x90 | n,)) for n in range(16)]  # msgpack array headers
 _ARRAY32 = struct.Struct(">BI")
 
 
+class BusNode(Protocol):
+    """What the bus needs of the node core: decoded frames and link events
+    in, the header of its own frames out (``disque.node.Node``)."""
+
+    def receive_frame(self, link: Link, frame: list) -> None:
+        """Handle one decoded frame from ``link``."""
+
+    def link_up(self, node_id: bytes, link: Link) -> None:
+        """The outbound link of ``node_id`` is connected (and authenticated)."""
+
+    def link_down(self, node_id: bytes) -> None:
+        """The outbound link of ``node_id`` closed or could not be opened."""
+
+    def bus_header(self) -> dict:
+        """The header of this node's frames (the same dict until it changes)."""
+
+
 class BusConnection(asyncio.Protocol):
     """One TCP connection of the bus, inbound or outbound."""
 
@@ -82,12 +103,13 @@ class BusConnection(asyncio.Protocol):
         self.deadline: asyncio.TimerHandle | None = None  # the handshake's timeout
         # An outbound link with a secret: resolved True once authenticated,
         # False when the link closed first.
-        self.ready: asyncio.Future | None = None
+        self.ready: asyncio.Future[bool] | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-        peer = transport.get_extra_info("peername") or ("", 0)
-        local = transport.get_extra_info("sockname") or ("", 0)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream connection's transport; the base class names the wider type.
+        stream = self.transport = cast(asyncio.Transport, transport)
+        peer = stream.get_extra_info("peername") or ("", 0)
+        local = stream.get_extra_info("sockname") or ("", 0)
         self.link = Link(self.node_id, peer[0], local[0], self)
         bus = self.bus
         if not self.outbound:
@@ -99,7 +121,7 @@ class BusConnection(asyncio.Protocol):
                 self.ready = bus.loop.create_future()
                 bus.own_nonces.add(self.handshake.nonce)
             else:
-                transport.write(self.handshake.start())
+                stream.write(self.handshake.start())
         if bus.keys is not None or not self.outbound:
             self.deadline = bus.loop.call_later(bus.handshake_timeout, self._handshake_expired)
 
@@ -159,6 +181,8 @@ class BusConnection(asyncio.Protocol):
                 self._frames_received()
 
     def _frames_received(self) -> None:
+        link = self.link
+        assert link is not None  # set by connection_made, before any data
         buffer = self.buffer
         pos = 0
         end = len(buffer)
@@ -193,11 +217,11 @@ class BusConnection(asyncio.Protocol):
                 return
             if self.deadline is not None:
                 self._handshake_over(True)  # a plain inbound link's first frame
-            self.link.node_id = self.node_id
+            link.node_id = self.node_id
             try:
-                node.receive_frame(self.link, msgs)
+                node.receive_frame(link, msgs)
             except Exception:
-                logger.exception("Error handling bus messages from %s", self.link.peer_ip)
+                logger.exception("Error handling bus messages from %s", link.peer_ip)
             if self.closed:
                 return
         del buffer[:pos]
@@ -230,7 +254,7 @@ class BusConnection(asyncio.Protocol):
         else:
             self._write_frame(out, header, size)
         if self.transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
-            logger.warning("Bus link to %s is too far behind: dropping it", self.link.peer_ip)
+            logger.warning("Bus link to %s is too far behind: dropping it", self.peer_ip())
             self.close()
 
     def _write_frame(self, out: list[bytes], header: bytes, size: int) -> None:
@@ -244,7 +268,9 @@ class BusConnection(asyncio.Protocol):
         data = b"".join(out)
         if self.session is not None:
             data += self.session.seal(data)
-        self.transport.write(data)
+        transport = self.transport
+        assert transport is not None  # flush writes only on an open transport
+        transport.write(data)
 
     def _write_split(self, out: list[bytes], header: bytes) -> None:
         """Send messages that together exceed the frame cap in several frames;
@@ -257,7 +283,7 @@ class BusConnection(asyncio.Protocol):
                 self.bus.messages_too_large += 1
                 logger.warning("A bus message of %d bytes to %s exceeds the frame cap (%d "
                                "bytes, from proto-max-bulk-len): dropped", len(packed),
-                               self.link.peer_ip, self.bus.max_frame)
+                               self.peer_ip(), self.bus.max_frame)
                 continue
             if group and size + len(packed) > room:
                 self._write_frame(group, header, size + len(header))
@@ -271,6 +297,10 @@ class BusConnection(asyncio.Protocol):
         if not self.closed and self.transport is not None:
             self.closed = True
             self.transport.abort()
+
+    def peer_ip(self) -> str:
+        """The peer's address for the log ("?" before the connection is made)."""
+        return self.link.peer_ip if self.link is not None else "?"
 
 
 def frame_cap(proto_max_bulk_len: int) -> int:
@@ -288,20 +318,23 @@ def _is_loopback(host: str) -> bool:
 class ClusterBus(BusTransport):
     """Listener plus one outbound link per known node."""
 
-    def __init__(self, node, loop: asyncio.AbstractEventLoop, after_bus=None,
-                 before_write=None) -> None:
+    def __init__(self, node: BusNode, loop: asyncio.AbstractEventLoop,
+                 after_bus: Callable[[], None] | None = None,
+                 before_write: Callable[[], None] | None = None) -> None:
         self.node = node
         self.loop = loop
         self.outbound: dict[bytes, BusConnection] = {}
-        self.pending: dict[bytes, tuple[asyncio.Task, list]] = {}
+        # A connection being made: its task, and the node ID it is for
+        # (a one-item list, which follows the node through a rename).
+        self.pending: dict[bytes, tuple[asyncio.Task[None], list[bytes]]] = {}
         self.inbound: set[BusConnection] = set()
         self.servers: list[asyncio.AbstractServer] = []
         self._after_bus = after_bus
         self.before_write = before_write  # e.g. flush the AOF before messages leave
         self.dirty: list[BusConnection] = []
-        self._packed_msg = None
+        self._packed_msg: dict | None = None
         self._packed = b""
-        self._header = None
+        self._header: dict | None = None
         self._packed_header = b""
         # One reusable packer: msgpack.packb builds a new one per call, which
         # costs more than packing a small message (0.5 vs 1.3 µs per GOTJOB).
@@ -323,18 +356,18 @@ class ClusterBus(BusTransport):
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
         """Accept connections from peers."""
-        tls = {}
+        tls: dict[str, Any] = {}  # the TLS arguments, none for a plain bus
         if self.server_tls is not None:
             tls = {"ssl": self.server_tls, "ssl_handshake_timeout": self.handshake_timeout}
         self.servers.append(await self.loop.create_server(
             lambda: BusConnection(self, None), hosts or None, port, backlog=backlog,
             reuse_address=True, **tls))
 
-    def configure(self, config) -> list[str]:
+    def configure(self, config: Config) -> list[str]:
         """Take the frame cap, the handshake timeout, the cluster secret and
         tls-cluster from ``config`` before the listener opens; return warnings
         for the log. Raises SecretConfigError or TlsConfigError."""
-        warnings = []
+        warnings: list[str] = []
         self.max_frame = frame_cap(config.proto_max_bulk_len)
         self.handshake_timeout = min(max(config.cluster_node_timeout / 1000,
                                          HANDSHAKE_TIMEOUT_MIN_S), HANDSHAKE_TIMEOUT_MAX_S)
@@ -353,7 +386,7 @@ class ClusterBus(BusTransport):
             config.on_change(name, lambda old, new: self._secret_changed(config))
         return warnings
 
-    def _secret_changed(self, config) -> None:
+    def _secret_changed(self, config: Config) -> None:
         """CONFIG SET of a secret directive: reload (a bad value is refused)."""
         try:
             keys = keys_from_config(config)
@@ -413,15 +446,17 @@ class ClusterBus(BusTransport):
         task = self.loop.create_task(self._connect(holder, ip, port))
         self.pending[node_id] = (task, holder)
 
-    async def _connect(self, holder: list, ip: str, port: int) -> None:
-        tls = {}
+    async def _connect(self, holder: list[bytes], ip: str, port: int) -> None:
+        tls: dict[str, Any] = {}  # the TLS arguments, none for a plain bus
         if self.client_tls is not None:
             tls = {"ssl": self.client_tls, "server_hostname": ip,
                    "ssl_handshake_timeout": self.handshake_timeout}
-        conn = None
+        conn: BusConnection | None = None
         try:
-            _, conn = await asyncio.wait_for(self.loop.create_connection(
-                lambda: BusConnection(self, holder[0]), ip, port, **tls), CONNECT_TIMEOUT_S)
+            made: tuple[asyncio.Transport, BusConnection] = await asyncio.wait_for(
+                self.loop.create_connection(lambda: BusConnection(self, holder[0]), ip, port,
+                                            **tls), CONNECT_TIMEOUT_S)
+            conn = made[1]
             if conn.ready is not None and not await conn.ready:
                 raise ConnectionError("the bus handshake did not complete")
             if conn.closed:  # refused by the peer before this task resumed
@@ -441,10 +476,12 @@ class ClusterBus(BusTransport):
             raise
         node_id = holder[0]
         self.pending.pop(node_id, None)
+        link = conn.link
+        assert link is not None  # the connection is made
         conn.node_id = node_id
-        conn.link.node_id = node_id
+        link.node_id = node_id
         self.outbound[node_id] = conn
-        self.node.link_up(node_id, conn.link)
+        self.node.link_up(node_id, link)
         self.server_after_bus()
 
     def send(self, node_id: bytes, msg: dict) -> None:
@@ -467,7 +504,7 @@ class ClusterBus(BusTransport):
                 self.flush_now(conn)
 
     def reply(self, link: Link, msg: dict) -> None:
-        conn = link.handle
+        conn = cast("BusConnection | None", link.handle)  # this bus's links carry its connections
         if conn is not None:
             conn.write(self._pack(msg))
 
@@ -487,6 +524,7 @@ class ClusterBus(BusTransport):
             self.pending[new_id] = pending
         conn = self.outbound.pop(old_id, None)
         if conn is not None:
+            assert conn.link is not None  # an outbound link is made before it is listed
             conn.node_id = new_id
             conn.link.node_id = new_id
             self.outbound[new_id] = conn
@@ -522,7 +560,7 @@ class ClusterBus(BusTransport):
         if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
             unlogged = self._unlogged_errors
             logger.warning("Bus protocol error from %s: %s; closing the link%s",
-                           conn.link.peer_ip if conn.link else "?", what,
+                           conn.peer_ip(), what,
                            " (%d more since the last report)" % unlogged if unlogged else "")
             self._last_error_log = now
             self._unlogged_errors = 0

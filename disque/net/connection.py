@@ -28,14 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 from disque.protocol import errors
 from disque.context.clients import ClientState
-from disque.commands.acl import (PROTECTED_MODE_DENIED, is_loopback, needs_auth,
-                                 protected_mode_refuses)
+from disque.commands.access import (PROTECTED_MODE_DENIED, is_loopback, needs_auth,
+                                    protected_mode_refuses)
 from disque.context.log import logger
 from disque.protocol.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
+
+if TYPE_CHECKING:
+    from disque.config import Config
+    from disque.node import Node
 
 WRITE_HIGH_WATER = 256 * 1024
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
@@ -91,6 +95,54 @@ class OutputBatch:
                 client.write_output()
 
 
+class ConnectionServer(Protocol):
+    """What a client connection needs of the server that accepted it:
+    ``disque.server.Server``, or the simulator's ``WireServer``."""
+
+    # Counted by the connection (INFO stats).
+    connections_received: int
+    rejected_connections: int
+    net_input_bytes: int
+    net_output_bytes: int
+
+    @property
+    def node(self) -> Node:
+        """The node the commands run on."""
+
+    @property
+    def config(self) -> Config:
+        """Limits, protected mode, the unix socket's path."""
+
+    @property
+    def clients(self) -> dict[int, ClientConnection]:
+        """The open connections by client ID (maxclients, CLIENT LIST)."""
+
+    @property
+    def output_batch(self) -> OutputBatch:
+        """This loop turn's replies, which the connection's join."""
+
+    @property
+    def limits(self) -> LimitCounters:
+        """Connections closed by a limit."""
+
+    @property
+    def clients_paused(self) -> bool:
+        """CLIENT PAUSE is in force: connections do not read."""
+
+    @property
+    def output_limited(self) -> bool:
+        """client-output-buffer-limit sets a limit."""
+
+    def next_client_id(self) -> int:
+        """A new connection's ID."""
+
+    def arm_timer(self) -> None:
+        """Have the node's timers fire at its next due time."""
+
+    def tune_tcp_socket(self, sock: socket.socket) -> None:
+        """Socket options of a TCP client."""
+
+
 class ClientConnection(asyncio.Protocol, ClientState):
     """asyncio protocol for one client."""
 
@@ -98,14 +150,14 @@ class ClientConnection(asyncio.Protocol, ClientState):
                  "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output",
                  "held_input", "read_ahead")
 
-    def __init__(self, server) -> None:
+    def __init__(self, server: ConnectionServer) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.now)
         self.server = server
         self.node = server.node
         self.batch: OutputBatch = server.output_batch
         self.transport: asyncio.Transport | None = None
         self.parser = RequestParser(server.config.proto_max_bulk_len)
-        self.pending: list | None = None  # commands read while blocked
+        self.pending: list[list[bytes]] | None = None  # commands read while blocked
         self.fd = -1
         self.reading = True
         self.paused_for_output = False
@@ -118,12 +170,14 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     # ------------------------------------------------------------ asyncio
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A stream server gives its protocols stream transports; the base
+        # class's signature names the wider type.
+        stream = self.transport = cast(asyncio.Transport, transport)
         server = self.server
         server.connections_received += 1
-        peer = transport.get_extra_info("peername")
-        sock = transport.get_extra_info("socket")
+        peer = stream.get_extra_info("peername")
+        sock = stream.get_extra_info("socket")
         if sock is not None:
             self.fd = sock.fileno()
         if isinstance(peer, tuple):
@@ -135,18 +189,18 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.local = True
         if protected_mode_refuses(server.config, self.local):
             self.node.access_stats.protected_mode_denied += 1
-            transport.write(PROTECTED_MODE_DENIED)
-            transport.close()
+            stream.write(PROTECTED_MODE_DENIED)
+            stream.close()
             self.closing = True
             return
         if len(server.clients) >= server.config.maxclients:
             server.rejected_connections += 1
-            transport.write(errors.MAX_CLIENTS)
-            transport.close()
+            stream.write(errors.MAX_CLIENTS)
+            stream.close()
             self.closing = True
             return
         server.clients[self.id] = self
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        stream.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             server.tune_tcp_socket(sock)
 
@@ -181,11 +235,13 @@ class ClientConnection(asyncio.Protocol, ClientState):
             # A connection made during CLIENT PAUSE reads once before the
             # transport can be paused (it starts reading after connection_made).
             self.held_input = data if self.held_input is None else self.held_input + data
-            self.transport.pause_reading()
+            transport = self.transport
+            assert transport is not None  # asyncio reads only after connection_made
+            transport.pause_reading()
             return
         server.net_input_bytes += len(data)
         self.atime = self.node.now
-        commands: list = []
+        commands: list[list[bytes]] = []
         try:
             self.parser.feed(data, commands)
         except ProtocolError as exc:
@@ -229,7 +285,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     # ----------------------------------------------------------- commands
 
-    def _execute(self, commands: list) -> None:
+    def _execute(self, commands: list[list[bytes]]) -> None:
         call = self.node.call
         if len(commands) == 1 and not self.reply_mode:
             reply = call(self, commands[0])
@@ -240,7 +296,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         else:
             node = self.node
             run_commands = node.run_commands
-            out = []
+            out: list[bytes] = []
             size = 0
             i = 0
             n = len(commands)
@@ -293,7 +349,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             return b""
         return b"" if self.reply_mode == 1 else reply
 
-    def _blocked(self, rest: list) -> None:
+    def _blocked(self, rest: list[list[bytes]]) -> None:
         # Reading goes on while blocked (up to a bound), so that a client that
         # goes away is noticed at once: its GETJOB must not take a job, and a
         # waiting ADDJOB's job is deleted (spec: commands.md ADDJOB, GETJOB).
@@ -309,7 +365,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.pending = None  # the usual case: nothing arrived while it waited
             self.read_ahead = 0
             return
-        self.server.loop.call_soon(self._resume_pending)
+        self.batch.loop.call_soon(self._resume_pending)  # the loop this connection runs on
 
     def _resume_pending(self) -> None:
         if self.closing or self.blocked is not None:
@@ -327,12 +383,14 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def _set_reading(self, on: bool) -> None:
         if on != self.reading and not self.closing:
+            transport = self.transport
+            assert transport is not None  # connected: connection_lost sets closing first
             self.reading = on
             if on:
                 if not self.server.clients_paused:  # else the end of the pause resumes it
-                    self.transport.resume_reading()
+                    transport.resume_reading()
             else:
-                self.transport.pause_reading()
+                transport.pause_reading()
 
     def _protocol_error(self, message: str) -> None:
         logger.log(15, "Protocol error from client %s: %s", self.addr, message)
@@ -356,8 +414,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
         """Hand the collected replies to the transport (their AOF records are
         written: ``OutputBatch.flush`` and ``_flush_now`` see to it)."""
         output = self.output
+        transport = self.transport
+        # Callers write only collected output, and connection_lost drops it.
+        assert output is not None and transport is not None
         self.output = None
-        self.transport.write(output[0] if len(output) == 1 else b"".join(output))
+        transport.write(output[0] if len(output) == 1 else b"".join(output))
         if self.server.output_limited or self.monitor:
             self._check_output_limits()
 
@@ -370,7 +431,9 @@ class ClientConnection(asyncio.Protocol, ClientState):
     def _check_output_limits(self) -> None:
         config = self.server.config
         hard, soft, soft_seconds = config.client_output_buffer_limit
-        size = self.transport.get_write_buffer_size()
+        transport = self.transport
+        assert transport is not None  # after a write, from write_output
+        size = transport.get_write_buffer_size()
         if self.monitor:
             # A MONITOR is a normal client too (as in Disque 1.0); the tighter
             # of its two hard limits, and of its two soft ones, applies.
@@ -392,7 +455,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             else:
                 self.server.limits.output_normal += 1
             self.closing = True
-            self.transport.abort()
+            transport.abort()
 
     def send(self, data: bytes) -> None:
         """Asynchronous reply (unblocked client, MONITOR line)."""
@@ -404,7 +467,9 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if not self.closing:
             self._flush_now()
             self.closing = True
-            self.transport.close()
+            transport = self.transport
+            assert transport is not None  # connected: connection_lost sets closing first
+            transport.close()
 
     # ------------------------------------------------------------ reports
 

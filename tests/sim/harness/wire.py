@@ -40,7 +40,8 @@ import inspect
 import weakref
 
 from disque.net.bus import ClusterBus
-from disque.net.connection import ClientConnection, OutputBatch
+from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.tools.resp_client import encode_command
 
 from tests.sim.harness.clients import MalformedReply, SimFailure
 from tests.sim.harness.network import EventLoop, Network, NetParams
@@ -614,6 +615,7 @@ class WireServer:
         self.output_limited = any(self.config.client_output_buffer_limit)
         self.clients_paused = False  # no CLIENT PAUSE in the simulation
         self.output_batch = OutputBatch(loop, self.flush_aof)
+        self.limits = LimitCounters()
 
     def new_connection(self) -> ClientConnection:
         return ClientConnection(self)
@@ -633,11 +635,6 @@ class WireServer:
 
 
 # ----------------------------------------------------------------- clients
-
-
-def encode_command(argv: list[bytes]) -> bytes:
-    """``argv`` as a RESP multibulk request."""
-    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%b\r\n" % (len(a), a) for a in argv)
 
 
 def reply_end(buf: bytes | bytearray, pos: int = 0) -> int:
@@ -690,7 +687,7 @@ class WireClient(asyncio.Protocol):
         self.transport = transport
 
     def send_command(self, argv: list[bytes]) -> None:
-        self.transport.write(encode_command(argv))
+        self.transport.write(encode_command(*argv))
 
     def data_received(self, data: bytes) -> None:
         buffer = self.buffer

@@ -1,0 +1,60 @@
+"""What /metrics and the dashboard read of the running server.
+
+Both read only when asked (a scrape, a poll), and only these: the node,
+the process's counters and the AOF writer. ``disque.server.Server`` is
+the implementation; naming the reads here keeps ``disque.http`` from
+depending on the whole process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from disque.aof.writer import AofWriter
+    from disque.config import Config
+    from disque.node import Node
+
+
+class ObservedServer(Protocol):
+    """The node and the process around it, as the HTTP collectors read them."""
+
+    @property
+    def node(self) -> Node:
+        """The node: its parts keep the job, queue, bus and cluster counters."""
+
+    @property
+    def config(self) -> Config:
+        """The port shown, appendfsync, metrics-max-queues."""
+
+    @property
+    def start_time(self) -> float:
+        """When the process started (unix time, seconds)."""
+
+    @property
+    def clients(self) -> Sized:
+        """The open client connections (only their number is read)."""
+
+    @property
+    def connections_received(self) -> int:
+        """Client connections accepted."""
+
+    @property
+    def rejected_connections(self) -> int:
+        """Client connections refused (maxclients)."""
+
+    @property
+    def net_input_bytes(self) -> int:
+        """Bytes read from clients."""
+
+    @property
+    def net_output_bytes(self) -> int:
+        """Bytes written to clients."""
+
+    @property
+    def aof_writer(self) -> AofWriter | None:
+        """The AOF writer (None before the server starts)."""
+
+    def info_fields(self, section: str) -> list[tuple[str, object]]:
+        """The process's INFO fields of ``section`` (memory, persistence)."""
