@@ -129,28 +129,33 @@ def unchecked(pos: int) -> RecordDamaged:
     return RecordDamaged(pos, "record without a checksum after the format marker")
 
 
-def read_record(buf: bytes, pos: int, end: int) -> tuple[list[bytes], int]:
+def read_record(data: bytes | bytearray, pos: int, end: int) -> tuple[list[bytes], int]:
     """Parse the record starting at ``pos``; return (argv, next position).
 
-    Raises as ``frame`` does.
+    Raises as ``frame`` does. A bytearray is read from a copy: the framing
+    functions take bytes, which the compiled core indexes natively.
     """
+    buf = data if isinstance(data, bytes) else bytes(data)
     spans: list[int] = []
     nxt = frame(buf, pos, end, spans)
-    return [bytes(buf[spans[i]:spans[i + 1]]) for i in range(0, len(spans), 2)], nxt
+    return [buf[spans[i]:spans[i + 1]] for i in range(0, len(spans), 2)], nxt
 
 
-def read_checked(buf: bytes, pos: int, end: int, required: bool) -> tuple[list[bytes], int]:
+def read_checked(data: bytes | bytearray, pos: int, end: int,
+                 required: bool) -> tuple[list[bytes], int]:
     """``read_record``, then the record's checksum: its argv without the
     checksum, and the next position.
 
     ``required`` (a format marker was read before) makes a record without
     a checksum damage; without it, only records that carry one are
     checked (files of earlier versions, and what this version appended to
-    them). Raises RecordDamaged at the record's start when it fails.
+    them). Raises RecordDamaged at the record's start when it fails. A
+    bytearray is read from a copy, as in ``read_record``.
     """
+    buf = data if isinstance(data, bytes) else bytes(data)
     spans: list[int] = []
     nxt = frame(buf, pos, end, spans)
-    argv = [bytes(buf[spans[i]:spans[i + 1]]) for i in range(0, len(spans), 2)]
+    argv = [buf[spans[i]:spans[i + 1]] for i in range(0, len(spans), 2)]
     if summed(argv[0], len(argv)):
         check_sum(buf, pos, spans[-2], spans[-1])
         argv.pop()
