@@ -270,9 +270,19 @@ class RecordReader:
         """
         head = self._head
         nxt = pos + self._size
-        if not (head and nxt <= end and buf.startswith(head, pos)
-                and buf.startswith(_CRLF, nxt - 2) and self._same_gaps(buf, pos)
-                and (not self._summed or self._sum_holds(buf, pos))):
+        same = bool(head) and nxt <= end and buf.startswith(head, pos) and buf.startswith(
+            _CRLF, nxt - 2)
+        if same:
+            if self._summed:
+                # The checksum covers every head before it (see _learn).
+                sum_at = pos + self._sum_at
+                same = checksum(buf[pos:sum_at]) == buf[sum_at:pos + self._sum_stop_at]
+            else:
+                for offset, gap in self._gaps:
+                    if not buf.startswith(gap, pos + offset):
+                        same = False
+                        break
+        if not same:
             nxt = frame(buf, pos, end, self._spans)
             self._learn(buf, pos, nxt)
             if self._summed:
@@ -301,16 +311,6 @@ class RecordReader:
             own: tuple[bytes, ...] | None = None) -> tuple[Job, bool]:
         """The job of the LOADJOB last read (``decode_job``)."""
         return decode_job(buf, self.first, self.first_stop, known_nodes, own)
-
-    def _sum_holds(self, buf: bytes, pos: int) -> bool:
-        sum_at = pos + self._sum_at
-        return checksum(buf[pos:sum_at]) == buf[sum_at:pos + self._sum_stop_at]
-
-    def _same_gaps(self, buf: bytes, pos: int) -> bool:
-        for offset, gap in self._gaps:
-            if not buf.startswith(gap, pos + offset):
-                return False
-        return True
 
     def _learn(self, buf: bytes, pos: int, nxt: int) -> None:
         """Take the record just framed as the shape to expect next."""

@@ -64,15 +64,14 @@ class JobRestore:
         known = self.known_nodes
         by_id = self.registry.by_id
         names = self._queue_names
-        reader = self.reader
-        read = reader.read
+        reader = self.reader  # reader.read is called, never bound: compiled, a native call
         end = len(buf)
         now_s = runtime.now // 1000
         done = 0
         loaded = 0
         while done < budget:
             try:
-                nxt = read(buf, pos, end)
+                nxt = reader.read(buf, pos, end)
                 kind = reader.kind
                 if kind != JOB:
                     if kind == DELETION:
