@@ -71,6 +71,14 @@ PROTECTED_MODE_DENIED: Final = error(
     "configuration file and restart, or start the server with '--protected-mode no'.")
 
 
+PROTECTED_MODE_BUS: Final = (
+    "protected mode is on and no cluster secret is set, so this node links only with "
+    "nodes on the loopback interface. To form a cluster across machines, set the same "
+    "cluster-secret (or cluster-secret-file) on every node, or turn protected-mode off on "
+    "nodes no one else can reach (docs/security.md)")
+MEET_PROTECTED: Final = error("ERR Cannot meet a node beyond loopback: " + PROTECTED_MODE_BUS)
+
+
 class AccessStats:
     """INFO security's counters, and the rate limit of the failed-AUTH log."""
 
@@ -241,6 +249,19 @@ def protected_mode_refuses(config: Config, local: bool) -> bool:
     """Protected mode turns this connection away: it is not local and the
     default user needs no password (decided when the connection is made)."""
     return config.protected_mode and not local and default_user_open(config)
+
+
+def cluster_secret_set(config: Config) -> bool:
+    """A cluster secret is configured: bus links prove it (``net/busauth``)."""
+    return bool(config.cluster_secret or config.cluster_secret_file)
+
+
+def protected_mode_refuses_bus(config: Config, peer_local: bool, secured: bool) -> bool:
+    """Protected mode keeps this bus link out: the peer is not on loopback and
+    no cluster secret authenticates the link (``secured``). A password does
+    not count: the bus never asks for one, so without a secret anyone who
+    reaches the bus port could join the cluster and read or delete jobs."""
+    return config.protected_mode and not peer_local and not secured
 
 
 def allowed_from(setting: str, client: ClientState) -> bool:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Final
 from disque import __version__
 from disque.protocol import errors
 from disque.cluster.membership import MYSELF
-from disque.commands.access import needs_auth
+from disque.commands.access import (MEET_PROTECTED, cluster_secret_set, is_loopback,
+                                    needs_auth, protected_mode_refuses_bus)
 from disque.commands.acl import authenticate
 from disque.commands.admin import CLIENT_BAD_NAME, valid_client_name
 from disque.commands.args import parse_int
@@ -86,6 +87,10 @@ def _meet(node: NodeState, argv: list[bytes]) -> bytes:
     if address is None or port <= 0 or port > MAX_MEET_PORT:
         return error("ERR Invalid node address specified: %s:%s"
                      % (ip, port_arg.decode("latin-1")))
+    config = node.config
+    if protected_mode_refuses_bus(config, is_loopback(ip), cluster_secret_set(config)):
+        # The bus adapter would refuse the link; the operator learns why here.
+        return MEET_PROTECTED
     node.gossip.cluster_meet(str(address), port)
     return OK
 

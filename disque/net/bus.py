@@ -42,6 +42,7 @@ from disque.net.busauth import (
     keys_from_config,
 )
 from disque.cluster.transport import BusTransport, Link
+from disque.commands.access import PROTECTED_MODE_BUS, is_loopback, protected_mode_refuses_bus
 from disque.config.errors import ConfigSetError
 from disque.context.log import logger
 
@@ -113,6 +114,13 @@ class BusConnection(asyncio.Protocol):
         self.link = Link(self.node_id, peer[0], local[0], self)
         bus = self.bus
         if not self.outbound:
+            if bus.refuses(peer[0]):
+                # Closed before a byte is read: no frame of an unauthenticated
+                # stranger reaches the node (a MEET would list it).
+                bus.refused(self.link.peer_ip, "from")
+                self.closed = True
+                stream.abort()
+                return
             bus.inbound.add(self)
         if bus.keys is not None:
             self.handshake = Handshake(bus.keys, initiator=self.outbound,
@@ -351,8 +359,12 @@ class ClusterBus(BusTransport):
         self.frames_too_large = 0
         self.messages_too_large = 0
         self.handshake_timeouts = 0
+        self.rejected_connections = 0  # links refused by protected mode, either way
         self._last_error_log = -ERROR_LOG_INTERVAL_S
         self._unlogged_errors = 0
+        self._last_refusal_log = -ERROR_LOG_INTERVAL_S
+        self._unlogged_refusals = 0
+        self.config: Config | None = None  # protected mode's settings, from configure()
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
         """Accept connections from peers."""
@@ -368,12 +380,16 @@ class ClusterBus(BusTransport):
         tls-cluster from ``config`` before the listener opens; return warnings
         for the log. Raises SecretConfigError or TlsConfigError."""
         warnings: list[str] = []
+        self.config = config
         self.max_frame = frame_cap(config.proto_max_bulk_len)
         self.handshake_timeout = min(max(config.cluster_node_timeout / 1000,
                                          HANDSHAKE_TIMEOUT_MIN_S), HANDSHAKE_TIMEOUT_MAX_S)
         self.keys = keys_from_config(config)
         if self.keys is not None:
             warnings.extend(self.keys.warnings)
+        elif not all(_is_loopback(host) for host in config.bind or ["*"]) and config.protected_mode:
+            warnings.append("The cluster bus listens beyond loopback (bind %s), but %s."
+                            % (" ".join(config.bind) or "*", PROTECTED_MODE_BUS))
         elif not all(_is_loopback(host) for host in config.bind or ["*"]):
             warnings.append("The cluster bus listens beyond loopback (bind %s) without a "
                             "cluster secret: anyone who reaches its port can join the cluster "
@@ -397,6 +413,27 @@ class ClusterBus(BusTransport):
         self.set_keys(keys)
         logger.info("Cluster secret changed: bus links %s",
                     "require it" if keys is not None else "are no longer authenticated")
+
+    def refuses(self, host: str) -> bool:
+        """Protected mode keeps a link with ``host`` out (no cluster secret, not
+        loopback); decided when the link is made (``commands.access``)."""
+        config = self.config
+        return config is not None and protected_mode_refuses_bus(
+            config, is_loopback(host), self.keys is not None)
+
+    def refused(self, host: str, direction: str) -> None:
+        """Count a link protected mode refused; logged at most once a second, so
+        that a peer retrying (or a stranger scanning) cannot fill the log."""
+        self.rejected_connections += 1
+        now = time.monotonic()
+        if now - self._last_refusal_log >= ERROR_LOG_INTERVAL_S:
+            unlogged = self._unlogged_refusals
+            logger.warning("Bus link %s %s refused: %s%s", direction, host, PROTECTED_MODE_BUS,
+                           " (%d more since the last report)" % unlogged if unlogged else "")
+            self._last_refusal_log = now
+            self._unlogged_refusals = 0
+        else:
+            self._unlogged_refusals += 1
 
     def set_keys(self, keys: BusKeys | None) -> None:
         """Use new secrets (CONFIG SET): links opened with a secret no longer
@@ -453,6 +490,9 @@ class ClusterBus(BusTransport):
                    "ssl_handshake_timeout": self.handshake_timeout}
         conn: BusConnection | None = None
         try:
+            if self.refuses(ip):  # a node learnt by gossip, or met before protected mode
+                self.refused(ip, "to")
+                raise ConnectionError("refused by protected mode")
             made: tuple[asyncio.Transport, BusConnection] = await asyncio.wait_for(
                 self.loop.create_connection(lambda: BusConnection(self, holder[0]), ip, port,
                                             **tls), CONNECT_TIMEOUT_S)

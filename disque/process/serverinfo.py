@@ -143,7 +143,8 @@ def _bus_fields(server: Server) -> InfoFields:
             ("bus_mac_failures", bus.mac_failures),
             ("bus_frames_too_large", bus.frames_too_large),
             ("bus_messages_too_large", bus.messages_too_large),
-            ("bus_handshake_timeouts", bus.handshake_timeouts)]
+            ("bus_handshake_timeouts", bus.handshake_timeouts),
+            ("bus_rejected_connections", bus.rejected_connections)]
 
 
 def _limits_fields(server: Server) -> InfoFields:

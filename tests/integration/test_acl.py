@@ -7,8 +7,6 @@ mode seen from another network namespace (as root)."""
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 import socket
 import subprocess
 
@@ -16,6 +14,7 @@ import pytest
 import redis
 
 from tests.support.cluster import _Reader, encode_command, raw_command
+from tests.support.netns import namespace  # noqa: F401  (a fixture)
 from tests.support.process import wait_until
 
 TIMEOUT = 10.0
@@ -133,63 +132,9 @@ def test_debug_and_protected_configs_refused_by_default(server_factory, tmp_path
 
 # ------------------------------------------------------- protected mode
 
-class Namespace:
-    """A network namespace joined to this one by a veth pair: the host end
-    is ``host_ip``, the namespace's end ``peer_ip`` (not loopback to the node)."""
-
-    def __init__(self) -> None:
-        tag = "%d" % (os.getpid() % 100000)
-        self.name = "dq-acl-" + tag
-        self.host_link = "dqa%sh" % tag
-        subnet = 200 + os.getpid() % 50
-        self.host_ip = "10.200.%d.1" % subnet
-        self.peer_ip = "10.200.%d.2" % subnet
-        added = subprocess.run(["ip", "netns", "add", self.name], capture_output=True,
-                               text=True, timeout=TIMEOUT)
-        if added.returncode != 0:  # root without CAP_SYS_ADMIN (a container)
-            pytest.skip("cannot make a network namespace: %s" % added.stderr.strip())
-        try:
-            self._run("ip", "link", "add", self.host_link, "type", "veth", "peer", "name",
-                      "dqa%sn" % tag)
-            self._run("ip", "link", "set", "dqa%sn" % tag, "netns", self.name)
-            self._run("ip", "addr", "add", self.host_ip + "/24", "dev", self.host_link)
-            self._run("ip", "link", "set", self.host_link, "up")
-            self.exec("ip", "addr", "add", self.peer_ip + "/24", "dev", "dqa%sn" % tag)
-            self.exec("ip", "link", "set", "dqa%sn" % tag, "up")
-        except BaseException:
-            self.close()
-            raise
-
-    @staticmethod
-    def _run(*args: str) -> None:
-        subprocess.run(args, check=True, capture_output=True, timeout=TIMEOUT)
-
-    def exec(self, *args: str) -> None:
-        self._run("ip", "netns", "exec", self.name, *args)
-
-    def close(self) -> None:
-        subprocess.run(["ip", "link", "del", self.host_link], capture_output=True,
-                       timeout=TIMEOUT)
-        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=TIMEOUT)
-
-
-@pytest.fixture
-def namespace():
-    if os.geteuid() != 0:
-        pytest.skip("a network namespace needs root: protected mode is checked from "
-                    "loopback only (tests/unit/commands/test_acl.py has the decision)")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2's ip is not installed")
-    ns = Namespace()
-    try:
-        yield ns
-    finally:
-        ns.close()
-
-
 def test_protected_mode_from_another_host(server_factory, redis_cli, namespace):
     proc = server_factory("bind 127.0.0.1 %s\n" % namespace.host_ip)
-    outside = ("ip", "netns", "exec", namespace.name)
+    outside = namespace.prefix
 
     def remote(*args: str) -> str:
         return cli(redis_cli, proc.port, *args, host=namespace.host_ip, prefix=outside)

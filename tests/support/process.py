@@ -104,7 +104,12 @@ class DisqueProcess:
 
     def __init__(self, workdir: Path, port: int | None = None, config: str = "",
                  args: tuple[str, ...] = (), env: dict | None = None,
-                 config_file: bool = True) -> None:
+                 config_file: bool = True, host: str = "127.0.0.1",
+                 prefix: tuple[str, ...] = ()) -> None:
+        # host: the address the test reaches it on; prefix: what the command
+        # runs under (``ip netns exec <ns>`` for a node on another "machine").
+        self.host = host
+        self.prefix = tuple(prefix)
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -145,7 +150,7 @@ class DisqueProcess:
             env.update(self.env)
         with open(self.dir / "stderr.log", "ab") as stderr:
             command = SERVER + ([str(self.config_path)] if self.config_path else [])
-            self.proc = subprocess.Popen(command + list(self.args),
+            self.proc = subprocess.Popen(list(self.prefix) + command + list(self.args),
                                          cwd=self.dir, env=env, stdout=subprocess.DEVNULL,
                                          stderr=stderr)
         self._signals_sent = set()
@@ -162,7 +167,7 @@ class DisqueProcess:
             if self.proc.poll() is not None:
                 raise AssertionError("disque-server exited with %s: %s"
                                      % (self.proc.returncode, self.tail_log()))
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+            with socket.create_connection((self.host, self.port), timeout=1) as s:
                 s.sendall(b"PING\r\n")
                 reply = s.recv(64)
                 return reply.startswith(b"+PONG") or reply.startswith(b"-NOAUTH")
@@ -179,13 +184,13 @@ class DisqueProcess:
     def client(self, **kwargs) -> redis.Redis:
         """A redis-py client for this node (closed by stop())."""
         kwargs.setdefault("socket_timeout", 30)
-        client = redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+        client = redis.Redis(host=self.host, port=self.port, **kwargs)
         self._clients.append(client)
         return client
 
     def call(self, *args):
         """One command through a fresh connection's execute_command."""
-        with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=30) as client:
+        with redis.Redis(host=self.host, port=self.port, socket_timeout=30) as client:
             return client.execute_command(*args)
 
     def raw(self, data: bytes, timeout: float = 2.0, until_close: bool = False,
@@ -194,7 +199,7 @@ class DisqueProcess:
 
         Reads until ``expect`` bytes arrived, the peer closed, or nothing more
         arrives for a short while."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+        with socket.create_connection((self.host, self.port), timeout=timeout) as s:
             s.sendall(data)
             out = b""
             s.settimeout(0.3 if not until_close and expect is None else timeout)

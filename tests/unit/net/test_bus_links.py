@@ -211,8 +211,9 @@ def test_messages_beyond_the_frame_cap_leave_in_several_frames():
 
 
 def test_configure_warns_when_the_bus_is_open_beyond_loopback(tmp_path):
-    def warnings(bind: list[str], secret: str = "") -> list[str]:
+    def warnings(bind: list[str], secret: str = "", protected: bool = False) -> list[str]:
         config = Config()
+        config.protected_mode = protected
         config.bind = bind
         config.cluster_secret = secret
         config.proto_max_bulk_len = 4 << 20
@@ -227,6 +228,10 @@ def test_configure_warns_when_the_bus_is_open_beyond_loopback(tmp_path):
     for bind in (["10.1.2.3"], ["127.0.0.1", "192.168.0.7"], [], ["0.0.0.0"]):
         (found,) = warnings(bind)
         assert "without a cluster secret" in found and "cluster-secret-file" in found
+        # In protected mode such links are refused: the warning says so and the way out.
+        (found,) = warnings(bind, protected=True)
+        assert "protected mode is on and no cluster secret is set" in found
+        assert "cluster-secret" in found and "protected-mode off" in found
     assert warnings(["10.1.2.3"], secret=SECRET.decode()) == []
 
 
