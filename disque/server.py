@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 TIMER_SLACK_MS = 1
 REQUEST_SCAN_INTERVAL_MS = 1000  # client-request-timeout is checked once a second
 DEFAULT_TLS_HANDSHAKE_TIMEOUT = 60.0  # asyncio's, when client-request-timeout is 0
+# While the AOF loads, systemd's start timeout (TimeoutStartSec) is pushed
+# back: each EXTEND_TIMEOUT_USEC gives this long from when it is sent, and a
+# new one goes out every LOADING_NOTIFY_INTERVAL, so a node that stops
+# making progress is still killed within about that long.
+LOADING_EXTEND_USEC = 10_000_000
+LOADING_NOTIFY_INTERVAL = 0.25  # seconds; a datagram each time, a few per second at most
 
 
 def wall_clock_ms() -> int:
@@ -93,6 +99,7 @@ class Server(Host):
         self.limits = LimitCounters()
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
+        self._next_loading_notify = 0.0  # monotonic: when the next EXTEND_TIMEOUT_USEC is due
         self.node: Node = self._create_node()
 
     # ------------------------------------------------------------ startup
@@ -229,7 +236,7 @@ class Server(Host):
         self.loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
         self.loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
         try:
-            await self.aof.load_at_startup()
+            await self.aof.load_at_startup(self._loading_progress)
         except AofStartupError as exc:
             raise StartupError(str(exc)) from None
         await self._start_bus()
@@ -306,6 +313,13 @@ class Server(Host):
             await bus.listen(config.bind, port, config.tcp_backlog)
         except OSError as exc:
             raise self._cannot_listen("the cluster bus", port, exc) from None
+
+    def _loading_progress(self) -> None:
+        """A slice of the AOF was loaded: keep systemd from timing the start out."""
+        now = time.monotonic()
+        if now >= self._next_loading_notify:
+            self._next_loading_notify = now + LOADING_NOTIFY_INTERVAL
+            self._notify("EXTEND_TIMEOUT_USEC=%d" % LOADING_EXTEND_USEC)
 
     def _notify(self, state: str) -> None:
         supervised = self.config.supervised

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from disque.aof.loader import AofLoader, AofLoadError
 from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
@@ -47,8 +47,9 @@ class AofService:
 
     # ------------------------------------------------------------ startup
 
-    async def load_at_startup(self) -> None:
-        """Load the AOF if ``appendonly`` or ``aof-enqueue-jobs-once`` asks for it."""
+    async def load_at_startup(self, progress: Callable[[], None] | None = None) -> None:
+        """Load the AOF if ``appendonly`` or ``aof-enqueue-jobs-once`` asks for it;
+        ``progress`` is called as the load begins and after each slice."""
         config = self.config
         path = config.appendfilename
         enqueue_once = config.aof_enqueue_jobs_once
@@ -62,7 +63,7 @@ class AofService:
             return
         started = time.monotonic()
         try:
-            marked = await self._load(path, enqueue_once)
+            marked = await self._load(path, enqueue_once, progress)
         except (AofLoadError, OSError) as exc:
             raise AofStartupError(str(exc)) from None
         self.logger.info("DB loaded from append only file: %.3f seconds (%d jobs)",
@@ -78,7 +79,8 @@ class AofService:
                     self.logger.warning("Could not reset aof-enqueue-jobs-once in the config "
                                         "file: %s", exc)
 
-    async def _load(self, path: str, enqueue_once: bool) -> bool:
+    async def _load(self, path: str, enqueue_once: bool,
+                    progress: Callable[[], None] | None) -> bool:
         """Load the file; whether it ends under a format marker (checksums required)."""
         node = self.node
         node.loading = True
@@ -88,6 +90,8 @@ class AofService:
                                          logger=self.logger)
         try:
             while True:
+                if progress is not None:
+                    progress()
                 node.read_clock()
                 if loader.run(LOAD_SLICE_RECORDS):
                     return loader.checksums_required

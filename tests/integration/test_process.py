@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 
+from disque.aof.service import LOAD_SLICE_RECORDS
+from disque.server import LOADING_NOTIFY_INTERVAL
 from tests.support.process import REPO, DisqueProcess, free_port, wait_until
 
 
@@ -26,6 +29,58 @@ def test_systemd_ready_and_stopping_notifications(tmp_path):
         assert node.proc.wait(10) == 0
     finally:
         node.stop()
+        sock.close()
+
+
+def _notifications_until_ready(sock: socket.socket) -> list[bytes]:
+    """Datagrams received on the fake NOTIFY_SOCKET up to READY=1 (included)."""
+    messages: list[bytes] = []
+    while not messages or messages[-1] != b"READY=1":
+        messages.append(sock.recv(256))
+    return messages
+
+
+def test_aof_load_extends_the_systemd_start_timeout(tmp_path, server_factory):
+    """While a large AOF loads the node keeps pushing systemd's start timeout
+    back, so TimeoutStartSec does not kill a node that is making progress."""
+    notify_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(notify_path)
+    sock.settimeout(120)
+    try:
+        node = server_factory("appendonly yes\nsupervised systemd\n",
+                              env={"NOTIFY_SOCKET": notify_path})
+        assert _notifications_until_ready(sock) == [b"READY=1"]  # an empty AOF: no wait
+        count = 5 * LOAD_SLICE_RECORDS  # five loader slices
+        for start in range(0, count, 5000):
+            with socket.create_connection(("127.0.0.1", node.port), timeout=60) as s:
+                s.sendall(b"".join(b"ADDJOB q job%d 0\r\n" % i for i in range(start, start + 5000)))
+                received = b""
+                while received.count(b"\r\n") < 5000:
+                    received += s.recv(1 << 16)
+                assert all(line.startswith(b"+D-") for line in received.split(b"\r\n")[:-1])
+        assert node.call("QLEN", "q") == count
+        node.stop()
+        assert sock.recv(256) == b"STOPPING=1"
+
+        node.start(wait=False)
+        messages = _notifications_until_ready(sock)
+        extends = messages[:-1]
+        assert extends and all(m.startswith(b"EXTEND_TIMEOUT_USEC=") for m in extends), messages
+        assert all(int(m.split(b"=")[1]) >= 1_000_000 for m in extends), messages
+        node.wait_ready()
+        # Loaded jobs are active until their retry time: counted, not queued.
+        loaded = re.search(r"DB loaded from append only file: ([0-9.]+) seconds \((\d+) jobs\)",
+                           node.log_path.read_text())
+        assert loaded is not None and int(loaded.group(2)) == count
+        # One as the load begins, then one after the first slice past each
+        # interval: a load of three intervals spans at least two.
+        seconds = float(loaded.group(1))
+        if seconds >= 3 * LOADING_NOTIFY_INTERVAL:
+            assert len(extends) >= 2, (seconds, extends)
+        print("AOF of %d jobs loaded in %.2f s with %d EXTEND_TIMEOUT_USEC"
+              % (count, seconds, len(extends)))
+    finally:
         sock.close()
 
 
