@@ -104,12 +104,15 @@ class DisqueProcess:
 
     def __init__(self, workdir: Path, port: int | None = None, config: str = "",
                  args: tuple[str, ...] = (), env: dict | None = None,
-                 config_file: bool = True, host: str = "127.0.0.1",
+                 config_file: bool = True, config_path: Path | None = None,
+                 config_head: str = "", host: str = "127.0.0.1",
                  prefix: tuple[str, ...] = ()) -> None:
-        # host: the address the test reaches it on; prefix: what the command
-        # runs under (``ip netns exec <ns>`` for a node on another "machine").
+        """``config_path`` puts the config file elsewhere than in ``workdir``,
+        after ``config_head`` (a shipped file the test's lines override);
+        ``host`` is the address the test reaches it on; ``prefix`` runs the
+        server through a wrapper command that execs it (``ip netns exec
+        <ns>`` for a node on another "machine", a sandbox)."""
         self.host = host
-        self.prefix = tuple(prefix)
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -119,8 +122,8 @@ class DisqueProcess:
                 % (self.port, self.dir))
         self.config_path: Path | None = None
         if config_file:
-            self.config_path = self.dir / "disque.conf"
-            self.config_path.write_text(base + config)
+            self.config_path = Path(config_path) if config_path else self.dir / "disque.conf"
+            self.config_path.write_text(config_head + base + config)
             self.args = tuple(args)
         else:  # the same directives on the command line, and no config file at all
             assert not config, "config text needs a config file"
@@ -128,6 +131,7 @@ class DisqueProcess:
             self.args = tuple(arg for name, value in directives
                               for arg in ("--" + name, value)) + tuple(args)
         self.env = env
+        self.prefix = tuple(prefix)
         self.proc: subprocess.Popen | None = None
         self._clients: list[redis.Redis] = []
         self.shared = False  # owned by a module-scoped fixture, judged at its teardown
@@ -149,8 +153,8 @@ class DisqueProcess:
         if self.env:
             env.update(self.env)
         with open(self.dir / "stderr.log", "ab") as stderr:
-            command = SERVER + ([str(self.config_path)] if self.config_path else [])
-            self.proc = subprocess.Popen(list(self.prefix) + command + list(self.args),
+            command = [*self.prefix, *SERVER] + ([str(self.config_path)] if self.config_path else [])
+            self.proc = subprocess.Popen(command + list(self.args),
                                          cwd=self.dir, env=env, stdout=subprocess.DEVNULL,
                                          stderr=stderr)
         self._signals_sent = set()
