@@ -16,8 +16,10 @@ Needs the ``client`` extra (redis-py), which the server itself does without.
 The modules: ``addresses`` (NodeAddress, seed lists), ``errors`` (the client's
 errors, which failures move to another node), ``replies`` (Job, job_info),
 ``arguments`` (argument encoding, ADDJOB's argv, ``AddJobEncoder`` for
-ADDJOBs encoded in bulk), ``disqueclient`` (the DisqueClient class: node
-choice, failover, pipelining, commands).
+ADDJOBs encoded in bulk), ``security`` (``ConnectionSecurity``: TLS and the
+ACL user, shared with ``disque-worker`` and the Spark connector),
+``disqueclient`` (the DisqueClient class: node choice, failover, pipelining,
+commands).
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from disque.client.disqueclient import (DEFAULT_CHUNK, DEFAULT_GETJOB_COUNT,
 from disque.client.errors import (LEAVING_PREFIX, NOREPL_LEAVING_TEXT, AuthenticationError,
                                   DisqueError, NoNodeAvailable, ResponseError)
 from disque.client.replies import Job, job_info
+from disque.client.security import ConnectionSecurity
 
 __all__ = [
     "DEFAULT_CHUNK", "DEFAULT_GETJOB_COUNT", "DEFAULT_PORT", "DEFAULT_SEED",
     "FAILED_NODE_QUARANTINE", "LEAVING_PREFIX", "NOREPL_LEAVING_TEXT", "PRIORITY_FAILING",
-    "AddJobEncoder", "AuthenticationError", "DisqueClient",
+    "AddJobEncoder", "AuthenticationError", "ConnectionSecurity", "DisqueClient",
     "DisqueError", "Job", "NoNodeAvailable", "NodeAddress", "ResponseError", "addjob_args",
     "addjob_options", "job_info", "parse_nodes",
 ]

@@ -6,6 +6,7 @@ pipelining, and the job and queue commands (see the package docstring).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -17,6 +18,7 @@ from disque.client.arguments import (addjob_args, addjob_options, encode_arg, id
 from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
                                   NoNodeAvailable, ResponseError, is_badid, is_leaving)
 from disque.client.replies import Job, job_from_entry, job_info, text
+from disque.client.security import ConnectionSecurity
 
 DEFAULT_CHUNK = 500
 _LINES_READ = 1 << 16
@@ -37,12 +39,25 @@ class DisqueClient:
 
     def __init__(self, nodes: str | Sequence[str | NodeAddress | tuple[str, int]] = DEFAULT_SEED,
                  *, password: str | None = None, username: str | None = None,
+                 security: ConnectionSecurity | None = None,
                  socket_timeout: float | None = 30.0,
                  connect_timeout: float = 5.0, use_hello: bool = True,
                  max_attempts: int | None = None) -> None:
+        """``security``: TLS and the ACL user; ``password`` and ``username`` are its
+        shorthand for a plain connection, and go with it only if it names neither."""
         self.seeds = parse_nodes(nodes)
-        self.password = password
-        self.username = username  # AUTH <username> <password> (a node's ACL user)
+        if security is None:
+            security = ConnectionSecurity(user=username, password=password)
+        elif password is not None or username is not None:
+            if security.password is not None or security.user is not None:
+                raise TypeError("give the password and user in security or as keywords, "
+                                "not both")
+            security = dataclasses.replace(security, user=username, password=password)
+        self.security = security
+        self.password = security.password
+        self.username = security.user  # AUTH <username> <password> (a node's ACL user)
+        self._connection_class = redis.SSLConnection if security.uses_tls else redis.Connection
+        self._connection_kwargs = security.connection_kwargs()
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout
         self.use_hello = use_hello
@@ -70,11 +85,10 @@ class DisqueClient:
             self._conn = None
 
     def _open(self, node: NodeAddress) -> redis.Connection:
-        conn = redis.Connection(host=node.host, port=node.port, username=self.username,
-                                password=self.password,
-                                socket_timeout=self.socket_timeout,
-                                socket_connect_timeout=self.connect_timeout,
-                                protocol=2, driver_info=None)
+        conn = self._connection_class(host=node.host, port=node.port,
+                                      socket_timeout=self.socket_timeout,
+                                      socket_connect_timeout=self.connect_timeout,
+                                      protocol=2, driver_info=None, **self._connection_kwargs)
         conn.connect()
         return conn
 

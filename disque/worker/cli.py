@@ -14,7 +14,8 @@ import logging
 import os
 import sys
 
-from disque.client import DEFAULT_SEED, AuthenticationError
+from disque.client import DEFAULT_SEED, AuthenticationError, ConnectionSecurity
+from disque.client.security import PASSWORD_ENV, USER_ENV
 from disque.worker.aioworker import AsyncioWorker
 from disque.worker.engine import Worker, WorkerOptions
 from disque.worker.events import FORMATS, configure, emit
@@ -22,8 +23,6 @@ from disque.worker.tasks import StartedOnImport, is_coroutine_handler, load_targ
 from disque.worker.threaded import ThreadedWorker
 
 CLUSTER_ENV = "DISQUE_CLUSTER"
-PASSWORD_ENV = "DISQUE_PASSWORD"
-USER_ENV = "DISQUE_USER"
 EXIT_USAGE = 2
 EXIT_AUTH = 3
 
@@ -32,8 +31,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options; ``WorkerOptions`` holds their defaults."""
     defaults = WorkerOptions()
     parser = argparse.ArgumentParser(prog="disque-worker", description=__doc__.split("\n\n")[1],
-                                     epilog="$%s, when set, is sent with AUTH (as the ACL user $%s, "
-                                            "when set)." % (PASSWORD_ENV, USER_ENV))
+                                     epilog="The password ($%s or --password), when set, is sent "
+                                            "with AUTH (as the ACL user $%s or --user, when set)."
+                                            % (PASSWORD_ENV, USER_ENV))
     parser.add_argument("target", help="the handler, as package.module:function")
     parser.add_argument("--queue", "-q", action="append", required=True,
                         help="a queue to take jobs from (repeatable)")
@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="key=value lines or JSON lines (default %(default)s)")
     parser.add_argument("--log-level", default="INFO",
                         help="DEBUG logs every job; INFO the worker's life and failures")
+    ConnectionSecurity.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -69,8 +70,8 @@ def build_worker(args: argparse.Namespace) -> Worker:
     options = WorkerOptions(concurrency=args.concurrency, prefetch=args.prefetch,
                             poll_ms=args.poll_ms, working_after=args.working_after,
                             nack_delay=args.nack_delay, nack_delay_max=args.nack_delay_max,
-                            grace=args.grace, password=os.environ.get(PASSWORD_ENV),
-                            username=os.environ.get(USER_ENV))
+                            grace=args.grace,
+                            security=ConnectionSecurity.from_args(args, os.environ))
     kind = AsyncioWorker if is_coroutine_handler(handler) else ThreadedWorker
     worker = kind(args.cluster, options)
     for queue in args.queue:

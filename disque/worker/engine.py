@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from disque.client import (DEFAULT_SEED, AuthenticationError, DisqueClient, DisqueError, Job,
-                           NodeAddress, ResponseError)
+from disque.client import (DEFAULT_SEED, AuthenticationError, ConnectionSecurity, DisqueClient,
+                           DisqueError, Job, NodeAddress, ResponseError)
 from disque.client.errors import CONNECTION_ERRORS
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
@@ -59,6 +59,8 @@ class WorkerOptions:
     socket_timeout: float = 10.0
     password: str | None = None
     username: str | None = None  # with password: AUTH as this ACL user
+    # TLS and the ACL user (password and username above are its plain shorthand).
+    security: ConnectionSecurity | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -130,7 +132,7 @@ class Worker(abc.ABC):
     def _client(self) -> DisqueClient:
         opts = self.options
         return DisqueClient(self.nodes, password=opts.password, username=opts.username,
-                            socket_timeout=opts.socket_timeout)
+                            security=opts.security, socket_timeout=opts.socket_timeout)
 
     def _begin(self) -> bool:
         """Connect (waiting for a node to answer), probe NACK DELAY, start the settler
