@@ -9,9 +9,9 @@ default wins (spark-notes pitfall 1). Everything here goes through
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from disque.client import DisqueClient, addjob_options, parse_nodes
+from disque.client import ConnectionSecurity, DisqueClient, addjob_options, parse_nodes
 
 DEFAULT_NODES = "127.0.0.1:7711"
 
@@ -79,7 +79,7 @@ class ConnectionOptions:
     """How to reach the cluster (picklable: shipped to executors)."""
 
     nodes: str = DEFAULT_NODES
-    password: str | None = None
+    security: ConnectionSecurity = ConnectionSecurity()
     socket_timeout: float = 30.0
 
     @classmethod
@@ -90,11 +90,28 @@ class ConnectionOptions:
         except ValueError as exc:
             raise OptionError("option 'nodes' must be host:port[,host:port...]: %s" % exc) from None
         timeout = max(options.float("socketTimeout", 30.0), min_socket_timeout)
-        return cls(nodes, options.get("password"), timeout)
+        cert, key = options.get("tlsCertFile"), options.get("tlsKeyFile")
+        if (cert is None) != (key is None):
+            raise OptionError("options 'tlsCertFile' and 'tlsKeyFile' go together")
+        user, password = options.get("user"), options.get("password")
+        if user is not None and password is None:
+            raise OptionError("option 'user' needs option 'password'")
+        security = ConnectionSecurity(
+            tls=options.bool("tls"), tls_ca_cert_file=options.get("tlsCaCertFile"),
+            tls_cert_file=cert, tls_key_file=key, tls_insecure=options.bool("tlsInsecure"),
+            user=user, password=password)
+        return cls(nodes, security, timeout)
 
-    def client(self, **kwargs: Any) -> DisqueClient:
-        """A new client; it connects on first use."""
-        return DisqueClient(self.nodes, password=self.password,
+    @property
+    def password(self) -> str | None:
+        """The AUTH password, if any."""
+        return self.security.password
+
+    def client(self, nodes: str | Sequence[tuple[str, int]] | None = None,
+               **kwargs: Any) -> DisqueClient:
+        """A new client, to ``nodes`` (default: the ``nodes`` option); it connects on
+        first use."""
+        return DisqueClient(self.nodes if nodes is None else nodes, security=self.security,
                             socket_timeout=self.socket_timeout, **kwargs)
 
 

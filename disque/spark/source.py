@@ -300,8 +300,7 @@ class DisqueSnapshotReader(DataSourceReader):
 
     def read(self, partition: NodePartition) -> Iterator[Any]:
         builder = BatchBuilder(self.schema)
-        client = DisqueClient([(partition.host, partition.port)], password=self.connection.password,
-                              socket_timeout=self.connection.socket_timeout, use_hello=False)
+        client = self.connection.client([(partition.host, partition.port)], use_hello=False)
         rows: list[dict] = []
         try:
             for row in self._rows(client, partition.node_id):

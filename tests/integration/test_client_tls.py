@@ -13,42 +13,36 @@ import pytest
 
 from disque.client import (AuthenticationError, ConnectionSecurity, DisqueClient,
                            NoNodeAvailable)
-from tests.integration.test_tls import (GEN_CERTS_TIMEOUT, certs,  # noqa: F401 (a fixture)
-                                        tls_config, tls_handshake)
-from tests.support.process import REPO, SERVER, DisqueProcess, free_port, wait_until
+from tests.support.process import REPO, wait_until
+from tests.support.tls import APP_PASSWORD, APP_USER, gen_certs, start_tls_only_node
 
 WORKER_CLI = [sys.executable, "-m", "disque.worker.cli"]
-USERS = ("user default off\n"
-         "user app on >app-pw ~tq* +@all\n")
 
 
 @pytest.fixture(scope="module")
-def tls_node(tmp_path_factory, certs):  # noqa: F811
-    """A node serving TLS only (``port 0``), client certificates required, the
-    default user off: only ``app`` with its password gets in."""
-    tls_port = free_port()
-    # 127.0.0.2 too, an address the node's certificate does not name.
-    extra = "port 0\nbind 127.0.0.1 127.0.0.2\ntls-auth-clients yes\n" + USERS
-    node = DisqueProcess(tmp_path_factory.mktemp("tls-only"),
-                         config=tls_config(certs, tls_port, extra))
+def certs(tmp_path_factory) -> Path:
+    return gen_certs(tmp_path_factory.mktemp("certs") / "tls")
+
+
+@pytest.fixture(scope="module")
+def tls_node(tmp_path_factory, certs):
+    """A TLS-only node (tests/support/tls.py): "127.0.0.1:port"."""
+    node, address = start_tls_only_node(tmp_path_factory.mktemp("tls-only"), certs)
     node.shared = True
-    node.start(wait=False)
-    wait_until(lambda: tls_handshake(certs, tls_port, True).startswith(b"-NOAUTH"),
-               message="the TLS port answering")
-    yield "127.0.0.1:%d" % tls_port
+    yield address
     node.stop()
     assert node.verify() == []
 
 
-def secure(certs: Path, **changes) -> ConnectionSecurity:  # noqa: F811
+def secure(certs: Path, **changes) -> ConnectionSecurity:
     fields = dict(tls=True, tls_ca_cert_file=str(certs / "ca.crt"),
                   tls_cert_file=str(certs / "client.crt"), tls_key_file=str(certs / "client.key"),
-                  user="app", password="app-pw")
+                  user=APP_USER, password=APP_PASSWORD)
     fields.update(changes)
     return ConnectionSecurity(**fields)
 
 
-def test_client_adds_and_gets_a_job_over_tls_as_an_acl_user(tls_node, certs):  # noqa: F811
+def test_client_adds_and_gets_a_job_over_tls_as_an_acl_user(tls_node, certs):
     with DisqueClient(tls_node, security=secure(certs)) as client:
         job_id = client.add("tq", b"over tls")
         [job] = client.get_jobs("tq", timeout_ms=5000)
@@ -60,11 +54,8 @@ def test_client_adds_and_gets_a_job_over_tls_as_an_acl_user(tls_node, certs):  #
         assert client.execute("ACL", "WHOAMI") == b"app"
 
 
-def test_wrong_ca_fails_verification(tls_node, certs, tmp_path):  # noqa: F811
-    other = tmp_path / "other"
-    result = subprocess.run(SERVER + ["--gen-certs", str(other)], cwd=REPO,
-                            capture_output=True, text=True, timeout=GEN_CERTS_TIMEOUT)
-    assert result.returncode == 0, result.stderr
+def test_wrong_ca_fails_verification(tls_node, certs, tmp_path):
+    other = gen_certs(tmp_path / "other")
     client = DisqueClient(tls_node, security=secure(certs, tls_ca_cert_file=str(other / "ca.crt")),
                           max_attempts=1)
     with pytest.raises(NoNodeAvailable, match="certificate verify failed"):
@@ -75,14 +66,14 @@ def test_wrong_ca_fails_verification(tls_node, certs, tmp_path):  # noqa: F811
         assert client.execute("PING") == b"PONG"
 
 
-def test_hostname_is_checked(tls_node, certs):  # noqa: F811
+def test_hostname_is_checked(tls_node, certs):
     """The node's certificate names 127.0.0.1 and localhost, not 127.0.0.2 (loopback too)."""
     port = tls_node.rsplit(":", 1)[1]
     with pytest.raises(NoNodeAvailable, match="match"):
         DisqueClient("127.0.0.2:%s" % port, security=secure(certs), max_attempts=1).connect()
 
 
-def test_what_the_node_refuses(tls_node, certs):  # noqa: F811
+def test_what_the_node_refuses(tls_node, certs):
     # Plain RESP on the TLS port: the handshake fails, no reply.
     with pytest.raises(NoNodeAvailable):
         DisqueClient(tls_node, max_attempts=1).connect()
@@ -106,12 +97,13 @@ def test_security_options_are_checked():
         DisqueClient(security=ConnectionSecurity(password="a"), password="b")
 
 
-def test_disque_worker_processes_a_job_over_tls(tls_node, certs, tmp_path):  # noqa: F811
+def test_disque_worker_processes_a_job_over_tls(tls_node, certs, tmp_path):
     """The real command: flags for the files, the user and password from the environment."""
     (tmp_path / "tlsjob.py").write_text(
         "def handle(job):\n    open(%r, 'ab').write(job.body + b'\\n')\n"
         % str(tmp_path / "done.txt"))
-    env = dict(os.environ, PYTHONPATH=str(REPO), DISQUE_USER="app", DISQUE_PASSWORD="app-pw")
+    env = dict(os.environ, PYTHONPATH=str(REPO), DISQUE_USER=APP_USER,
+               DISQUE_PASSWORD=APP_PASSWORD)
     with DisqueClient(tls_node, security=secure(certs)) as client:
         client.add("tqworker", b"via the worker")
         log = open(tmp_path / "worker.log", "wb")
@@ -124,17 +116,20 @@ def test_disque_worker_processes_a_job_over_tls(tls_node, certs, tmp_path):  # n
         try:
             wait_until(lambda: (tmp_path / "done.txt").exists()
                        and (tmp_path / "done.txt").read_bytes() == b"via the worker\n",
-                       timeout=20, message="the worker ran the job: %s"
-                       % (tmp_path / "worker.log").read_text())
+                       timeout=20, message="the worker ran the job")
             wait_until(lambda: client.qlen("tqworker") == 0
                        and not list(client.jscan("tqworker")), message="the job acknowledged")
-        finally:
             proc.terminate()
-            assert proc.wait(15) == 0, (tmp_path / "worker.log").read_text()
+            assert proc.wait(15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
             log.close()
+            print((tmp_path / "worker.log").read_text())
 
 
-def test_disque_worker_with_the_wrong_password_exits_3(tls_node, certs, tmp_path):  # noqa: F811
+def test_disque_worker_with_the_wrong_password_exits_3(tls_node, certs, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     (tmp_path / "tlsjob.py").write_text("def handle(job):\n    pass\n")
     result = subprocess.run(
@@ -142,6 +137,6 @@ def test_disque_worker_with_the_wrong_password_exits_3(tls_node, certs, tmp_path
                       "--tls-ca-cert-file", str(certs / "ca.crt"),
                       "--tls-cert-file", str(certs / "client.crt"),
                       "--tls-key-file", str(certs / "client.key"),
-                      "--user", "app", "--password", "wrong"],
+                      "--user", APP_USER, "--password", "wrong"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 3, result.stderr

@@ -16,23 +16,13 @@ import pytest
 import redis
 
 from tests.support.process import REPO, SERVER, DisqueProcess, free_port, wait_until
-
-GEN_CERTS_TIMEOUT = 60
+from tests.support.tls import GEN_CERTS_TIMEOUT, gen_certs, tls_config, tls_handshake
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     """A development CA and certificates, made by the real command line."""
-    directory = tmp_path_factory.mktemp("certs") / "tls"
-    result = subprocess.run(SERVER + ["--gen-certs", str(directory)], cwd=REPO,
-                            capture_output=True, text=True, timeout=GEN_CERTS_TIMEOUT)
-    assert result.returncode == 0, result.stderr
-    return directory
-
-
-def tls_config(certs: Path, tls_port: int, extra: str = "") -> str:
-    return ("tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n%s"
-            % (tls_port, certs / "node.crt", certs / "node.key", certs / "ca.crt", extra))
+    return gen_certs(tmp_path_factory.mktemp("certs") / "tls")
 
 
 def tls_client(certs: Path, port: int, with_cert: bool = True, **kwargs) -> redis.Redis:
@@ -40,20 +30,6 @@ def tls_client(certs: Path, port: int, with_cert: bool = True, **kwargs) -> redi
         kwargs.update(ssl_certfile=str(certs / "client.crt"), ssl_keyfile=str(certs / "client.key"))
     return redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(certs / "ca.crt"),
                        socket_timeout=10, **kwargs)
-
-
-def tls_handshake(certs: Path, port: int, with_cert: bool,
-                  version: ssl.TLSVersion | None = None) -> bytes:
-    """Handshake, send PING and return the reply (an SSL/OS error when refused)."""
-    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-    if with_cert:
-        context.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
-    if version is not None:
-        context.minimum_version = context.maximum_version = version
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
-            conn.sendall(b"PING\r\n")
-            return conn.recv(64)
 
 
 def refused(certs: Path, port: int, **kwargs) -> bool:

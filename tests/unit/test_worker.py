@@ -11,7 +11,8 @@ import logging
 import pytest
 from redis.exceptions import ResponseError
 
-from disque.client import DisqueClient, NodeAddress, addjob_args, addjob_options
+from disque.client import (ConnectionSecurity, DisqueClient, NodeAddress, addjob_args,
+                           addjob_options)
 from disque.client.errors import is_badid
 from disque.worker import AsyncioWorker, ThreadedWorker, WorkerOptions
 from disque.worker.backoff import Backoff, nack_delay
@@ -180,6 +181,26 @@ def test_cli_picks_the_worker_by_the_function_kind():
     assert isinstance(threaded, ThreadedWorker)
     with pytest.raises(SystemExit):
         parse_args(["tests.unit.test_worker:plain_handler"])  # --queue is required
+
+
+def test_cli_tls_and_user_flags_fall_back_to_the_environment(monkeypatch):
+    monkeypatch.setenv("DISQUE_TLS_CA_CERT_FILE", "/env/ca.crt")
+    monkeypatch.setenv("DISQUE_USER", "env-user")
+    monkeypatch.setenv("DISQUE_PASSWORD", "env-pw")
+    monkeypatch.setenv("DISQUE_TLS_INSECURE", "no")
+    worker = build_worker(parse_args([
+        "tests.unit.test_worker:plain_handler", "-q", "a", "--tls-cert-file", "/c.crt",
+        "--tls-key-file", "/c.key", "--user", "flag-user"]))
+    security = worker.options.security
+    assert security == ConnectionSecurity(
+        tls=False, tls_ca_cert_file="/env/ca.crt", tls_cert_file="/c.crt",
+        tls_key_file="/c.key", user="flag-user", password="env-pw")
+    assert security.uses_tls
+    client = worker._client()
+    assert client.security is security and client.username == "flag-user"
+    monkeypatch.setenv("DISQUE_TLS", "perhaps")
+    with pytest.raises(ValueError, match="DISQUE_TLS must be true or false"):
+        build_worker(parse_args(["tests.unit.test_worker:plain_handler", "-q", "a"]))
 
 
 # -- the client's side -------------------------------------------------------------------
