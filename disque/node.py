@@ -35,6 +35,9 @@ _QUIT: Final = b"QUIT"
 # A run of commands is timed as a whole, which the slow log can only use
 # when its threshold is well above what a command of the run takes.
 RUN_NOTICE_FLOOR_US: Final = 1000
+# Commands of one pipelined run executed in one go: about 5 ms of ADDJOBs
+# in pure Python, after which the connection may yield to other clients.
+RUN_LIMIT: Final = 512
 
 
 class BusRoute:
@@ -267,11 +270,14 @@ class Node:
         return reply
 
     def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],
-                 start: int, out: list[bytes]) -> int:
+                 start: int, out: list[bytes], limit: int = RUN_LIMIT) -> int:
         """Execute pipelined commands from ``start`` that ``cmd``'s run handler
-        takes together (today: ADDJOBs on a lone node), appending their
-        replies to ``out``; return the index of the first command not executed
-        (``start`` when the run path does not apply).
+        takes together (today: ADDJOBs on a lone node), at most ``limit`` of
+        them, appending their replies to ``out``; return the index of the
+        first command not executed (``start`` when the run path does not apply).
+
+        The limit keeps one run short enough for the connection to let other
+        clients in between runs (``net/connection.py``, ``SLICE_BUDGET_NS``).
 
         Checked once for the run instead of once per command: nothing that
         ``call`` could refuse or must see (AUTH pending, MISCONF, LOADING,
@@ -291,7 +297,10 @@ class Node:
         runtime.now = state.clock()
         perf_ns = self.perf_ns
         begin = perf_ns()
-        end: int = run_handler(state, client, commands, start, out)
+        if len(commands) - start > limit:
+            end: int = start + run_handler(state, client, commands[start:start + limit], 0, out)
+        else:
+            end = run_handler(state, client, commands, start, out)
         if end > start:
             usec = (perf_ns() - begin) // 1000
             count = end - start

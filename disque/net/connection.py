@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 from disque.protocol import errors
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
     from disque.node import Node
 
 WRITE_HIGH_WATER = 256 * 1024
+# One read's commands run for at most about this long before the rest waits
+# for a later loop turn, so a long pipeline does not hold up other clients
+# (the time is read every SLICE_CHECK commands, and after each pipelined run).
+SLICE_BUDGET_NS = 5_000_000
+SLICE_CHECK = 32
 MAX_PENDING_COMMANDS = 1024  # read ahead of a blocked client before reading pauses
 QUERY_BUFFER_EXCEEDED = ("ERR client-query-buffer-limit reached: a request may not make the "
                          "node hold more than %d bytes; closing the connection")
@@ -300,6 +306,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
             size = 0
             i = 0
             n = len(commands)
+            begin = perf_counter_ns()
+            check_at = SLICE_CHECK
             while i < n:
                 argv = commands[i]
                 mode = self.reply_mode
@@ -319,6 +327,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
                         out.append(reply)
                         size += len(reply)
                     if self.close_after_reply:
+                        break
+                if i >= check_at and i < n:
+                    check_at = i + SLICE_CHECK
+                    if perf_counter_ns() - begin > SLICE_BUDGET_NS:
+                        self._yield_rest(commands[i:])
                         break
                 if size >= WRITE_HIGH_WATER and i < n:
                     # A pipeline of big replies: hand them to the transport, which
@@ -340,6 +353,14 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.close_after_reply:
             self.close()
         self.server.arm_timer()
+
+    def _yield_rest(self, rest: list[list[bytes]]) -> None:
+        """Let other clients in: run ``rest`` in a later loop turn, reading
+        nothing more meanwhile (so what is held stays bounded) and keeping
+        the replies in order (``_resume_pending`` runs it as the next input)."""
+        self.pending = rest
+        self._set_reading(False)
+        self.batch.loop.call_soon(self._resume_pending)
 
     def _filter_reply(self, mode: int, reply: bytes) -> bytes:
         """CLIENT REPLY OFF / SKIP (``mode`` is the one before the command ran)."""
