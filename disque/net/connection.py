@@ -16,6 +16,10 @@ for each one. Output that must leave before the turn ends (``close``, a
 pipeline of big replies) goes through ``_flush_now``, which writes the
 AOF first too.
 
+A long pipeline runs in slices of about SLICE_BUDGET_NS: the rest of the
+read waits for a later loop turn (``_yield_rest``, reading paused, replies
+in order), so one client cannot hold every other one up.
+
 A blocked client (GETJOB, synchronous ADDJOB) stops executing until the
 node unblocks it; what it sends meanwhile is kept (reading pauses past
 MAX_PENDING_COMMANDS) so that its disconnect is still noticed. Reading
