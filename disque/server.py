@@ -597,14 +597,14 @@ def main(argv: list[str] | None = None) -> int:
     """``disque-server [config] [--directive value ...]``."""
     argv = list(sys.argv if argv is None else argv)
     try:
-        config = cli.load_config(argv[1:])
+        config = cli.load_config(argv[1:], cli.program_name(argv[0]) if argv else cli.PROGRAM_NAME)
     except cli.CommandLineExit as exc:
         return exc.code
     if config.daemonize:
         daemonize()
     logformat.configure(config.logfile, config.loglevel, config.syslog_enabled,
                         config.syslog_ident, config.syslog_facility)
-    if config.config_file is None:
+    if config.config_file is None and not cli.reads_stdin(argv[1:]):
         logger.warning(cli.NO_CONFIG_WARNING)
     try:
         server = Server(config, argv)

@@ -7,6 +7,7 @@ config line, applied after the file.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from disque import __version__
@@ -17,18 +18,20 @@ from disque.config import Config, ConfigError
 from disque.process import configfile
 from disque.process.serverinfo import GIT_SHA1, MEM_ALLOCATOR
 
-USAGE = """Usage: ./disque-server [/path/to/disque.conf] [options]
-       ./disque-server - (read config from stdin)
-       ./disque-server -v or --version
-       ./disque-server -h or --help
-       ./disque-server --gen-certs <dir> [hostname ...] (development TLS certificates)
+USAGE = """Usage: {prog} [/path/to/disque.conf] [options]
+       {prog} - (read config from stdin)
+       {prog} -v or --version
+       {prog} -h or --help
+       {prog} --gen-certs <dir> [hostname ...] (development TLS certificates)
 
 Examples:
-       ./disque-server (run the server with default conf)
-       ./disque-server /etc/disque/7711.conf
-       ./disque-server --port 7777
-       ./disque-server /etc/mydisque.conf --loglevel verbose
+       {prog} (run the server with default conf)
+       {prog} /etc/disque/7711.conf
+       {prog} --port 7777
+       {prog} /etc/mydisque.conf --loglevel verbose
+       echo 'port 7777' | {prog} -
 """
+PROGRAM_NAME = "disque-server"
 # core= is not in the original's line: the build of the core (disque/build.py).
 VERSION_LINE = "Disque server v={version} sha={sha}:0 malloc={malloc} bits=64 core={core}\n"
 NO_CONFIG_WARNING = ("Warning: no config file specified, using the default config. In order "
@@ -47,7 +50,24 @@ class CommandLineExit(Exception):
         self.code = code
 
 
-def load_config(args: list[str]) -> Config:
+def program_name(argv0: str) -> str:
+    """The name the program was invoked by, for the usage text.
+
+    ``python -m disque.server`` leaves the module's path in argv[0], which
+    names no command a user could type; the console script's name stands in.
+    """
+    name = os.path.basename(argv0)
+    if not name or name.endswith(".py") or name in ("-c", "-m"):
+        return PROGRAM_NAME
+    return name
+
+
+def reads_stdin(args: list[str]) -> bool:
+    """Whether ``args`` take the config from standard input (``disque-server -``)."""
+    return bool(args) and args[0] == configfile.STDIN_PATH
+
+
+def load_config(args: list[str], prog: str = PROGRAM_NAME) -> Config:
     """The Config that ``args`` (argv without the program name) asks for.
 
     Raises CommandLineExit after printing the version, the usage or a
@@ -58,8 +78,8 @@ def load_config(args: list[str]) -> Config:
                                              malloc=MEM_ALLOCATOR, core=core_build()))
         raise CommandLineExit(0)
     if args and args[0] in HELP_FLAGS:
-        sys.stderr.write(USAGE)
-        raise CommandLineExit(1)
+        sys.stdout.write(USAGE.format(prog=prog))
+        raise CommandLineExit(0)
     if args and args[0] == GEN_CERTS_FLAG:
         raise CommandLineExit(_gen_certs(args[1:]))
     path = None
@@ -70,7 +90,10 @@ def load_config(args: list[str]) -> Config:
         names = [c.name for c in unique_commands(build_command_table())]
         return configfile.load_config(path, overrides, commands=names)
     except ConfigError as exc:
-        sys.stderr.write(str(exc))
+        message = str(exc)
+        # Some messages are one line without an end (can't open ...): a
+        # shell prompt must not land on the same line.
+        sys.stderr.write(message if message.endswith("\n") else message + "\n")
         raise CommandLineExit(1) from None
 
 

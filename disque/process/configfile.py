@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Iterable
 
@@ -17,6 +18,7 @@ from disque.config import Config, ConfigError
 from disque.config.messages import CANT_OPEN_CONFIG
 
 NEW_FILE_MODE = 0o644  # a config file REWRITE creates
+STDIN_PATH = "-"  # `disque-server -`: the config text comes from standard input
 
 
 class OsFileSystem:
@@ -71,12 +73,20 @@ class OsFileSystem:
 
 def load_config(path: str | None, overrides: Iterable[str] = (), *,
                 commands: Iterable[str] | None = None) -> Config:
-    """Read the config file ``path`` (if any) and apply it, then the ``--name
-    args...`` overrides; raise ConfigError."""
+    """Read the config file ``path`` (if any; ``-`` is standard input) and
+    apply it, then the ``--name args...`` overrides; raise ConfigError."""
     files = OsFileSystem()
     text = None
     config_file = None
-    if path is not None:
+    if path == STDIN_PATH:
+        # No file to name: CONFIG REWRITE then answers that there is none,
+        # as it does for a node started without a config file.
+        try:
+            text = sys.stdin.buffer.read()
+        except (OSError, ValueError, AttributeError) as exc:
+            reason = getattr(exc, "strerror", None) or "standard input is closed"
+            raise ConfigError(CANT_OPEN_CONFIG.format(path=path, reason=reason)) from None
+    elif path is not None:
         config_file = os.path.abspath(path)  # before any `dir` chdir
         try:
             text = files.read_file(path)

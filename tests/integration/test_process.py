@@ -154,3 +154,36 @@ def test_version_flag():
                             env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert result.returncode == 0
     assert "v=1.0-rc1" in result.stdout
+
+
+def test_help_flag_exits_zero_and_names_the_program():
+    for flag in ("--help", "-h"):
+        result = subprocess.run([sys.executable, "-m", "disque.server", flag],
+                                capture_output=True, text=True, timeout=20,
+                                env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("Usage: disque-server [/path/to/disque.conf] [options]\n")
+        assert "disque-server - (read config from stdin)" in result.stdout
+        assert "./disque-server" not in result.stdout
+
+
+def test_config_from_stdin_starts_a_node_on_its_port(tmp_path):
+    node = DisqueProcess(tmp_path / "node", config_stdin=True)
+    node.start()
+    try:
+        assert node.raw(b"PING\r\n") == b"+PONG\r\n"
+        assert node.call("CONFIG", "GET", "port") == [b"port", str(node.port).encode()]
+        # No file to rewrite, and the node did not claim it had no config.
+        assert "no config file specified" not in node.log_path.read_text()
+    finally:
+        assert node.stop() == 0
+
+
+def test_config_error_at_startup_ends_with_a_newline(tmp_path):
+    missing = tmp_path / "missing.conf"
+    result = subprocess.run([sys.executable, "-m", "disque.server", str(missing)],
+                            capture_output=True, text=True, timeout=20,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert result.returncode == 1
+    assert result.stderr == ("Fatal error, can't open config file '%s': "
+                             "No such file or directory\n" % missing)

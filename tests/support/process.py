@@ -106,7 +106,7 @@ class DisqueProcess:
                  args: tuple[str, ...] = (), env: dict | None = None,
                  config_file: bool = True, config_path: Path | None = None,
                  config_head: str = "", host: str = "127.0.0.1",
-                 prefix: tuple[str, ...] = ()) -> None:
+                 prefix: tuple[str, ...] = (), config_stdin: bool = False) -> None:
         """``config_path`` puts the config file elsewhere than in ``workdir``,
         after ``config_head`` (a shipped file the test's lines override);
         ``host`` is the address the test reaches it on; ``prefix`` runs the
@@ -130,6 +130,8 @@ class DisqueProcess:
             directives = [line.split(" ", 1) for line in base.splitlines()]
             self.args = tuple(arg for name, value in directives
                               for arg in ("--" + name, value)) + tuple(args)
+        # config_stdin: the same config text goes through `disque-server -`.
+        self.config_stdin = config_stdin
         self.env = env
         self.prefix = tuple(prefix)
         self.proc: subprocess.Popen | None = None
@@ -153,10 +155,20 @@ class DisqueProcess:
         if self.env:
             env.update(self.env)
         with open(self.dir / "stderr.log", "ab") as stderr:
-            command = [*self.prefix, *SERVER] + ([str(self.config_path)] if self.config_path else [])
-            self.proc = subprocess.Popen(command + list(self.args),
-                                         cwd=self.dir, env=env, stdout=subprocess.DEVNULL,
-                                         stderr=stderr)
+            if self.config_stdin and self.config_path:
+                command = [*self.prefix, *SERVER, "-"]
+                stdin = open(self.config_path, "rb")
+            else:
+                command = [*self.prefix, *SERVER] + (
+                    [str(self.config_path)] if self.config_path else [])
+                stdin = None
+            try:
+                self.proc = subprocess.Popen(command + list(self.args),
+                                             cwd=self.dir, env=env, stdout=subprocess.DEVNULL,
+                                             stderr=stderr, stdin=stdin)
+            finally:
+                if stdin is not None:
+                    stdin.close()
         self._signals_sent = set()
         self._exit_checked = False
         self._exit_noted = False
