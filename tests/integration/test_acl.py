@@ -64,6 +64,32 @@ def test_consumer_cannot_add_jobs_or_take_from_another_queue(server_factory, red
     assert security["acl_access_denied_auth"] == 1
 
 
+def test_info_needs_monitoring_not_read(server_factory):
+    """INFO reports the whole node: @read on some queues does not give it."""
+    proc = server_factory("user reader on >reader-pw ~orders:* +@read +@connection\n"
+                          "user metrics on >metrics-pw ~orders:* +@read +@connection "
+                          "+@monitoring\n"
+                          "user ops on >ops-pw ~* +@admin\n")
+    reader = proc.client(username="reader", password="reader-pw")
+    assert reader.execute_command("QLEN", "orders:eu") == 0
+    with pytest.raises(redis.ResponseError) as denied:
+        reader.execute_command("INFO")
+    assert str(denied.value) == "User reader has no permissions to run the 'info' command"
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        reader.execute_command("INFO", "security")
+    metrics = proc.client(username="metrics", password="metrics-pw")
+    assert "registered_jobs" in metrics.execute_command("INFO", "jobs")
+    ops = proc.client(username="ops", password="ops-pw")
+    assert "acl_access_denied_cmd" in ops.execute_command("INFO", "security")
+    admin = proc.client()
+    assert admin.execute_command("ACL", "CAT", "monitoring") == [b"info"]
+    assert b"info" not in admin.execute_command("ACL", "CAT", "read")
+    # ACL LIST names @admin alone: @monitoring is inside it.
+    assert [line for line in admin.execute_command("ACL", "LIST")
+            if line.startswith(b"user ops ")] == [b"user ops on #%s ~* -@all +@admin"
+                                                  % hashlib.sha256(b"ops-pw").hexdigest().encode()]
+
+
 def test_users_set_at_run_time_survive_rewrite_and_restart(server_factory):
     proc = server_factory("requirepass admin-pw\n")
     admin = proc.client(password="admin-pw")
