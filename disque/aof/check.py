@@ -8,7 +8,9 @@ record (a crash during a write) is truncated to its last complete record
 with --fix. Damage anywhere else (a checksum that does not match, bytes
 that are no record) is reported with its offset; --fix truncates there
 too, which drops every record after it, so it says how much and asks first
-(--yes answers for scripts). Nothing is ever dropped without --fix.
+(--yes answers for scripts). Nothing is ever dropped without --fix, and
+--fix refuses damage in the file's first record (a damaged format marker):
+cutting there would empty the file.
 """
 
 from __future__ import annotations
@@ -43,8 +45,13 @@ def check(data: bytes) -> CheckResult:
         except RecordTruncated:
             return CheckResult(pos, "unexpected end of file", True, records, reader.required)
         except RecordDamaged as exc:
-            return CheckResult(pos, "bad format at offset %d: %s" % (exc.offset, exc.reason),
-                               False, records, reader.required)
+            # The offset named is where --fix cuts: the start of the record.
+            # The offending byte may lie further in (a field count that runs
+            # into the next record is caught there).
+            where = ("" if exc.offset == pos
+                     else " (the damage found at offset %d)" % exc.offset)
+            return CheckResult(pos, "bad format at offset %d%s: %s"
+                               % (pos, where, exc.reason), False, records, reader.required)
         kind = reader.kind
         if kind == JOB:
             try:
@@ -93,13 +100,24 @@ def main(argv: list[str] | None = None) -> int:
         print("AOF is valid")
         return 0
     print("AOF problem: %s" % result.problem)
+    # Damage in the first record leaves nothing before it to keep: emptying
+    # the file is no repair, and the records after it may be intact.
+    keeps_nothing = valid == 0 and not result.truncated
     if not args.fix:
-        if result.truncated:
+        if keeps_nothing:
+            print("The damage is in the first record: --fix would keep nothing, so it "
+                  "refuses; restore a backup, or repair the record by hand.")
+        elif result.truncated:
             print("The file ends with an incomplete record: run with --fix to truncate it.")
         else:
             print("The damage is not at the end of the file: --fix truncates the file at "
                   "offset %d, dropping the %d bytes from there on (every record after the "
                   "damage); make a backup first, or restore one." % (valid, len(data) - valid))
+        return 1
+    if keeps_nothing:
+        print("Not truncated: the damage is in the first record, so truncating would drop "
+              "every record of the file (%d bytes); restore a backup, or repair the record "
+              "by hand." % len(data))
         return 1
     if not result.truncated and not args.yes:
         if not _confirm("This drops %d bytes (every record after offset %d). Continue?"

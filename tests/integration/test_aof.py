@@ -605,6 +605,47 @@ def test_corruption_in_the_middle_refuses_to_start(server_factory, damage, messa
     assert job_ids(proc) == set(ids[:1])  # the records before the damage
 
 
+MARKER = b"*2\r\n$9\r\nAOFFORMAT\r\n$1\r\n2\r\n"
+
+
+@pytest.mark.parametrize("damaged, found", [
+    # Three fields claimed: the damage shows where the third runs into the
+    # next record, past the marker's end.
+    (b"*3\r\n$9\r\nAOFFORMAT\r\n$1\r\n2\r\n", len(MARKER)),
+    (b"*2\r\n$9\r\nAOFFORMAT\r\n$1\r\n7\r\n", 0),
+    (b"*2\r\n$9\r\nAOFFORMAT\r\n$X\r\n2\r\n", 19),
+])
+def test_damaged_format_marker_is_reported_where_fix_would_cut_and_not_emptied(
+        server_factory, damaged, found):
+    proc, ids = stopped_node_with_jobs(server_factory)
+    path = proc.dir / AOF
+    data = path.read_bytes()
+    assert data.startswith(MARKER) and len(damaged) == len(MARKER)
+    data = damaged + data[len(MARKER):]
+    path.write_bytes(data)
+    done = check_aof(path)
+    assert done.returncode == 1
+    assert "AOF analyzed: size=%d, ok_up_to=0, diff=%d\n" % (len(data), len(data)) in done.stdout
+    # One offset for the bad record and the cut; the byte found further in
+    # is named as such.
+    assert "AOF problem: bad format at offset 0" in done.stdout
+    assert ("(the damage found at offset %d)" % found in done.stdout) == (found != 0)
+    assert "truncates the file at offset" not in done.stdout
+    assert "--fix would keep nothing" in done.stdout
+    for args in (("--fix", path), ("--fix", "--yes", path)):
+        done = check_aof(*args)
+        assert done.returncode == 1, done.stdout
+        assert ("Not truncated: the damage is in the first record, so truncating would drop "
+                "every record of the file (%d bytes)" % len(data)) in done.stdout
+        assert "Successfully truncated" not in done.stdout
+    assert path.read_bytes() == data
+    # Repaired by hand, every job is there again.
+    path.write_bytes(MARKER + data[len(MARKER):])
+    assert check_aof(path).returncode == 0
+    proc.start()
+    assert job_ids(proc) == set(ids)
+
+
 def test_enqueue_jobs_once_without_a_file_refuses_to_start(server_factory):
     proc = server_factory()
     assert proc.stop() == 0
