@@ -3,14 +3,18 @@ like Redis' create-cluster script in one command.
 
     disque-cluster create 3 [--port 7711] [--dir ./disque-cluster] [--appendonly]
     disque-cluster status [--dir ./disque-cluster]
-    disque-cluster stop [--dir ./disque-cluster]
+    disque-cluster stop [PORT] [--dir ./disque-cluster]
+    disque-cluster start PORT [--dir ./disque-cluster]
+    disque-cluster restart PORT [--dir ./disque-cluster]
 
 Each node gets its own directory ``DIR/<port>/`` with its own ``disque.conf``
 (so a CONFIG REWRITE edits that node's file, never a shared one),
 ``nodes.conf``, ``disque.log``, ``disque.pid`` and, with ``--appendonly``,
 ``disque.aof``. The nodes daemonize themselves through their config file;
-``status`` and ``stop`` find them again by their pid files and ports. The
-launcher talks RESP through ``disque.tools.resp_client`` (hiredis, a
+``status`` and ``stop`` find them again by their pid files and ports;
+``start`` and ``restart`` run one node again from its own directory and
+config, so it keeps its ``nodes.conf`` (its node ID and the other nodes'
+addresses) and rejoins by itself. The launcher talks RESP through ``disque.tools.resp_client`` (hiredis, a
 dependency of the server), so it needs no client library.
 """
 
@@ -260,10 +264,10 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
         return _fail("a cluster is already running in %s (ports %s); stop it first: %s"
                      % (root, _port_list(running), _command("stop", root)))
     if existing:
-        return _fail("%s holds a stopped cluster's files (ports %s); remove them (rm -r %s) "
-                     "or choose another --dir"
+        return _fail("%s holds a stopped cluster's files (ports %s); start its nodes again "
+                     "(%s), remove them (rm -r %s) or choose another --dir"
                      % (root, _port_list([node.port for node in existing]),
-                        shlex.quote(str(root))))
+                        _command("start PORT", root), shlex.quote(str(root))))
     busy = ["%d (the %s port of node %d)" % (checked, kind, index + 1)
             for index, port in enumerate(ports)
             for checked, kind in ((port, "client"), (port + BUS_PORT_OFFSET, "bus"))
@@ -426,16 +430,114 @@ def _shown(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-# ------------------------------------------------------------------ stop
+# ------------------------------------------------------------------ start, restart
 
-def stop(root: Path) -> int:
-    """Stop every node of the cluster under ``root``; 0 once none runs."""
+def _cluster_node(root: Path, port: int) -> tuple[list[NodeFiles], NodeFiles | None, str]:
+    """The cluster's nodes and the one on ``port``; without it, why not."""
     nodes = cluster_nodes(root)
     if not nodes:
-        return _fail("no cluster in %s" % root)
+        return nodes, None, "no cluster in %s" % root
+    for node in nodes:
+        if node.port == port:
+            return nodes, node, ""
+    return nodes, None, ("no node %d in the cluster in %s (its ports: %s)"
+                         % (port, root, _port_list([node.port for node in nodes])))
+
+
+def start_node(root: Path, port: int) -> int:
+    """Start the stopped node on ``port`` from its own directory and config;
+    0 once it answers and it and the other running nodes reach each other."""
+    nodes, node, why = _cluster_node(root, port)
+    if node is None:
+        return _fail(why)
+    pid = recorded_pid(node)
+    if pid is not None or answers_ping(port):
+        return _fail("node %d already runs%s; restart it with %s"
+                     % (port, "" if pid is None else " (pid %d)" % pid,
+                        _command("restart %d" % port, root)))
+    busy = [str(checked) for checked in (port, port + BUS_PORT_OFFSET) if port_in_use(checked)]
+    if busy:
+        return _fail("node %d cannot start: port %s in use by another process"
+                     % (port, " and ".join(busy)))
+    # A node killed without SHUTDOWN leaves its pid file; a stale pid there
+    # would read as "exited while starting" before the new process writes its own.
+    if pidfile_pid(node) is not None:
+        node.pidfile.unlink(missing_ok=True)
+    try:
+        _start([node])
+        node_id = _node_ids([node])[0]
+        _rejoin(node, nodes)
+    except (LaunchError, OSError, CommandError) as exc:
+        return _fail(str(exc))
+    print("  %d: started (pid %s, id %s), reaches the %d other running node%s"
+          % (port, recorded_pid(node) or "?", node_id[:8], len(_running(nodes)) - 1,
+             "" if len(_running(nodes)) == 2 else "s"))
+    return 0
+
+
+def restart_node(root: Path, port: int) -> int:
+    """Stop the node on ``port`` (if it runs), then start it again."""
+    nodes, node, why = _cluster_node(root, port)
+    if node is None:
+        return _fail(why)
+    if _stop_nodes([node], sys.stdout):
+        return _fail("node %d still runs after SIGKILL" % port)
+    if not _wait_for(lambda: not port_in_use(port) and not port_in_use(port + BUS_PORT_OFFSET),
+                     SIGNAL_TIMEOUT_S):
+        return _fail("node %d stopped but its ports are still in use" % port)
+    return start_node(root, port)
+
+
+def _running(nodes: Sequence[NodeFiles]) -> list[NodeFiles]:
+    """The nodes that answer PING now."""
+    return [node for node in nodes if answers_ping(node.port)]
+
+
+def _rejoin(node: NodeFiles, nodes: Sequence[NodeFiles]) -> None:
+    """Wait until ``node`` reaches every other running node and each of them
+    reaches it (the restarted node dials the addresses in its nodes.conf)."""
+    views: dict[int, int] = {}
+
+    def rejoined() -> bool:
+        up = _running(nodes)
+        for other in up:
+            try:
+                with _link(other.port) as link:
+                    fields = _info_fields(link.call(*CLUSTER_INFO))
+            except (OSError, CommandError):
+                return False
+            views[other.port] = int(fields[INFO_REACHABLE_NODES]) + 1
+        return node in up and all(seen >= len(up) for seen in views.values())
+
+    if not _wait_for(rejoined, JOIN_TIMEOUT_S):
+        raise LaunchError("node %d started but did not rejoin within %.0f s (port: reachable "
+                          "nodes, itself included) %s; its log ends with:\n%s"
+                          % (node.port, JOIN_TIMEOUT_S,
+                             ", ".join("%d: %d" % item for item in views.items()),
+                             node.log_tail()))
+
+
+# ------------------------------------------------------------------ stop
+
+def stop(root: Path, port: int | None = None) -> int:
+    """Stop every node of the cluster under ``root``, or the one on ``port``;
+    0 once none of them runs."""
+    if port is None:
+        nodes = cluster_nodes(root)
+        if not nodes:
+            return _fail("no cluster in %s" % root)
+    else:
+        _, node, why = _cluster_node(root, port)
+        if node is None:
+            return _fail(why)
+        nodes = [node]
     survivors = _stop_nodes(nodes, sys.stdout)
     if survivors:
         return _fail("still running after SIGKILL: %s" % _port_list(survivors))
+    if port is not None:
+        print("Start it again with %s (same node ID, from its nodes.conf)."
+              % _command("start %d" % port, root))
+        return 0
     print("Files kept in %s (logs, nodes.conf%s); rm -r %s removes them."
           % (root, ", AOFs" if any((node.directory / AOF_NAME).exists() for node in nodes)
              else "", shlex.quote(str(root))))
@@ -515,7 +617,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``disque-cluster``."""
     parser = argparse.ArgumentParser(
         prog=PROGRAM,
-        description="Start, inspect and stop a cluster of disque nodes on this machine.")
+        description="Start, inspect and stop a cluster of disque nodes on this machine.",
+        epilog="A node started again (start, restart) runs from its own directory and "
+               "config: it keeps its nodes.conf, so its node ID, and rejoins the others.")
     commands = parser.add_subparsers(dest="command", required=True)
     create_parser = commands.add_parser(
         "create", help="start N nodes on consecutive ports and join them")
@@ -524,8 +628,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                help="first node's port (default %d)" % DEFAULT_PORT)
     create_parser.add_argument("--appendonly", action="store_true",
                                help="each node keeps an AOF (appendonly yes)")
-    for name, text in (("status", "show each node's state"), ("stop", "stop every node")):
-        commands.add_parser(name, help=text)
+    commands.add_parser("status", help="show each node's state")
+    commands.add_parser("stop", help="stop every node, or only the one on PORT").add_argument(
+        "port", type=int, nargs="?", metavar="PORT", help="the node's port (default: all)")
+    for name, text in (("start", "start the stopped node on PORT again"),
+                       ("restart", "stop the node on PORT, then start it again")):
+        commands.add_parser(name, help=text).add_argument(
+            "port", type=int, metavar="PORT", help="the node's port")
     for sub in commands.choices.values():
         sub.add_argument("--dir", type=Path, default=Path(DEFAULT_DIR),
                          help="the cluster's directory (default ./%s)" % DEFAULT_DIR)
@@ -534,7 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return create(args.nodes, args.port, args.dir, args.appendonly)
     if args.command == "status":
         return status(args.dir)
-    return stop(args.dir)
+    if args.command == "start":
+        return start_node(args.dir, args.port)
+    if args.command == "restart":
+        return restart_node(args.dir, args.port)
+    return stop(args.dir, args.port)
 
 
 if __name__ == "__main__":

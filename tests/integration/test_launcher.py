@@ -273,3 +273,95 @@ def test_status_and_stop_without_a_cluster(launcher, tmp_path):
         result = launcher.run(command, "--dir", str(tmp_path / "nothing"))
         assert result.returncode == 1
         assert "no cluster in %s" % (tmp_path / "nothing") in result.stderr
+
+
+def node_id(port: int) -> str:
+    with redis.Redis(port=port, socket_timeout=30) as client:
+        return client.execute_command("HELLO")[1].decode()
+
+
+def others_see_connected(ports: list[int], port: int, node: str) -> bool:
+    """Every node on ``ports`` but ``port`` lists ``node`` at ``port``, connected."""
+    for other in ports:
+        if other == port:
+            continue
+        with redis.Redis(port=other, socket_timeout=30) as client:
+            line = parse_cluster_nodes(client.execute_command("CLUSTER", "NODES")).get(node)
+        if line is None or line.port != port or line.link != "connected" \
+                or line.flags & {"fail", "fail?", "noaddr"}:
+            return False
+    return True
+
+
+def test_stop_start_and_restart_one_node(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    launcher.create(directory, ports)
+    ids = {port: node_id(port) for port in ports}
+    pids = pidfile_pids(directory)
+    target = ports[1]
+
+    result = launcher.run("stop", str(target), "--dir", str(directory))
+    assert result.returncode == 0, result.stderr
+    assert "%d: stopped (pid %d, SHUTDOWN)" % (target, pids[target]) in result.stdout
+    assert "disque-cluster start %d --dir %s" % (target, directory) in result.stdout
+    assert not running(pids[target])
+    assert all(running(pids[port]) for port in ports if port != target)
+    rows = status_rows(launcher.run("status", "--dir", str(directory)).stdout)
+    assert [rows[port][1] for port in ports] == ["up", "down", "up"]
+
+    result = launcher.run("start", str(target), "--dir", str(directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "%d: started" % target in result.stdout and ids[target][:8] in result.stdout
+    assert node_id(target) == ids[target]   # its nodes.conf kept its ID
+    wait_until(lambda: others_see_connected(ports, target, ids[target]),
+               message="the others to see the started node connected")
+    started = pidfile_pids(directory)[target]
+    assert started != pids[target]
+
+    # A second start of a running node is refused and changes nothing.
+    result = launcher.run("start", str(target), "--dir", str(directory))
+    assert result.returncode == 1
+    assert "node %d already runs (pid %d)" % (target, started) in result.stderr
+    assert "restart %d" % target in result.stderr
+
+    result = launcher.run("restart", str(target), "--dir", str(directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "%d: stopped (pid %d, SHUTDOWN)" % (target, started) in result.stdout
+    assert "%d: started" % target in result.stdout
+    assert not running(started)
+    restarted = pidfile_pids(directory)[target]
+    assert restarted not in (started, pids[target]) and running(restarted)
+    assert node_id(target) == ids[target]
+    wait_until(lambda: others_see_connected(ports, target, ids[target]),
+               message="the others to see the restarted node connected")
+    result = launcher.run("status", "--dir", str(directory))
+    assert result.returncode == 0, result.stdout
+    assert [row[1:4] for row in status_rows(result.stdout).values()] == [["up", "3", "3"]] * 3
+
+
+def test_start_after_a_kill_and_bad_ports(launcher, tmp_path):
+    directory = tmp_path / "cluster"
+    ports = free_ports(2)
+    launcher.create(directory, ports)
+    ids = {port: node_id(port) for port in ports}
+    pids = pidfile_pids(directory)
+    # Killed without SHUTDOWN: the stale pid file must not fail the start.
+    os.kill(pids[ports[0]], signal.SIGKILL)
+    wait_until(lambda: not running(pids[ports[0]]), message="the killed node to be gone")
+    result = launcher.run("start", str(ports[0]), "--dir", str(directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert node_id(ports[0]) == ids[ports[0]]
+    wait_until(lambda: others_see_connected(ports, ports[0], ids[ports[0]]),
+               message="the others to see the started node connected")
+
+    stranger = free_ports(1)[0]
+    for command in ("start", "stop", "restart"):
+        result = launcher.run(command, str(stranger), "--dir", str(directory))
+        assert result.returncode == 1
+        assert "no node %d in the cluster in %s (its ports: %s)" % (
+            stranger, directory, ", ".join(map(str, ports))) in result.stderr
+    result = launcher.run("start", "--dir", str(directory))
+    assert result.returncode == 2 and "PORT" in result.stderr
+    result = launcher.run("start", str(ports[0]), "--dir", str(tmp_path / "nothing"))
+    assert result.returncode == 1 and "no cluster in" in result.stderr
