@@ -26,7 +26,7 @@ from disque.context.runtime import Runtime
 def node_order_key(node_id: bytes, job_id: bytes) -> bytes:
     """Node ID mixed with the job's random part: the winner differs per job."""
     rand = job_id[11:35]
-    return bytes(c ^ rand[i % 24] for i, c in enumerate(node_id))
+    return bytes([c ^ rand[i % 24] for i, c in enumerate(node_id)])
 
 
 class RequeueCoordination:

@@ -70,7 +70,7 @@ def _client_handshake(node: NodeState, client: ClientState, argv: list[bytes]) -
               (b"id", client.id), (b"mode", b"cluster"), (b"role", b"master"),
               (b"modules", [])]
     if protover == 3:
-        return b"%%%d\r\n" % len(fields) + b"".join(encode(k) + encode(v) for k, v in fields)
+        return b"%%%d\r\n" % len(fields) + b"".join([encode(k) + encode(v) for k, v in fields])
     return encode([item for pair in fields for item in pair])
 
 

@@ -69,7 +69,7 @@ def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | N
         return error(TOO_MANY_QUEUES % (len(names), node.config.getjob_max_queues))
     found = node.consumers.collect(names, count)
     if found:
-        return b"*%d\r\n" % len(found) + b"".join(job_entry(j, withcounters) for j in found)
+        return b"*%d\r\n" % len(found) + b"".join([job_entry(j, withcounters) for j in found])
     if nohang:
         return NIL_ARRAY
     if node.membership.leaving:

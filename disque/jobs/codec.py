@@ -178,9 +178,9 @@ def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime:
             known_nodes is None or delivered[0] in known_nodes):
         job.delivered = (delivered[0],)
     else:
-        job.delivered = tuple(dict.fromkeys(
+        job.delivered = tuple(dict.fromkeys([
             n for n in delivered
-            if type(n) is bytes and (known_nodes is None or n in known_nodes)))
+            if type(n) is bytes and (known_nodes is None or n in known_nodes)]))
     return job
 
 

@@ -167,4 +167,4 @@ class TimerWheel:
 def _live_entries(jobs: list[Job], key: int) -> list[Job]:
     """The jobs of bucket ``key`` still due there, each once (a job that left
     and came back has two entries)."""
-    return list(dict.fromkeys(job for job in jobs if job.awakeme >> _SHIFT == key))
+    return list(dict.fromkeys([job for job in jobs if job.awakeme >> _SHIFT == key]))
