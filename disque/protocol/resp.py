@@ -154,7 +154,7 @@ class RequestParser:
     """Turns a client's byte stream into commands (lists of bytes)."""
 
     __slots__ = ("max_bulk_len", "_alone_limit", "_reader", "_pending", "_args", "_left",
-                 "_need", "_args_size")
+                 "_need", "_args_size", "_bulk_at")
 
     def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
         self.max_bulk_len = max_bulk_len
@@ -167,6 +167,9 @@ class RequestParser:
         self._left = 0  # bulk arguments still expected
         self._need = 0  # bytes the pending buffer must reach before parsing again
         self._args_size = 0  # memory held by _args (arguments and their objects)
+        # Where the cut bulk argument's data starts in _pending (0: the pending
+        # bytes are not a cut bulk argument); it ends 2 bytes before _need.
+        self._bulk_at = 0
 
     def feed(self, data: bytes, commands: list) -> None:
         """Append every complete command found in ``data`` to ``commands``.
@@ -188,8 +191,11 @@ class RequestParser:
             pending += data
             if len(pending) < self._need:
                 return  # still inside a large bulk argument
-            buf = bytes(pending)
             self._pending = None
+            if self._bulk_at:
+                buf = self._take_bulk(pending, commands)
+            else:
+                buf = bytes(pending)
         else:
             buf = data
         pos = 0
@@ -210,6 +216,31 @@ class RequestParser:
                 if pos < 0:
                     return
                 python = True  # hiredis refused: the Python parser takes this command
+
+    def _take_bulk(self, pending: bytearray, commands: list) -> bytes:
+        """The cut bulk argument held in ``pending`` is complete: add it to the
+        command (appended when it was the last argument) and return the bytes
+        that follow it.
+
+        The argument is copied out of ``pending`` once; neither copying the
+        whole buffer nor scanning it for the next command's headers, which
+        for a bulk of hundreds of MB held the event loop for as long again.
+        """
+        at = self._bulk_at
+        self._bulk_at = 0
+        end = self._need - 2
+        with memoryview(pending) as view:
+            arg = bytes(view[at:end])
+            rest = bytes(view[end + 2:])
+        args = self._args
+        assert args is not None
+        args.append(arg)
+        self._args_size += end - at + ARG_OVERHEAD
+        self._left -= 1
+        if not self._left:
+            self._args = None
+            commands.append(args)
+        return rest
 
     def _parse_alone(self, data: bytes, commands: list) -> bool:
         """The read is one small command, as unpipelined clients send: parse it
@@ -342,7 +373,9 @@ class RequestParser:
             if end + 2 > n:
                 self._left = left
                 self._args_size = size
-                return self._keep(buf, pos, end + 2 - pos)
+                self._keep(buf, pos, end + 2 - pos)
+                self._bulk_at = start - pos
+                return -1
             append(buf[start:end])
             size += length + ARG_OVERHEAD
             pos = end + 2
@@ -358,6 +391,7 @@ class RequestParser:
     def _keep(self, buf: bytes, pos: int, need: int) -> int:
         self._pending = bytearray(buf[pos:])
         self._need = need
+        self._bulk_at = 0
         return -1
 
     def _parse_inline(self, buf: bytes, pos: int, n: int, commands: list) -> int:

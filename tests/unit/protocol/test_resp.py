@@ -3,6 +3,8 @@ reference-transcripts.md §1.5)."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import hiredis
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -388,3 +390,82 @@ def test_held_counts_the_unfinished_request_only():
     assert parser.held() >= 500 * (10 + resp.ARG_OVERHEAD)
     assert parse(b"$10\r\n0123456789\r\n" * 500, parser) == [[b"0123456789"] * 1000]
     assert parser.held() == 0
+
+
+def _feed_in_reads(data: bytes, parser: RequestParser, read: int) -> list:
+    commands: list = []
+    for at in range(0, len(data), read):
+        parser.feed(data[at:at + read], commands)
+    return commands
+
+
+@pytest.mark.parametrize("read", [7, 4096, 256 * 1024])
+def test_a_large_bulk_fed_in_reads_keeps_its_bytes_and_what_follows_it(read):
+    """A bulk argument larger than a read, whose bytes look like headers
+    ('*', '$', CRLF, a 7-digit count), is taken whole and exact, the
+    arguments after it complete its command, and the commands in the same
+    read after it are parsed too."""
+    body = (b"*1234567\r\n$3\r\nabc\r\n*\r\n$" * 40_000)[:1_000_003]
+    stream = (multibulk(b"ADDJOB", b"q", body, b"0", b"REPLICATE", b"1")
+              + multibulk(b"PING") + b"PING\r\n" + multibulk(b"ADDJOB", b"q", body[:5000], b"0"))
+    parser = RequestParser()
+    commands = _feed_in_reads(stream, parser, read)
+    assert [len(cmd) for cmd in commands] == [6, 1, 1, 4]
+    assert commands[0] == [b"ADDJOB", b"q", body, b"0", b"REPLICATE", b"1"]
+    assert commands[1:3] == [[b"PING"], [b"PING"]]
+    assert commands[3] == [b"ADDJOB", b"q", body[:5000], b"0"]
+    assert parser.held() == 0 and parser.buffered() == 0
+
+
+def test_a_large_bulk_that_ends_a_command_and_one_cut_after_it():
+    """The bulk is the last argument; the next command is cut within the read
+    that completes the bulk, and a second large bulk follows."""
+    body = b"$5\r\n*9999999\r\n" * 70_000
+    stream = multibulk(b"ADDJOB", b"q", b"0", body) * 2 + multibulk(b"PING")
+    parser = RequestParser()
+    first = multibulk(b"ADDJOB", b"q", b"0", body)
+    # The read that completes the first bulk also carries the second's header.
+    commands = _feed_in_reads(stream[:100], parser, 100)
+    commands += _feed_in_reads(stream[100:len(first) + 30], parser, 256 * 1024)
+    assert commands == [[b"ADDJOB", b"q", b"0", body]]
+    assert parser.held() >= 30
+    commands += _feed_in_reads(stream[len(first) + 30:], parser, 256 * 1024)
+    assert commands == [[b"ADDJOB", b"q", b"0", body]] * 2 + [[b"PING"]]
+    assert parser.held() == 0
+
+
+def test_a_protocol_error_after_a_large_bulk_is_reported():
+    """What follows a large bulk is still checked: a bad header after it is the
+    same protocol error as when the whole command arrives in one read."""
+    body = b"x" * 300_000
+    stream = multibulk(b"ADDJOB", b"q", body, b"0")
+    stream = stream[:stream.index(body) + len(body) + 2] + b"!1\r\n0\r\n"
+    parser = RequestParser()
+    commands: list = []
+    parser.feed(stream[:1000], commands)
+    message, before = protocol_error(stream[1000:], parser)
+    assert message == "Protocol error: expected '$', got '!'" and before == [] == commands
+    assert protocol_error(stream) == (message, [])
+
+
+def test_completing_a_large_bulk_copies_it_once():
+    """The read that completes a large bulk allocates the argument and little
+    else: no copy of the whole buffered command besides the argument itself
+    (each copy of hundreds of MB holds the event loop, and every client with it)."""
+    size = 20_000_000
+    body = b"*$\r\n" * (size // 4)
+    stream = multibulk(b"ADDJOB", b"q", body, b"0") + multibulk(b"PING")
+    last = len(stream) - 40_000
+    parser = RequestParser()
+    commands = _feed_in_reads(stream[:last], parser, 256 * 1024)
+    assert commands == []
+    tail = stream[last:]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        parser.feed(tail, commands)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert commands == [[b"ADDJOB", b"q", body, b"0"], [b"PING"]]
+    assert peak - before < size * 1.2, (peak - before) / size
