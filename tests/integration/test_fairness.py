@@ -87,3 +87,26 @@ def test_qscan_serves_a_huge_count_in_bounded_calls(server):
         if cursor in (b"0", 0):
             break
     assert len(seen) == queues
+
+
+def test_a_50_mb_addjob_is_stored_intact_and_others_are_served_while_it_arrives(server):
+    """A body far larger than a read, made of bytes that look like protocol
+    headers, is stored exactly as sent; until its last byte arrives the node
+    serves other clients. (How long its completion holds the others is a
+    latency, measured by bench.stall's bulk case, not asserted here.)"""
+    body = (b"*1234567\r\n$3\r\nabc\r\n*\r\n$" * 2_100_000)[:50_000_000]
+    heavy = socket.create_connection(("127.0.0.1", server.port))
+    heavy.settimeout(120)
+    other = server.client(socket_timeout=60)
+    assert other.ping()
+    request = _command(b"ADDJOB", b"big", body, b"0", b"REPLICATE", b"1") + _command(b"QLEN", b"big")
+    cut = request.index(body) + len(body) + 2  # all of the body and its CRLF, not the rest
+    heavy.sendall(request[:cut])
+    assert other.ping()
+    assert other.execute_command("QLEN", "big") == 0  # the ADDJOB is not complete yet
+    heavy.sendall(request[cut:])
+    reply, qlen = _read_lines(heavy, 2)
+    assert reply.startswith(b"+D-") and qlen == b":1"
+    got = server.client(socket_timeout=60).execute_command("GETJOB", "NOHANG", "FROM", "big")
+    assert got == [[b"big", reply[1:], body]]
+    heavy.close()
