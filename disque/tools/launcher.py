@@ -237,10 +237,13 @@ def _wait_for(done: Callable[[], bool], timeout: float) -> bool:
 
 
 def cluster_nodes(root: Path) -> list[NodeFiles]:
-    """The nodes laid out under ``root`` by create: ``<port>/disque.conf``, by port."""
+    """The nodes laid out under ``root`` by create: ``<port>/disque.conf``, by port.
+
+    Their paths are absolute, as create's: a node starts in its own
+    directory, where a path relative to the caller's would not be found."""
     if not root.is_dir():
         return []
-    nodes = [NodeFiles(int(entry.name), entry) for entry in root.iterdir()
+    nodes = [NodeFiles(int(entry.name), entry) for entry in root.resolve().iterdir()
              if entry.name.isdigit() and (entry / CONFIG_NAME).is_file()]
     return sorted(nodes, key=lambda node: node.port)
 

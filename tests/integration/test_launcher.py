@@ -365,3 +365,19 @@ def test_start_after_a_kill_and_bad_ports(launcher, tmp_path):
     assert result.returncode == 2 and "PORT" in result.stderr
     result = launcher.run("start", str(ports[0]), "--dir", str(tmp_path / "nothing"))
     assert result.returncode == 1 and "no cluster in" in result.stderr
+
+
+def test_restart_with_a_relative_directory(launcher, tmp_path):
+    """``--dir`` as the README gives it, relative to where the command runs
+    (``disque-cluster`` defaults to ./disque-cluster): the node starts in its
+    own directory, so its config must be named by an absolute path."""
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    launcher.create(directory, ports)
+    target = ports[2]
+    node = node_id(target)
+    result = launcher.run("restart", str(target), "--dir", directory.name)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert node_id(target) == node
+    wait_until(lambda: others_see_connected(ports, target, node),
+               message="the others to see the restarted node connected")
