@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from time import perf_counter_ns
 from typing import TYPE_CHECKING, Callable, Protocol, cast
 
 from disque.protocol import errors
@@ -310,7 +309,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
             size = 0
             i = 0
             n = len(commands)
-            begin = perf_counter_ns()
+            perf_ns = self.node.perf_ns  # the node's time source: virtual in the simulator
+            begin = perf_ns()
             check_at = SLICE_CHECK
             while i < n:
                 argv = commands[i]
@@ -334,7 +334,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
                         break
                 if i >= check_at and i < n:
                     check_at = i + SLICE_CHECK
-                    if perf_counter_ns() - begin > SLICE_BUDGET_NS:
+                    if perf_ns() - begin > SLICE_BUDGET_NS:
                         self._yield_rest(commands[i:])
                         break
                 if size >= WRITE_HIGH_WATER and i < n:
