@@ -11,7 +11,7 @@ applies them to commands. The AUTH and ACL commands are in ``commands.acl``.
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
 from disque.protocol.argsplit import quote_arg
@@ -214,24 +214,15 @@ def default_user_open(config: Config) -> bool:
     return default.enabled and default.nopass and not config.requirepass
 
 
-class Configured(Protocol):
-    """What ``needs_auth`` reads of the node: its settings. HELLO passes the
-    node's state, a client connection the ``Node`` it talks to."""
-
-    @property
-    def config(self) -> Config:
-        """The node's settings."""
-
-
-def needs_auth(node: Configured, client: ClientState) -> bool:
+def needs_auth(config: Config, client: ClientState) -> bool:
     """The client must AUTH before running commands (HELLO's check, and the
     connection's limit on what an unauthenticated client may send)."""
     user = client.user
     if user is not None:
         return user.removed or not user.enabled
-    default = node.config.users[DEFAULT_USER]
+    default = config.users[DEFAULT_USER]
     return not default.enabled or (not client.authenticated
-                                   and (bool(node.config.requirepass) or not default.nopass))
+                                   and (bool(config.requirepass) or not default.nopass))
 
 
 def is_loopback(host: str) -> bool:

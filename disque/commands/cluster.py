@@ -35,7 +35,7 @@ def hello(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     RESP3 parsers read too.
     """
     if len(argv) == 1:
-        if needs_auth(node, client):
+        if needs_auth(node.config, client):
             return errors.NOAUTH
         entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
                    for n in node.membership.nodes.values()]
@@ -64,7 +64,7 @@ def _client_handshake(node: NodeState, client: ClientState, argv: list[bytes]) -
             i += 2
         else:
             return error("ERR Syntax error in HELLO option '%s'" % argv[i].decode("latin-1"))
-    if needs_auth(node, client):
+    if needs_auth(node.config, client):
         return errors.NOAUTH
     fields = [(b"server", b"disque"), (b"version", __version__.encode()), (b"proto", protover),
               (b"id", client.id), (b"mode", b"cluster"), (b"role", b"master"),

@@ -277,7 +277,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         allowance before it authenticated, else client-query-buffer-limit."""
         server = self.server
         config = server.config
-        if held > config.unauthenticated_query_buffer_limit and needs_auth(self.node, self):
+        if held > config.unauthenticated_query_buffer_limit and needs_auth(config, self):
             server.limits.unauthenticated_buffer += 1
             self._close_for_limit(held, QUERY_BUFFER_UNAUTHENTICATED
                                   % config.unauthenticated_query_buffer_limit)
