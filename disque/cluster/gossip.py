@@ -113,7 +113,8 @@ class Gossip:
         node.connecting = False
         node.link_time = self.runtime.now
         if node.flags & MEET:
-            node.flags &= ~MEET
+            # Kept until the handshake completes: a link that dies under the
+            # MEET (a peer refusing it, say) is opened again with a MEET.
             self._send_ping(node, m.MEET)
         else:
             self._send_ping(node, m.PING)

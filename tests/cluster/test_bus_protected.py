@@ -82,3 +82,21 @@ def test_a_cluster_secret_on_both_sides_lets_hosts_link_in_protected_mode(server
     for client in (local, remote):
         bus = client.info("bus")
         assert bus["bus_rejected_connections"] == 0 and bus["bus_secret"] == "yes"
+
+
+def test_turning_protected_mode_off_at_run_time_lets_the_refused_host_in(server_factory,
+                                                                         namespace):
+    inside = server_factory("bind 127.0.0.1 %s\n" % namespace.host_ip)
+    outside = server_factory("bind %s\nprotected-mode no\n" % namespace.peer_ip, name="outside",
+                             host=namespace.peer_ip, prefix=namespace.prefix)
+    local = inside.client()
+    stranger = outside.client()
+    assert stranger.execute_command("CLUSTER", "MEET", namespace.host_ip, inside.port)
+    wait_until(lambda: local.info("bus")["bus_rejected_connections"] >= 1,
+               message="the stranger's bus link to be refused")
+
+    # The stranger's next link after the change carries its MEET again (the
+    # refused one took the first), so the node learns it and links back.
+    assert local.execute_command("CONFIG", "SET", "protected-mode", "no") == b"OK"
+    wait_until(lambda: linked(local, 2) and linked(stranger, 2),
+               message="the refused host to link once protected mode is off")
