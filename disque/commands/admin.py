@@ -12,7 +12,8 @@ from disque.commands.access import DEBUG_NOT_ALLOWED, allowed_from
 from disque.commands.acl import authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
-from disque.protocol.resp import EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, error, integer
+from disque.protocol.resp import (EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, encode_map,
+                                  error, integer)
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
@@ -175,7 +176,10 @@ def config_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes
         return error("ERR Wrong number of arguments for CONFIG %s" % sub.decode())
     try:
         if sub == b"GET":
-            return encode(node.config.get(argv[2]))
+            found = node.config.get(argv[2])
+            if client.protocol == 3:  # a map, as Redis 7 answers a RESP3 client
+                return encode_map(list(zip(found[::2], found[1::2])))
+            return encode(found)
         if sub == b"SET":
             if (argv[2].decode("latin-1").lower() in PROTECTED_CONFIGS
                     and not allowed_from(node.config.enable_protected_configs, client)):

@@ -13,7 +13,7 @@ from disque.commands.access import (MEET_PROTECTED, cluster_secret_set, is_loopb
 from disque.commands.acl import authenticate
 from disque.commands.admin import CLIENT_BAD_NAME, valid_client_name
 from disque.commands.args import parse_int
-from disque.protocol.resp import OK, bulk, encode, error, status
+from disque.protocol.resp import OK, bulk, encode, encode_map, error, status
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
@@ -69,8 +69,9 @@ def _client_handshake(node: NodeState, client: ClientState, argv: list[bytes]) -
     fields = [(b"server", b"disque"), (b"version", __version__.encode()), (b"proto", protover),
               (b"id", client.id), (b"mode", b"cluster"), (b"role", b"master"),
               (b"modules", [])]
+    client.protocol = protover
     if protover == 3:
-        return b"%%%d\r\n" % len(fields) + b"".join([encode(k) + encode(v) for k, v in fields])
+        return encode_map(fields)
     return encode([item for pair in fields for item in pair])
 
 

@@ -102,6 +102,15 @@ def encode(value: object) -> bytes:
     return bytes(out)
 
 
+def encode_map(pairs: list[tuple[bytes, object]]) -> bytes:
+    """A RESP3 map of ``pairs`` (for a client that said HELLO 3)."""
+    out = bytearray(b"%%%d\r\n" % len(pairs))
+    for key, value in pairs:
+        _encode_into(out, key)
+        _encode_into(out, value)
+    return bytes(out)
+
+
 # Any: the branches test type(value) held in a local, which mypy cannot narrow
 # through, and type(value) is ... once per branch would cost every reply.
 def _encode_into(out: bytearray, value: Any) -> None:

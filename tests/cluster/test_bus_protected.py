@@ -75,7 +75,7 @@ def test_a_cluster_secret_on_both_sides_lets_hosts_link_in_protected_mode(server
                              name="outside", host=namespace.peer_ip, prefix=namespace.prefix)
     local = inside.client()
     remote = outside.client(password="pw")
-    assert remote.execute_command("CONFIG", "GET", "protected-mode")[1] == b"yes"
+    assert remote.execute_command("CONFIG", "GET", "protected-mode") == {b"protected-mode": b"yes"}
     assert local.execute_command("CLUSTER", "MEET", namespace.peer_ip, outside.port)
     wait_until(lambda: linked(local, 2) and linked(remote, 2),
                message="the two hosts to link with a cluster secret")

@@ -165,6 +165,21 @@ def test_hello_handshake_protocol_versions(server):
     assert client.execute_command("QLEN", "q") == 1
 
 
+def test_config_get_answers_a_map_after_hello_3(server):
+    wire = Wire(server.port)
+    expected = b"$10\r\nappendonly\r\n$2\r\nno\r\n"
+    assert wire.call("CONFIG", "GET", "appendonly") == b"*2\r\n" + expected
+    wire.call("HELLO", "3")
+    assert wire.call("CONFIG", "GET", "appendonly") == b"%1\r\n" + expected
+    assert wire.call("CONFIG", "GET", "no-such-*") == b"%0\r\n"
+    wire.call("HELLO", "2")
+    assert wire.call("CONFIG", "GET", "appendonly") == b"*2\r\n" + expected
+    wire.close()
+    # redis-py 8 speaks RESP3 by default; config_get reads the map.
+    for protocol in (2, 3):
+        assert server.client(protocol=protocol).config_get("appendonly") == {"appendonly": "no"}
+
+
 def test_hello_handshake_auth_and_setname(server_factory):
     proc = server_factory("requirepass secret\n")
     wire = Wire(proc.port)
@@ -225,8 +240,7 @@ def test_debug_restart_rewrites_the_config_and_reexecs(server_factory):
                     until_close=True) == b"<EOF>"
     restarted(proc, pid, run_id)
     assert "cluster-node-timeout 4321" in proc.config_path.read_text().splitlines()
-    assert proc.call("CONFIG", "GET", "cluster-node-timeout") == [b"cluster-node-timeout",
-                                                                  b"4321"]
+    assert proc.call("CONFIG", "GET", "cluster-node-timeout") == {b"cluster-node-timeout": b"4321"}
     assert proc.call("CLUSTER", "MYID") == node_id
     assert_reloaded(proc, job_id)
     assert "Restarting the server with" in proc.log_path.read_text()
@@ -243,8 +257,7 @@ def test_debug_crash_and_recover_reexecs_without_saving(server_factory):
                     until_close=True) == b"<EOF>"
     restarted(proc, pid, run_id)
     assert proc.config_path.read_text() == config_text  # nothing was rewritten
-    assert proc.call("CONFIG", "GET", "cluster-node-timeout") == [b"cluster-node-timeout",
-                                                                  b"15000"]
+    assert proc.call("CONFIG", "GET", "cluster-node-timeout") == {b"cluster-node-timeout": b"15000"}
     assert proc.call("CLUSTER", "MYID") == node_id
     assert_reloaded(proc, job_id)  # the AOF had it
 

@@ -477,7 +477,7 @@ def test_config_set_appendonly_at_runtime(server_factory):
     assert proc.call("ACKJOB", *dropped) == 100
     ids.difference_update(dropped)
     assert path.stat().st_size == size
-    assert proc.call("CONFIG", "GET", "appendonly") == [b"appendonly", b"no"]
+    assert proc.call("CONFIG", "GET", "appendonly") == {b"appendonly": b"no"}
     # Enabled again: a fresh file from the current state replaces the stale one.
     assert proc.call("CONFIG", "SET", "appendonly", "yes") == b"OK"
     wait_until(lambda: info(proc)["aof_state"] == "on", 30, interval=0.05,

@@ -157,8 +157,8 @@ def test_create_status_stop(launcher, tmp_path):
         nodes = parse_cluster_nodes(client.execute_command("CLUSTER", "NODES"))
         assert sorted(line.port for line in nodes.values()) == ports
         # Each node has its own config file and directory.
-        assert client.execute_command("CONFIG", "GET", "dir") == [
-            b"dir", str(directory / str(port)).encode()]
+        assert client.execute_command("CONFIG", "GET", "dir") == {
+            b"dir": str(directory / str(port)).encode()}
         assert ("port %d" % port) in (directory / str(port) / "disque.conf").read_text()
     job = clients[0].execute_command("ADDJOB", "launched", b"body", 5000, "REPLICATE", 3)
     for client in clients:
@@ -204,8 +204,8 @@ def test_appendonly_nodes_write_their_aof(launcher, tmp_path):
     for port in ports:
         aof = directory / str(port) / "disque.aof"
         with redis.Redis(port=port, socket_timeout=30) as client:
-            assert client.execute_command("CONFIG", "GET", "appendonly") == [
-                b"appendonly", b"yes"]
+            assert client.execute_command("CONFIG", "GET", "appendonly") == {
+                b"appendonly": b"yes"}
         wait_until(lambda: aof.exists() and job in aof.read_bytes(),
                    message="%s to hold the job" % aof)
     result = launcher.run("stop", "--dir", str(directory))

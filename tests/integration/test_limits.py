@@ -197,8 +197,8 @@ def test_output_buffer_limit_closes_a_monitor_that_does_not_read(server_factory)
 @pytest.mark.expect_log(EXPECTED_LOG)
 def test_monitor_output_buffer_limit_applies_to_monitors_only(server_factory):
     node = server_factory("monitor-output-buffer-limit 1mb 0 0\n")
-    assert node.call("CONFIG", "GET", "monitor-output-buffer-limit") == [
-        b"monitor-output-buffer-limit", b"1048576 0 0"]
+    assert node.call("CONFIG", "GET", "monitor-output-buffer-limit") == {
+        b"monitor-output-buffer-limit": b"1048576 0 0"}
     with connect(node) as monitor:
         client = flood_until_monitor_closed(node, monitor)
         # A normal client has no limit here: 20 MB of unread replies keep it open.

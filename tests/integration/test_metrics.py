@@ -98,7 +98,7 @@ def test_prometheus_scrapes_the_jobs_redis_py_moved(server_factory, tmp_path):
 
 
 def test_metrics_port_zero_opens_nothing(server):
-    assert server.call("CONFIG", "GET", "metrics-port") == [b"metrics-port", b"0"]
+    assert server.call("CONFIG", "GET", "metrics-port") == {b"metrics-port": b"0"}
     wait_until(lambda: server.port + 10000 in listening_ports(server.proc.pid),
                message="the bus port listening")  # the last listener to open
     assert listening_ports(server.proc.pid) == {server.port, server.port + 10000}

@@ -141,7 +141,7 @@ def test_command_line_overrides_file_and_sigint_exits_cleanly(tmp_path):
     node.port = port
     node.start()
     try:
-        assert node.call("CONFIG", "GET", "port") == [b"port", str(port).encode()]
+        assert node.call("CONFIG", "GET", "port") == {b"port": str(port).encode()}
         node.proc.send_signal(2)
         assert node.proc.wait(10) == 0
     finally:
@@ -172,7 +172,7 @@ def test_config_from_stdin_starts_a_node_on_its_port(tmp_path):
     node.start()
     try:
         assert node.raw(b"PING\r\n") == b"+PONG\r\n"
-        assert node.call("CONFIG", "GET", "port") == [b"port", str(node.port).encode()]
+        assert node.call("CONFIG", "GET", "port") == {b"port": str(node.port).encode()}
         # No file to rewrite, and the node did not claim it had no config.
         assert "no config file specified" not in node.log_path.read_text()
     finally:
