@@ -11,6 +11,7 @@ rejects, which it diagnoses with the exact Redis error texts.
 
 from __future__ import annotations
 
+import ctypes
 import re
 from typing import Any, Final
 
@@ -48,6 +49,9 @@ _FRAMED: Final = [size + len(str(size)) + 5 for size in range(_FRAMED_SIZES)]
 # hiredis moves its unread bytes to the front of its buffer each time it has
 # consumed 1 KB: a large read is fed in slices so that stays cheap.
 FEED_SLICE: Final = 4096
+# A bulk argument this long, cut by the end of a read, is read straight into
+# its final object (RequestParser._start_bulk).
+BIG_BULK: Final = 1 << 20
 # hiredis sizes a list from an array header before its elements arrive, and
 # freeing a list of 2^31 slots takes seconds: data that holds a count this
 # big (or a bulk that merely looks like one) goes to the Python parser.
@@ -163,7 +167,8 @@ class RequestParser:
     """Turns a client's byte stream into commands (lists of bytes)."""
 
     __slots__ = ("max_bulk_len", "_alone_limit", "_reader", "_pending", "_args", "_left",
-                 "_need", "_args_size", "_bulk_at")
+                 "_need", "_args_size", "_bulk_at", "_bulk", "_bulk_addr", "_bulk_filled",
+                 "_bulk_crlf")
 
     def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
         self.max_bulk_len = max_bulk_len
@@ -179,6 +184,12 @@ class RequestParser:
         # Where the cut bulk argument's data starts in _pending (0: the pending
         # bytes are not a cut bulk argument); it ends 2 bytes before _need.
         self._bulk_at = 0
+        # A cut bulk argument of BIG_BULK bytes or more is read straight into
+        # the bytes object that becomes the argument (see _start_bulk).
+        self._bulk: bytes | None = None
+        self._bulk_addr = 0  # where _bulk's bytes start in memory
+        self._bulk_filled = 0  # bytes of it received
+        self._bulk_crlf = 0  # bytes of the CRLF after it still to skip
 
     def feed(self, data: bytes, commands: list) -> None:
         """Append every complete command found in ``data`` to ``commands``.
@@ -195,7 +206,12 @@ class RequestParser:
                 and (data[2] == _CR or data[3] == _CR or not data[1:8].isdigit())
                 and _STAR not in data[1:] and self._parse_alone(data, commands)):
             return
-        if self._pending is not None:
+        if self._bulk is not None:
+            pos = self._fill_bulk(data, 0, commands)
+            if pos < 0:
+                return
+            buf = data[pos:] if pos else data
+        elif self._pending is not None:
             pending = self._pending
             pending += data
             if len(pending) < self._need:
@@ -382,6 +398,9 @@ class RequestParser:
             if end + 2 > n:
                 self._left = left
                 self._args_size = size
+                if length >= BIG_BULK:
+                    self._start_bulk(length)
+                    return self._fill_bulk(buf, start, commands)
                 self._keep(buf, pos, end + 2 - pos)
                 self._bulk_at = start - pos
                 return -1
@@ -396,6 +415,55 @@ class RequestParser:
         self._args = None
         commands.append(args)
         return pos
+
+    def _start_bulk(self, length: int) -> None:
+        """Make the object a cut bulk argument of ``length`` bytes is read into.
+
+        bytes(length) maps zeroed pages without touching them, and each read
+        is copied into place as it arrives, so a bulk of hundreds of MB never
+        costs one long copy (page faults included) in a single loop turn:
+        other clients are served between its reads. Redis reads a big
+        argument into its final string the same way. The object is not seen
+        by anyone until it is complete, so filling it in place is safe; it
+        is never one of CPython's shared bytes singletons (length > 1).
+        """
+        target = bytes(length)
+        self._bulk = target
+        self._bulk_addr = ctypes.cast(ctypes.c_char_p(target), ctypes.c_void_p).value or 0
+        self._bulk_filled = 0
+        self._bulk_crlf = 2
+
+    def _fill_bulk(self, data: bytes, pos: int, commands: list) -> int:
+        """Copy what ``data[pos:]`` holds of the cut bulk argument into place;
+        when it is complete, add it to its command and return the position
+        after it, else -1 (all of ``data`` was taken)."""
+        target = self._bulk
+        assert target is not None
+        n = len(data)
+        take = min(n - pos, len(target) - self._bulk_filled)
+        if take > 0:
+            src = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+            ctypes.memmove(self._bulk_addr + self._bulk_filled, src + pos, take)
+            self._bulk_filled += take
+            pos += take
+        skip = min(n - pos, self._bulk_crlf)
+        self._bulk_crlf -= skip
+        pos += skip
+        if self._bulk_crlf:
+            return -1
+        self._bulk = None
+        self._bulk_addr = 0
+        args = self._args
+        assert args is not None
+        args.append(target)
+        self._args_size += len(target) + ARG_OVERHEAD
+        self._left -= 1
+        if not self._left:
+            self._args = None
+            commands.append(args)
+        elif pos == n:
+            self._keep(data, pos, 0)  # the command's next arguments come later
+        return -1 if pos == n else pos
 
     def _keep(self, buf: bytes, pos: int, need: int) -> int:
         self._pending = bytearray(buf[pos:])
@@ -422,11 +490,15 @@ class RequestParser:
 
     def buffered(self) -> int:
         """Bytes held for an incomplete command (for CLIENT LIST qbuf)."""
+        if self._bulk is not None:
+            return self._bulk_filled
         return len(self._pending) if self._pending is not None else 0
 
     def held(self) -> int:
         """Memory held for an incomplete command: its unparsed bytes and the
         arguments already taken from it (what client-query-buffer-limit bounds)."""
+        if self._bulk is not None:
+            return self._bulk_filled + self._args_size
         pending = self._pending
         if pending is None:
             return 0
