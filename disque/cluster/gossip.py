@@ -216,6 +216,7 @@ class Gossip:
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
                 self.config_dirty = True
+        sender.tport = msg.get(m.TPORT, 0)  # optional header field, as LEAVING below
         leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.header_problem)
         if leaving != sender.flags & LEAVING:
             sender.flags ^= LEAVING

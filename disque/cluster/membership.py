@@ -38,7 +38,7 @@ class ClusterNode:
     """What this node knows about one node of the cluster (itself included)."""
 
     __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "link",
-                 "connecting", "link_time", "fail_reports", "ctime", "bport")
+                 "connecting", "link_time", "fail_reports", "ctime", "bport", "tport")
 
     def __init__(self, node_id: bytes, ip: str, port: int, flags: int, now_ms: int = 0) -> None:
         self.id = node_id
@@ -53,6 +53,7 @@ class ClusterNode:
         self.fail_reports: dict[bytes, int] = {}
         self.ctime = now_ms
         self.bport = 0  # bus port when it is not port + 10000
+        self.tport = 0  # TLS client port (tls-port), 0 when it has none or is not known yet
 
     @property
     def bus_port(self) -> int:

@@ -43,6 +43,7 @@ PORT: Final = "port"
 FLAGS: Final = "flags"
 MFLAGS: Final = "mflags"
 BPORT: Final = "bport"  # sender's bus port when it is not port + 10000 (optional)
+TPORT: Final = "tport"  # sender's TLS client port, when it has one (optional)
 
 # Per-message flags.
 MFLAG_NOREPLY: Final = 1
@@ -285,6 +286,9 @@ def header_problem(header: object) -> str | None:
     bport = get(BPORT, 0)
     if type(bport) is not int or bport >> 16:
         return "bad bus port"
+    tport = get(TPORT, 0)
+    if type(tport) is not int or tport >> 16:
+        return "bad TLS port"
     return None
 
 

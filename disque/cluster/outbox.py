@@ -81,10 +81,13 @@ class Outbox:
         header = self._header
         own = self.runtime.node_id
         if (header is None or header[m.FLAGS] != myself.flags or header[m.SENDER] != own
-                or header[m.PORT] != self.port or header.get(m.BPORT, 0) != myself.bport):
+                or header[m.PORT] != self.port or header.get(m.BPORT, 0) != myself.bport
+                or header.get(m.TPORT, 0) != myself.tport):
             header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: own,
                       m.PORT: self.port, m.FLAGS: myself.flags}
             if myself.bport:
                 header[m.BPORT] = myself.bport
+            if myself.tport:
+                header[m.TPORT] = myself.tport
             self._header = header
         return header

@@ -37,7 +37,11 @@ def hello(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     if len(argv) == 1:
         if needs_auth(node.config, client):
             return errors.NOAUTH
-        entries = [[n.id, n.ip.encode(), str(n.port).encode(), n.priority()]
+        # A client on tls-port is given the ports it can reach: each node's
+        # tls-port, learnt from its bus messages (the plain port while unknown).
+        tls = client.tls
+        entries = [[n.id, n.ip.encode(), str(n.tport if tls and n.tport else n.port).encode(),
+                    n.priority()]
                    for n in node.membership.nodes.values()]
         return encode([1, node.id] + entries)
     return _client_handshake(node, client, argv)

@@ -36,7 +36,7 @@ class ClientState:
 
     __slots__ = ("id", "addr", "name", "authenticated", "blocked", "monitor",
                  "close_after_reply", "last_cmd", "ctime", "atime", "sent", "reply_mode",
-                 "user", "local", "protocol")
+                 "user", "local", "protocol", "tls")
 
     def __init__(self, client_id: int = 0, addr: str = "", now_ms: int = 0) -> None:
         self.id = client_id
@@ -56,6 +56,7 @@ class ClientState:
         # mode, enable-debug-command local and enable-protected-configs local.
         self.local = False
         self.protocol = 2  # HELLO 3 makes it 3: CONFIG GET then answers a map
+        self.tls = False  # came through tls-port: HELLO gives it the nodes' TLS ports
 
     def send(self, data: bytes) -> None:
         """Deliver a reply outside the request/response flow (unblocking, MONITOR)."""

@@ -196,6 +196,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         else:
             self.addr = "%s:0" % (server.config.unixsocket or "unix")
             self.local = True
+        self.tls = stream.get_extra_info("ssl_object") is not None
         if protected_mode_refuses(server.config, self.local):
             self.node.access_stats.protected_mode_denied += 1
             stream.write(PROTECTED_MODE_DENIED)

@@ -58,6 +58,7 @@ class NodeState:
         runtime = self.runtime = Runtime(node_id, rng, clock())
         memory = self.memory = MemoryAccount(config.maxmemory)
         membership = self.membership = Membership(node_id, config.port)
+        membership.myself.tport = config.tls_port
         counters = self.counters = JobCounters()
         self.ids = JobIdGenerator(node_id, rng, counters)
         self.outbox = Outbox(runtime, membership, bus, config.port)

@@ -49,6 +49,8 @@ def test_a_well_formed_message_passes():
     ({m.MFLAGS: None}, "bad flags"),
     ({m.BPORT: 1 << 16}, "bad bus port"),
     ({m.BPORT: -5}, "bad bus port"),
+    ({m.TPORT: 1 << 16}, "bad TLS port"),
+    ({m.TPORT: "7711"}, "bad TLS port"),
     ({m.ID: b"x" * 40}, "bad id"),
     ({m.ID: {"a": 1}}, "bad id"),
 ])
