@@ -446,6 +446,22 @@ class JobLifecycle:
         else:
             job.qtime = 0
 
+    def purge(self, queue: Queue) -> int:
+        """QPURGE: delete the jobs queued in ``queue`` here, and ask their
+        other holders to delete their copies (DELJOB, as FASTACK does);
+        jobs active here are not in the queue and stay. Returns how many."""
+        jobs = list(queue.jobs.iter_from_head())
+        # The queue is emptied at once, not job by job: each job then
+        # leaves as an active one does (journaled, its timer cancelled).
+        queue.jobs.clear()
+        send_to_holders = self.outbox.send_to_holders
+        delete_job = self.delete_job
+        for job in jobs:
+            job.state = ACTIVE
+            send_to_holders(job, m.job_message(m.DELJOB, job.id))
+            delete_job(job)
+        return len(jobs)
+
     def delete_all(self) -> None:
         """Delete every job, one by one, with what each deletion entails (DEBUG FLUSHALL)."""
         for job in list(self.registry.by_id.values()):

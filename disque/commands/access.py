@@ -36,7 +36,7 @@ KEYS_ACKS: Final = 5      # job IDs as KEYS_JOBS; IDs of jobs not held here are 
 KEY_SPECS: Final[dict[str, int]] = {
     "addjob": KEYS_ADDJOB, "getjob": KEYS_GETJOB,
     "qlen": KEYS_QUEUE, "qpeek": KEYS_QUEUE, "qstat": KEYS_QUEUE, "pause": KEYS_QUEUE,
-    "qredrive": KEYS_QUEUE,
+    "qredrive": KEYS_QUEUE, "qpurge": KEYS_QUEUE,
     "show": KEYS_JOBS, "working": KEYS_JOBS, "nack": KEYS_JOBS, "enqueue": KEYS_JOBS,
     "dequeue": KEYS_JOBS, "deljob": KEYS_JOBS,
     "ackjob": KEYS_ACKS, "fastack": KEYS_ACKS,

@@ -1,4 +1,5 @@
-"""Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2).
+"""Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2),
+and QPURGE (docs/commands.md "Extensions").
 
 QSCAN and JSCAN show a user limited to queue patterns only its queues
 (``commands.access``); the other commands' queues are checked at the table."""
@@ -328,6 +329,13 @@ def pause(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     return status(PAUSE_NAMES[current])
 
 
+def qpurge(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
+    """QPURGE queue: delete the jobs queued here in ``queue`` and their
+    copies on other nodes; reply with how many were queued here."""
+    queue = node.queues.by_name.get(argv[1])
+    return integer(node.lifecycle.purge(queue) if queue is not None else 0)
+
+
 TABLE: Final = (
            ("qlen", 2, "rF", qlen),
            ("qpeek", 3, "r", qpeek),
@@ -335,4 +343,5 @@ TABLE: Final = (
            ("qscan", -1, "r", qscan),
            ("jscan", -1, "r", jscan),
            ("pause", -3, "rF", pause),
+           ("qpurge", 2, "w", qpurge),
        )

@@ -40,7 +40,7 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     "produce": ("addjob",),
     "consume": ("getjob", "ackjob", "fastack", "nack", "working"),
     "read": ("qlen", "qpeek", "qstat", "show", "qscan", "jscan"),
-    "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause"),
+    "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause", "qpurge"),
     "connection": ("auth", "hello", "ping", "time", "command", "client|setname",
                    "client|getname", "client|id", "client|reply", "client|setinfo",
                    "acl|whoami", "acl|cat"),
