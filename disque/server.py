@@ -250,8 +250,8 @@ class Server(Host):
         if config.unixsocket:
             logger.info("The server is now ready to accept connections at %s", config.unixsocket)
         if config.metrics_port:
-            logger.info("Metrics and the dashboard are served over HTTP on port %d",
-                        config.metrics_port)
+            logger.info("Metrics and the dashboard are served over %s on port %d",
+                        "HTTPS" if config.tls_port else "HTTP", config.metrics_port)
         self._notify("READY=1")
 
     def _cannot_listen(self, what: str, port: int, exc: OSError) -> StartupError:
@@ -277,15 +277,28 @@ class Server(Host):
 
     async def _start_http(self) -> None:
         """Serve /metrics and the dashboard on metrics-port, at the client
-        port's addresses; its listener closes with theirs."""
+        port's addresses (over TLS when tls-port is set); its listener
+        closes with theirs."""
         # Imported here: aiohttp and prometheus_client take 0.2 s to load,
         # which a node without metrics-port does not pay.
         from disque.http.service import HttpService
         config = self.config
         self.http = HttpService(self)
+        context = None
+        handshake_timeout = None
+        if config.tls_port:
+            # HTTPS with the client port's certificate. Browsers and scrapers are
+            # not asked for a certificate, whatever tls-auth-clients says: the
+            # dashboard's actions need an ACL login (docs/dashboard.md).
+            try:
+                context = tls.server_context(config, auth_clients="no")
+            except tls.TlsConfigError as exc:
+                raise StartupError("Can't configure TLS: %s" % exc) from None
+            handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
         try:
             self.listeners.append(await self.http.listen(config.bind or None, config.metrics_port,
-                                                         config.tcp_backlog))
+                                                         config.tcp_backlog, context,
+                                                         handshake_timeout))
         except OSError as exc:
             raise self._cannot_listen("the metrics HTTP", config.metrics_port, exc) from None
 

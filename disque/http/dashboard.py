@@ -1,4 +1,5 @@
-"""The live dashboard on metrics-port: ``/`` (a static page) and ``/api/stats`` (JSON).
+"""The live dashboard on metrics-port: ``/`` (a static page) and ``/api/stats`` (JSON);
+its actions, behind a login, are ``disque.http.actions``'.
 
 The page polls ``/api/stats`` about once a second instead of holding a
 server-sent-event stream: a poll leaves no open stream for shutdown to
@@ -26,10 +27,11 @@ from disque import __version__
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL)
 from disque.context.memory import format_human
+from disque.http import actions
 from disque.queues.queue import PAUSE_NAMES
 
 if TYPE_CHECKING:
-    from disque.http.observed import ObservedServer
+    from disque.http.observed import DashboardServer, ObservedServer
     from disque.node import Node
     from disque.queues.queue import Queue
 
@@ -324,9 +326,10 @@ class Dashboard:
         return web.json_response(document, headers=STATS_HEADERS)
 
 
-def add_routes(app: web.Application, server: ObservedServer) -> None:
-    """Serve the dashboard from ``app`` (the metrics-port application)."""
+def add_routes(app: web.Application, server: DashboardServer) -> None:
+    """Serve the dashboard and its actions from ``app`` (the metrics-port application)."""
     dashboard = Dashboard(server)
     app.router.add_get(ROUTE_INDEX, dashboard.index)
     app.router.add_get(ROUTE_ASSET, dashboard.asset)
     app.router.add_get(ROUTE_STATS, dashboard.stats)
+    actions.add_routes(app, server)

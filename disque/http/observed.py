@@ -1,8 +1,10 @@
-"""What /metrics and the dashboard read of the running server.
+"""What /metrics and the dashboard read of the running server, and what
+the dashboard's actions ask of it.
 
 Both read only when asked (a scrape, a poll), and only these: the node,
-the process's counters and the AOF writer. ``disque.server.Server`` is
-the implementation; naming the reads here keeps ``disque.http`` from
+the process's counters and the AOF writer. An action runs one command
+through ``Node.call``, as a RESP client's would. ``disque.server.Server``
+is the implementation; naming the members here keeps ``disque.http`` from
 depending on the whole process.
 """
 
@@ -58,3 +60,17 @@ class ObservedServer(Protocol):
 
     def info_fields(self, section: str) -> list[tuple[str, object]]:
         """The process's INFO fields of ``section`` (memory, persistence)."""
+
+
+class DashboardServer(ObservedServer, Protocol):
+    """The server as the dashboard's actions use it: around ``Node.call``,
+    what a client connection does around it."""
+
+    def next_client_id(self) -> int:
+        """An ID for a login's client (MONITOR and the log show its address)."""
+
+    def flush_aof(self) -> None:
+        """Write the AOF records of a command before its reply leaves."""
+
+    def arm_timer(self) -> None:
+        """Have the node's timers fire at its next due time."""

@@ -6,98 +6,15 @@ follow it as it changes, loading nothing from anywhere but the node."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from urllib.parse import urlsplit
 
-import pytest
-
+from tests.support.browser import NEEDS_BROWSER, PAGE_WAIT_MS, expect
+from tests.support.browser import browser, open_dashboard  # noqa: F401 (fixtures)
 from tests.support.cluster import parse_cluster_info
 from tests.support.process import free_port, wait_until
 
-try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # the dev extra is not installed
-    sync_playwright = None
-
-CHROMIUM = Path("/usr/bin/chromium")
-# Headless in a container, and nothing fetched behind the test's back.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-quic"]
-# How long the page may take to show a change: it polls every second, and
-# the machine may be busy; expect() polls the page until then.
-PAGE_WAIT_MS = 20_000
 NODE_TIMEOUT_MS = 1000
 
-pytestmark = [
-    pytest.mark.skipif(sync_playwright is None,
-                       reason="playwright is not installed (pip install -e '.[dev]')"),
-    pytest.mark.skipif(not CHROMIUM.exists(),
-                       reason="%s is missing (apt-get install chromium)" % CHROMIUM),
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-class DashboardPage:
-    """One browser tab on one node's dashboard, recording what it requested
-    and any script error."""
-
-    def __init__(self, browser, port: int) -> None:
-        self.origin = "http://127.0.0.1:%d" % port
-        self.context = browser.new_context()
-        self.page = self.context.new_page()
-        self.requested: list[str] = []
-        self.errors: list[str] = []
-        self.page.on("request", lambda request: self.requested.append(request.url))
-        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.page.on("console", lambda message: self.errors.append(message.text)
-                     if message.type == "error" else None)
-        self.page.goto(self.origin + "/")
-
-    def queue_cell(self, queue: str, column: str):
-        return self.page.locator("#queues tbody tr[data-queue=%s] td.%s" % (_css_string(queue),
-                                                                            column))
-
-    def node_state(self, node_id: str):
-        return self.page.locator("#nodes tbody tr[data-node='%s'] .badge" % node_id)
-
-    def forget_errors(self, pattern: str) -> None:
-        """Drop the console errors the test caused on purpose."""
-        self.errors = [error for error in self.errors if not re.search(pattern, error)]
-
-    def close(self) -> None:
-        self.context.close()
-        own = urlsplit(self.origin).netloc
-        foreign = [url for url in self.requested
-                   if not url.startswith("data:") and urlsplit(url).netloc != own]
-        assert not foreign, "the page fetched from elsewhere: %s" % foreign
-        assert not self.errors, "script errors on the page: %s" % sorted(set(self.errors))
-
-
-def _css_string(text: str) -> str:
-    """A CSS string literal for an attribute selector."""
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-@pytest.fixture
-def open_dashboard(browser):
-    pages: list[DashboardPage] = []
-
-    def open_page(port: int) -> DashboardPage:
-        page = DashboardPage(browser, port)
-        pages.append(page)
-        return page
-
-    yield open_page
-    for page in pages:
-        page.close()
+pytestmark = NEEDS_BROWSER
 
 
 def add_jobs(client, queue: str, count: int, *options) -> None:

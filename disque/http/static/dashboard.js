@@ -1,9 +1,15 @@
 // The live dashboard: polls api/stats and redraws. Every text from the server
 // (queue names are arbitrary bytes from clients) goes in through textContent
-// or setAttribute, never as markup.
+// or setAttribute, never as markup. Logged in, it runs actions as the user:
+// POSTs of JSON that carry the session's CSRF token in a header.
 "use strict";
 
 const STATS_URL = "api/stats";
+const SESSION_URL = "api/session";
+const LOGIN_URL = "api/login";
+const LOGOUT_URL = "api/logout";
+const ACTION_URL = "api/action/";
+const CSRF_HEADER = "X-CSRF-Token";
 const POLL_MS = 1000;
 const SPARK_WIDTH = 120;
 const SPARK_HEIGHT = 22;
@@ -132,6 +138,22 @@ function renderNodes(nodes) {
   setText("nodes-count", "(" + nodes.length + ")");
 }
 
+let shownQueueNames = "";
+
+// The queue names the action form offers: redrawn only when they change, so
+// that an open suggestion list stays open.
+function renderQueueNames(queues) {
+  const names = queues.shown.map((q) => q.name);
+  const key = JSON.stringify(names);
+  if (key === shownQueueNames) return;
+  shownQueueNames = key;
+  byId("queue-names").replaceChildren(...names.map((name) => {
+    const option = document.createElement("option");
+    option.value = name;
+    return option;
+  }));
+}
+
 function renderQueues(queues) {
   const rows = queues.shown.map((q) => {
     const tr = document.createElement("tr");
@@ -168,11 +190,157 @@ async function refresh() {
     renderSummary(stats);
     renderNodes(stats.nodes);
     renderQueues(stats.queues);
+    renderQueueNames(stats.queues);
     setStatus("live", "live");
+    if (!sessionKnown) loadSession();
     setText("updated", "updated " + new Date(stats.time_ms).toLocaleTimeString());
   } catch (error) {
     setStatus("disconnected", "disconnected");
   }
+}
+
+// ---------------------------------------------------------------- actions
+
+let csrfToken = null;
+let sessionKnown = false;
+
+// What a successful action did, from the command's reply.
+const ACTION_DONE = {
+  pause: (target, result) => target + ": paused " + result + " on every node",
+  resume: (target) => target + ": resumed on every node",
+  redrive: (target, result) => target + ": " + plural(result, "dead letter") + " redriven",
+  purge: (target, result) => target + ": " + plural(result, "job") + " purged",
+  deljob: (target, result) => target + (result ? ": deleted" : ": no such job on this node"),
+};
+const ACTION_CONFIRM = {
+  purge: (target) => "Delete every job queued in " + target +
+                     " on this node, and their copies on other nodes?",
+  deljob: (target) => "Delete job " + target + " and its copies on other nodes?",
+};
+
+function showAccount(session) {
+  const user = session.user;
+  const refused = user === null ? session.login_refused : null;
+  csrfToken = session.csrf_token;
+  sessionKnown = true;
+  setText("account-user", user === null ? "" : "logged in as " + user);
+  byId("login-open").hidden = user !== null || refused !== null;
+  byId("logout").hidden = user === null;
+  byId("actions").hidden = user === null && refused === null;
+  byId("actions-off").hidden = refused === null;
+  setText("actions-off", refused || "");
+  byId("action-forms").hidden = user === null;
+  setText("actions-as", user === null ? "" : "as " + user);
+  document.body.classList.toggle("acting", user !== null);
+}
+
+async function loadSession() {
+  try {
+    const response = await fetch(SESSION_URL, {cache: "no-store"});
+    if (response.ok) showAccount(await response.json());
+  } catch (error) {
+    // The node is unreachable: the poll says so, and asks again once it answers.
+  }
+}
+
+// POST a JSON body; resolves to [HTTP status, the JSON answer].
+async function post(url, body) {
+  const headers = {"Content-Type": "application/json"};
+  if (csrfToken) headers[CSRF_HEADER] = csrfToken;
+  const response = await fetch(url, {method: "POST", headers: headers, cache: "no-store",
+                                     body: JSON.stringify(body)});
+  let answer;
+  try {
+    answer = await response.json();
+  } catch (error) {
+    answer = {error: "HTTP " + response.status};
+  }
+  return [response.status, answer];
+}
+
+function setResult(state, text) {
+  const result = byId("action-result");
+  result.dataset.state = state;
+  result.textContent = text;
+}
+
+async function runAction(action) {
+  const forJob = action === "deljob";
+  // Queue names are taken as typed: spaces may be part of one.
+  const target = forJob ? byId("action-job").value.trim() : byId("action-queue").value;
+  if (!target) {
+    setResult("error", forJob ? "Enter a job ID." : "Enter a queue name.");
+    return;
+  }
+  const question = ACTION_CONFIRM[action];
+  if (question && !window.confirm(question(target))) return;
+  const body = forJob ? {job: target} : {queue: target};
+  if (action === "pause") body.mode = byId("pause-mode").value;
+  setResult("running", "…");
+  try {
+    const [status, answer] = await post(ACTION_URL + action, body);
+    if (answer.error === undefined) {
+      setResult("ok", ACTION_DONE[action](target, answer.result));
+    } else {
+      setResult("error", (status === 403 ? "Refused: " : "Failed: ") + answer.error);
+      if (status === 401) await loadSession();
+    }
+  } catch (error) {
+    setResult("error", "Failed: the node did not answer.");
+  }
+  refresh();
+}
+
+async function logIn(event) {
+  event.preventDefault();
+  const password = byId("login-password");
+  setText("login-error", "");
+  try {
+    const [status, answer] = await post(LOGIN_URL, {user: byId("login-user").value,
+                                                    password: password.value});
+    if (status !== 200) {
+      setText("login-error", answer.error);
+      return;
+    }
+    password.value = "";
+    byId("login-dialog").close();
+    setResult("", "");
+    showAccount({user: answer.user, csrf_token: answer.csrf_token, login_refused: null});
+  } catch (error) {
+    setText("login-error", "The node did not answer.");
+  }
+}
+
+async function logOut() {
+  try {
+    await post(LOGOUT_URL, {});
+  } finally {
+    await loadSession();
+  }
+}
+
+function setUpActions() {
+  byId("login-open").addEventListener("click", () => {
+    setText("login-error", "");
+    byId("login-dialog").showModal();
+  });
+  byId("login-cancel").addEventListener("click", () => byId("login-dialog").close());
+  byId("login-form").addEventListener("submit", logIn);
+  byId("logout").addEventListener("click", logOut);
+  for (const form of document.querySelectorAll(".action-form")) {
+    form.addEventListener("submit", (event) => event.preventDefault());
+  }
+  for (const button of document.querySelectorAll("button[data-action]")) {
+    button.addEventListener("click", () => runAction(button.dataset.action));
+  }
+  // Logged in, a click on a queue's row names it in the action form.
+  byId("queues").tBodies[0].addEventListener("click", (event) => {
+    const row = event.target.closest("tr[data-queue]");
+    if (row === null || byId("action-forms").hidden) return;
+    const input = byId("action-queue");
+    input.value = row.dataset.queue;
+    input.focus();
+  });
 }
 
 async function poll() {
@@ -180,4 +348,6 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
+setUpActions();
+loadSession();
 poll();
