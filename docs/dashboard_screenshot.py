@@ -1,9 +1,10 @@
 """Redraw docs/images/dashboard.png: the dashboard of a busy 3-node cluster.
 
 Starts three disque-server processes on free loopback ports (node 0 with
-metrics-port), joins them, keeps producers and consumers busy on a few
-queues (one of them fills its dead-letter queue) while the page polls, then
-saves a screenshot taken by Debian's chromium through Playwright. Needs the
+metrics-port and a user who may act), joins them, logs the page in, keeps
+producers and consumers busy on a few queues (one of them fills its
+dead-letter queue) while the page polls, pauses one queue from the page,
+then saves a screenshot taken by Debian's chromium through Playwright. Needs the
 dev extra (redis-py, playwright) and /usr/bin/chromium; everything started
 is stopped on exit.
 
@@ -36,6 +37,10 @@ NODES = 3
 LOAD_SECONDS = 40           # enough samples for the sparklines
 TICK_S = 0.25               # between two rounds of jobs
 START_TIMEOUT_S = 15
+# The user node 0's page logs in as (ACL rules of a config "user" line).
+USER, PASSWORD = "ops", "screenshot-only-password"
+USER_RULES = "on >%s ~* +@read +@manage +@connection" % PASSWORD
+PAUSED_QUEUE = "emails"
 
 
 def wait_for(predicate, what: str) -> None:
@@ -52,8 +57,10 @@ def wait_for(predicate, what: str) -> None:
 
 def start_node(workdir: Path, port: int, metrics_port: int) -> subprocess.Popen:
     workdir.mkdir()
-    args = [sys.executable, "-m", "disque.server", "--bind", "127.0.0.1", "--port", str(port),
-            "--dir", str(workdir), "--logfile", "disque.log"]
+    config = workdir / "disque.conf"
+    config.write_text("user %s %s\n" % (USER, USER_RULES) if metrics_port else "")
+    args = [sys.executable, "-m", "disque.server", str(config), "--bind", "127.0.0.1",
+            "--port", str(port), "--dir", str(workdir), "--logfile", "disque.log"]
     if metrics_port:
         args += ["--metrics-port", str(metrics_port)]
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -87,6 +94,15 @@ def load(main: redis.Redis, stop: threading.Event) -> None:
         stop.wait(TICK_S)
 
 
+def log_in(page) -> None:
+    """Log the page in as USER, as an operator would."""
+    page.locator("#login-open").click()
+    page.locator("#login-user").fill(USER)
+    page.locator("#login-password").fill(PASSWORD)
+    page.locator("#login-form button[type=submit]").click()
+    page.locator("#action-forms").wait_for(state="visible")
+
+
 def main(argv: list[str]) -> int:
     output = Path(argv[1]) if len(argv) > 1 else OUTPUT
     ports = [free_port() for _ in range(NODES)]
@@ -111,9 +127,14 @@ def main(argv: list[str]) -> int:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport=VIEWPORT)
                 page.goto("http://127.0.0.1:%d/" % metrics_port)
+                log_in(page)
                 producer.start()
                 try:
                     page.wait_for_timeout(LOAD_SECONDS * 1000)
+                    page.locator("#action-queue").fill(PAUSED_QUEUE)
+                    page.locator("#pause-mode").select_option("out")
+                    page.locator("button[data-action=pause]").click()
+                    page.wait_for_timeout(2000)  # the tables show it at the next poll
                     output.parent.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(output), full_page=True)
                 finally:

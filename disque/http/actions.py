@@ -272,8 +272,9 @@ class DashboardActions:
         wait = self.limiter.wait(peer)
         if wait > 0:
             seconds = int(wait) + 1
+            headers = dict(RESPONSE_HEADERS, **{"Retry-After": str(seconds)})
             return web.json_response({"error": TOO_MANY_FAILURES % seconds}, status=429,
-                                     headers=dict(RESPONSE_HEADERS, **{"Retry-After": str(seconds)}))
+                                     headers=headers)
         name = body.get("user") or DEFAULT_USER.decode()
         password = body.get("password")
         try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from tests.support.browser import NEEDS_BROWSER, PAGE_WAIT_MS, expect
-from tests.support.browser import browser, open_dashboard  # noqa: F401 (fixtures)
+from tests.support.dashboard import NEEDS_BROWSER, PAGE_WAIT_MS, expect
+from tests.support.dashboard import browser, open_dashboard  # noqa: F401 (fixtures)
 from tests.support.cluster import parse_cluster_info
 from tests.support.process import free_port, wait_until
 

@@ -202,7 +202,8 @@ async def test_requests_from_another_origin_or_not_json_are_refused(http, server
                             headers=token)).status == 413
     same = "http://%s:%d" % (http.host, http.port)
     response = await http.post("/api/action/pause", json={"queue": "q"},
-                               headers=dict(token, Origin=same, **{"Sec-Fetch-Site": "same-origin"}))
+                               headers=dict(token, Origin=same,
+                                            **{"Sec-Fetch-Site": "same-origin"}))
     assert response.status == 200
     assert cmd("PAUSE", "q", "state") == b"all"
 

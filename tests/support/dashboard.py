@@ -1,16 +1,20 @@
-"""The dashboard in a real headless browser: Debian's chromium driven by
-Playwright (never a downloaded browser). A ``DashboardPage`` is one tab on
-one node's dashboard that records what it requested and any script error,
-and fails the test at close if the page fetched from elsewhere or logged
-an error the test did not expect."""
+"""The dashboard in tests: nodes serving it with ACL users to log in as, and
+the page in a real headless browser, Debian's chromium driven by Playwright
+(never a downloaded browser). A ``DashboardPage`` is one tab on one node's
+dashboard that records what it requested and any script error, and fails
+the test at close if the page fetched from elsewhere or logged an error the
+test did not expect."""
 
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+from tests.support.process import free_port, wait_until
 
 try:
     from playwright.sync_api import expect, sync_playwright
@@ -26,12 +30,42 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 # the machine may be busy; expect() polls the page until then.
 PAGE_WAIT_MS = 20_000
 
+# Users to log in to the dashboard as: one may do everything, one only read.
+OPS, OPS_PASSWORD = "ops", "ops-pw"
+VIEWER, VIEWER_PASSWORD = "viewer", "viewer-pw"
+USERS = ("user %s on >%s ~* +@all\nuser %s on >%s ~* +@read +@connection\n"
+         % (OPS, OPS_PASSWORD, VIEWER, VIEWER_PASSWORD))
+
 NEEDS_BROWSER = [
     pytest.mark.skipif(sync_playwright is None,
                        reason="playwright is not installed (pip install -e '.[dev]')"),
     pytest.mark.skipif(not CHROMIUM.exists(),
                        reason="%s is missing (apt-get install chromium)" % CHROMIUM),
 ]
+
+
+def start_node(server_factory, extra: str = "") -> tuple[object, int]:
+    """A node serving the dashboard on a free metrics-port, with USERS; and that
+    port, once it accepts connections (the node answers on its client port first)."""
+    metrics_port = free_port()
+    node = server_factory("metrics-port %d\n%s%s" % (metrics_port, USERS, extra))
+    wait_until(lambda: _accepts(metrics_port), message="metrics-port %d" % metrics_port)
+    return node, metrics_port
+
+
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def needs_browser(test):
+    """Mark one test as NEEDS_BROWSER marks a module."""
+    for mark in NEEDS_BROWSER:
+        test = mark(test)
+    return test
 
 
 @pytest.fixture(scope="module")
