@@ -119,7 +119,8 @@ def queue_named(body: dict[str, Any], queues: Mapping[bytes, Queue]) -> bytes:
 
 def pause_argv(body: dict[str, Any], queues: Mapping[bytes, Queue]) -> list[bytes]:
     """PAUSE <queue> in|out|all BCAST: paused on every node, as an operator would."""
-    mode = PAUSE_MODES.get(body.get("mode", "all"))
+    text = body.get("mode", "all")
+    mode = PAUSE_MODES.get(text) if isinstance(text, str) else None
     if mode is None:
         raise ActionError(400, "'mode' must be one of: %s." % ", ".join(PAUSE_MODES))
     return [PAUSE, queue_named(body, queues), mode, BCAST]

@@ -166,11 +166,17 @@ async def test_a_user_without_the_right_is_refused_by_the_command_table(http, se
     assert server.node.access_stats.denied_queues == 1
 
 
-async def test_command_errors_are_shown_as_failures(http, server):
+async def test_command_errors_and_bad_input_are_shown_as_failures(http, server):
     add_users(server)
     _, document = await login(http, OPS, OPS_PASSWORD)
-    assert await act(http, "deljob", document["csrf_token"], job="D-nonsense") == (
+    token = document["csrf_token"]
+    assert await act(http, "deljob", token, job="D-nonsense") == (
         400, {"error": "BADID Invalid Job ID format."})
+    for body in ({"queue": "q", "mode": "sideways"}, {"queue": "q", "mode": ["all"]},
+                 {"queue": ["q"]}, {}):
+        status, answer = await act(http, "pause", token, **body)
+        assert status == 400 and answer["error"].startswith("'")
+    assert (await act(http, "shutdown", token))[0] == 404
 
 
 async def test_an_action_needs_a_session_and_its_csrf_token(http, server):
