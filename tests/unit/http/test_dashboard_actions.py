@@ -149,6 +149,10 @@ async def test_an_action_runs_the_command_as_the_user(http, server):
     assert await act(http, "deljob", token, job=job_id) == (200, {"result": 1})
     assert cmd("SHOW", job_id) is None
     assert await act(http, "redrive", token, queue="orders:dead") == (200, {"result": 0})
+    cmd("ADDJOB", "orders", "body", 0)
+    cmd("ADDJOB", "orders", "body", 0)
+    assert await act(http, "purge", token, queue="orders") == (200, {"result": 2})
+    assert cmd("QLEN", "orders") == 0
 
 
 async def test_a_user_without_the_right_is_refused_by_the_command_table(http, server):
@@ -159,9 +163,12 @@ async def test_a_user_without_the_right_is_refused_by_the_command_table(http, se
     assert status == 403
     assert answer == {"error": "NOPERM User viewer has no permissions to run the 'pause' command"}
     assert cmd("PAUSE", "orders", "state") == b"none"
+    cmd("ADDJOB", "orders", "body", 0)
     _, document = await login(http, "mailer", "mailer-pw")
-    status, answer = await act(http, "pause", document["csrf_token"], queue="orders")
-    assert status == 403 and answer["error"].startswith("NOPERM")
+    status, answer = await act(http, "purge", document["csrf_token"], queue="orders")
+    assert (status, answer) == (403, {"error": "NOPERM User mailer has no permissions to "
+                                               "access the queue 'orders'"})
+    assert cmd("QLEN", "orders") == 1
     assert server.node.access_stats.denied_commands == 1
     assert server.node.access_stats.denied_queues == 1
 
