@@ -22,6 +22,7 @@ from disque.cluster import messages as m
 from disque.cluster.transport import BusTransport, Link
 from disque.commands.access import AccessStats, check_access, format_monitor_line, redact
 from disque.commands.command import Command
+from disque.commands.schedule import fire_due
 from disque.commands.table import build_command_table
 from disque.config import Config
 from disque.state.host import Host
@@ -96,6 +97,7 @@ class Node:
         self.requeue = state.requeue
         self.gossip = state.gossip
         self.eviction = state.eviction
+        self.schedules = state.schedules
         self.stats = state.stats
         self.monitors = state.monitors
         self.access_stats = state.access_stats
@@ -124,6 +126,8 @@ class Node:
             m.DELJOB: BusRoute(acks.on_deljob, False),
             m.NEEDJOBS: BusRoute(federation.on_needjobs, False),
             m.YOURJOBS: BusRoute(federation.on_yourjobs, False),
+            m.SCHEDULE: BusRoute(self.schedules.on_schedule, False),
+            m.SCHEDFIRED: BusRoute(self.schedules.on_fired, False),
         }
 
     # ---------------------------------------------- the state, for adapters
@@ -386,6 +390,8 @@ class Node:
             self.dedup.expire(self.runtime.now, self.config.dedup_window * 1000)
         if self.memory.used > self.memory.evict_threshold:
             self.eviction.free_memory()
+        if self.schedules.table:
+            fire_due(self.state)
         self.run_timers()
 
     def _release_blocked(self, reply: bytes) -> None:
@@ -439,11 +445,13 @@ class Node:
         """The transport connected the outbound link of ``node_id``."""
         self.state.read_clock()
         self.gossip.link_up(node_id, link)
+        self.schedules.link_up(node_id)
 
     def link_down(self, node_id: bytes) -> None:
         """The outbound link of ``node_id`` closed or could not be opened."""
         self.state.read_clock()
         self.gossip.link_down(node_id)
+        self.schedules.link_down(node_id)
 
     def bus_header(self) -> dict:
         """The header the transport puts on each frame."""

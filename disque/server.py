@@ -22,7 +22,7 @@ import uvloop
 from disque import __version__
 from disque.context import log
 from disque.net import tls
-from disque.process import cli, logformat, serverinfo
+from disque.process import cli, cronspec, logformat, serverinfo
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
@@ -106,12 +106,13 @@ class Server(Host):
 
     def _create_node(self) -> Node:
         rng = random.Random(os.urandom(32))
-        nodes = self._load_cluster_config()
+        nodes, schedules = self._load_cluster_config()
         myself = next((n for n in nodes if n.flags & 1), None)
         node_id = myself.id if myself is not None else random_node_id(rng)
         node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
                     perf_ns=time.perf_counter_ns)
         nodesconf.restore(node.membership, nodes, self.config.port)
+        node.schedules.restore(schedules)
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
@@ -125,7 +126,7 @@ class Server(Host):
             logger.info("Node configuration loaded, I'm %s", node_id.decode())
         return node
 
-    def _load_cluster_config(self) -> list:
+    def _load_cluster_config(self) -> tuple[list, list]:
         path = self.config.cluster_config_file
         self.lock_fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -139,22 +140,31 @@ class Server(Host):
             with open(path) as f:
                 text = f.read()
         except FileNotFoundError:
-            return []
+            return [], []
         except OSError as exc:
             raise StartupError("Can't read the cluster config file %s: %s" % (path, exc)) from None
         try:
-            return nodesconf.parse(text, wall_clock_ms())
+            return nodesconf.parse(text, wall_clock_ms()), nodesconf.parse_schedules(text)
         except nodesconf.NodesConfError as exc:
             raise StartupError(str(exc)) from None
 
     def save_cluster_config(self) -> str | None:
         """Rewrite nodes.conf atomically; return the error text on failure."""
         try:
-            atomic_write(self.config.cluster_config_file, nodesconf.render(self.node.membership))
+            atomic_write(self.config.cluster_config_file,
+                         nodesconf.render(self.node.membership, self.node.schedules))
         except OSError as exc:
             logger.warning("Could not save the cluster config file: %s", exc)
             return exc.strerror or str(exc)
         return None
+
+    def cron_problem(self, expr: bytes) -> str | None:
+        """SCHEDULE SET ... CRON: croniter reads the expression (process/cronspec)."""
+        return cronspec.cron_problem(expr)
+
+    def cron_next(self, expr: bytes, after_ms: int) -> int:
+        """The next CRON tick after ``after_ms`` (process/cronspec)."""
+        return cronspec.cron_next(expr, after_ms)
 
     def _apply_stats_config(self, node: Node) -> None:
         stats = node.stats

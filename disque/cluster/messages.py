@@ -31,9 +31,13 @@ DELJOB: Final = "DELJOB"
 NEEDJOBS: Final = "NEEDJOBS"
 YOURJOBS: Final = "YOURJOBS"
 PAUSE: Final = "PAUSE"
+# Extensions: periodic jobs (cluster/schedules.py, docs/schedules.md).
+SCHEDULE: Final = "SCHEDULE"
+SCHEDFIRED: Final = "SCHEDFIRED"
 
 ALL_TYPES: Final = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
-                              WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE))
+                              WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE,
+                              SCHEDULE, SCHEDFIRED))
 
 # Header keys.
 VERSION: Final = "v"
@@ -78,6 +82,16 @@ REASON: Final = "reason"
 NACKS: Final = "nacks"
 ADELIV: Final = "adeliv"
 RETRY: Final = "retry"
+# SCHEDULE: schedule records (schedules.Schedule.to_wire) and what they are:
+# SYNC_PART some records (a SET or DEL), SYNC_ALL the sender's whole table,
+# SYNC_ASK its whole table, asking for ours. SCHEDFIRED: a schedule's tick.
+SCHEDULES: Final = "scheds"
+SCHED_SYNC: Final = "sync"
+SCHED_NAME: Final = "name"
+SCHED_TICK: Final = "tick"
+SYNC_PART: Final = 0
+SYNC_ALL: Final = 1
+SYNC_ASK: Final = 2
 
 
 def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
@@ -159,6 +173,8 @@ BODY_SCHEMAS: Final[dict[str, dict[str, object]]] = {
            NEEDJOBS: {QUEUE: bytes, COUNT: int},
            YOURJOBS: {JOBS: list},
            PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
+           SCHEDULE: {SCHEDULES: list, SCHED_SYNC: int},
+           SCHEDFIRED: {SCHED_NAME: bytes, SCHED_TICK: int},
        }
 
 

@@ -1,7 +1,8 @@
 """The cluster config file (nodes.conf): text ↔ node table, no I/O.
 
 spec: cluster-bus.md §2. Same line format as CLUSTER NODES; handshake
-nodes are not saved; ``myself`` marks this node's own line.
+nodes are not saved; ``myself`` marks this node's own line. The
+schedules (docs/schedules.md) follow as ``schedule`` lines.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Final
 
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL, ClusterNode, Membership)
+from disque.cluster.schedules import CONF_LINE, Schedule, Schedules, parse_line, render_line
 
 _PERSISTED_FLAGS: Final = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
 
@@ -18,10 +20,13 @@ class NodesConfError(ValueError):
     """The file cannot be used; the server refuses to start."""
 
 
-def render(membership: Membership) -> str:
-    """File content for the current table."""
-    return "".join(n.render(with_bus_port=True) + "\n" for n in membership.nodes.values()
+def render(membership: Membership, schedules: Schedules | None = None) -> str:
+    """File content for the current table (and schedules)."""
+    text = "".join(n.render(with_bus_port=True) + "\n" for n in membership.nodes.values()
                    if not n.flags & HANDSHAKE)
+    if schedules is not None and schedules.table:
+        text += "".join([render_line(s) for s in schedules.table.values()])
+    return text
 
 
 def parse(text: str, now_ms: int) -> list[ClusterNode]:
@@ -30,7 +35,7 @@ def parse(text: str, now_ms: int) -> list[ClusterNode]:
     seen_myself = False
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()
-        if not fields or fields[0] == "vars":
+        if not fields or fields[0] == "vars" or fields[0] == CONF_LINE:
             continue
         if len(fields) != 6 or len(fields[0]) != 40:
             raise NodesConfError("Unrecoverable error: corrupted cluster config file, line %d"
@@ -59,6 +64,20 @@ def parse(text: str, now_ms: int) -> list[ClusterNode]:
     if nodes and not seen_myself:
         raise NodesConfError("Myself node definition not found in cluster config file")
     return nodes
+
+
+def parse_schedules(text: str) -> list[Schedule]:
+    """The schedules listed in ``text``."""
+    schedules = []
+    for number, line in enumerate(text.splitlines(), 1):
+        fields = line.split()
+        if fields and fields[0] == CONF_LINE:
+            s = parse_line(fields)
+            if s is None:
+                raise NodesConfError("Invalid schedule in cluster config file, line %d"
+                                     % number)
+            schedules.append(s)
+    return schedules
 
 
 def restore(membership: Membership, nodes: list[ClusterNode], port: int) -> None:

@@ -33,6 +33,7 @@ KEYS_ADDJOB: Final = 2    # argv[1], and the queue of DEADLETTER <queue>
 KEYS_GETJOB: Final = 3    # the queues after FROM
 KEYS_JOBS: Final = 4      # job IDs: a job held here must be of a permitted queue
 KEYS_ACKS: Final = 5      # job IDs as KEYS_JOBS; IDs of jobs not held here are dropped
+KEYS_SCHEDULE: Final = 6  # SCHEDULE SET's queue (and DEADLETTER's), DEL's schedule's queue
 KEY_SPECS: Final[dict[str, int]] = {
     "addjob": KEYS_ADDJOB, "getjob": KEYS_GETJOB,
     "qlen": KEYS_QUEUE, "qpeek": KEYS_QUEUE, "qstat": KEYS_QUEUE, "pause": KEYS_QUEUE,
@@ -40,8 +41,9 @@ KEY_SPECS: Final[dict[str, int]] = {
     "show": KEYS_JOBS, "working": KEYS_JOBS, "nack": KEYS_JOBS, "enqueue": KEYS_JOBS,
     "dequeue": KEYS_JOBS, "deljob": KEYS_JOBS,
     "ackjob": KEYS_ACKS, "fastack": KEYS_ACKS,
+    "schedule": KEYS_SCHEDULE,
 }
-SUBCOMMAND_PERMS: Final = frozenset(("client", "acl"))  # permitted per subcommand
+SUBCOMMAND_PERMS: Final = frozenset(("client", "acl", "schedule"))  # permitted per subcommand
 
 _FROM: Final = b"FROM"
 _TIMEOUT: Final = b"TIMEOUT"
@@ -54,6 +56,7 @@ REDACTED: Final = b"(redacted)"
 SECRET_CONFIGS: Final = frozenset({b"requirepass", b"tls-key-file-pass", b"cluster-secret",
                                    b"cluster-secret-old"})
 _SET: Final = b"SET"
+_DEL: Final = b"DEL"
 USER_GONE: Final = error("NOAUTH this connection's user was deleted or turned off")
 DEBUG_NOT_ALLOWED: Final = error(
     "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
@@ -142,6 +145,12 @@ def _check_keys(node: NodeState, user: User, kind: int, argv: list[bytes]) -> by
             if denied is None and option_name(argv[i]) == _DEADLETTER:
                 denied = _check_queue(node, user, argv[i + 1])
         return denied
+    if kind == KEYS_SCHEDULE:
+        for queue in _schedule_queues(node, argv):
+            denied = _check_queue(node, user, queue)
+            if denied is not None:
+                return denied
+        return None
     if kind == KEYS_GETJOB:
         for queue in getjob_queues(argv):
             denied = _check_queue(node, user, queue)
@@ -176,6 +185,22 @@ def _check_queue(node: NodeState, user: User, queue: bytes) -> bytes | None:
     node.access_stats.denied_queues += 1
     return error("NOPERM User %s has no permissions to access the queue '%s'"
                  % (_name(user), queue.decode("utf-8", "backslashreplace")))
+
+
+def _schedule_queues(node: NodeState, argv: list[bytes]) -> list[bytes]:
+    """The queues a SCHEDULE command names: SET's (argv[5]) and its
+    DEADLETTER's, DEL's schedule's; LIST filters its reply instead."""
+    sub = argv[1].upper()
+    if sub == _SET and len(argv) >= 7:
+        queues = [argv[5]]
+        for i in range(7, len(argv) - 1):
+            if option_name(argv[i]) == _DEADLETTER:
+                queues.append(argv[i + 1])
+        return queues
+    if sub == _DEL and len(argv) == 3:
+        s = node.schedules.get(argv[2])
+        return [] if s is None else [s.queue]
+    return []
 
 
 def getjob_queues(argv: list[bytes]) -> list[bytes]:

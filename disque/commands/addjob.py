@@ -146,6 +146,16 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
     return repl, ttl, retry, delay, maxlen, async_, priority, extras
 
 
+def check_options(options: list[bytes]) -> tuple[bytes | None, bool]:
+    """What ADDJOB says of these words after its timeout: its error reply
+    (None if they are valid), and whether REPLICATE is among them
+    (SCHEDULE SET and the ADDJOBs of the schedules' ticks)."""
+    parsed = _parse_addjob_options([b"ADDJOB", b"", b"", b"0"] + options)
+    if isinstance(parsed, bytes):
+        return parsed, False
+    return None, parsed[0] is not None
+
+
 def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
     """The two ADDJOBs have the same words after the timeout."""
     n = len(argv)

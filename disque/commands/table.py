@@ -8,7 +8,8 @@ handler for a pipelined run of them (see ``Node.call_run``), its
 
 from __future__ import annotations
 
-from disque.commands import acl, addjob, admin, cluster, deadletter, info, jobs, monitor, queues
+from disque.commands import (acl, addjob, admin, cluster, deadletter, info, jobs, monitor, queues,
+                             schedule)
 from disque.commands.access import KEY_SPECS, KEYS_NONE
 from disque.commands.command import Command
 
@@ -16,7 +17,8 @@ from disque.commands.command import Command
 def build_command_table() -> dict[bytes, Command]:
     """A fresh table (each node keeps its own call statistics)."""
     table: dict[bytes, Command] = {}
-    for module in (addjob, jobs, queues, admin, info, monitor, cluster, deadletter, acl):
+    for module in (addjob, jobs, queues, admin, info, monitor, cluster, deadletter, acl,
+                   schedule):
         run_handlers = getattr(module, "RUN_HANDLERS", {})
         max_args = getattr(module, "MAX_ARGS", {})
         for name, arity, flags, handler in module.TABLE:

@@ -32,14 +32,15 @@ MAX_CACHED_QUEUES: Final = 4096  # a user's queue-pattern answers kept (cleared 
 SUBCOMMANDS: Final[dict[str, tuple[str, ...]]] = {
     "client": ("list", "kill", "setname", "getname", "id", "pause", "reply", "setinfo"),
     "acl": ("setuser", "deluser", "list", "users", "whoami", "cat"),
+    "schedule": ("set", "del", "list"),
 }
 
 # Every command of the table is in at least one category (tests/unit/test_acl.py
 # checks it against the command table). Order is ACL CAT's and ACL LIST's.
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
-    "produce": ("addjob",),
+    "produce": ("addjob", "schedule|set", "schedule|del"),
     "consume": ("getjob", "ackjob", "fastack", "nack", "working"),
-    "read": ("qlen", "qpeek", "qstat", "show", "qscan", "jscan"),
+    "read": ("qlen", "qpeek", "qstat", "show", "qscan", "jscan", "schedule|list"),
     "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause", "qpurge"),
     "connection": ("auth", "hello", "ping", "time", "command", "client|setname",
                    "client|getname", "client|id", "client|reply", "client|setinfo",

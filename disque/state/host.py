@@ -64,3 +64,13 @@ class Host:
     def save_cluster_config(self) -> str | None:
         """Persist nodes.conf; return an error text on failure."""
         return None
+
+    def cron_problem(self, expr: bytes) -> str | None:
+        """Why ``expr`` is not a five-field CRON expression, or None. The
+        calendar is the process's (``process/calendar.py``): the core does
+        not import the parser."""
+        return "CRON schedules need the server's calendar"
+
+    def cron_next(self, expr: bytes, after_ms: int) -> int:
+        """The first time (unix ms) after ``after_ms`` that ``expr`` names, or -1."""
+        return -1

@@ -24,6 +24,7 @@ from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
 from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
+from disque.cluster.schedules import Schedules
 from disque.cluster.transport import BusTransport
 from disque.config import Config
 from disque.config.users import users_restrict
@@ -88,6 +89,7 @@ class NodeState:
         self.gossip = Gossip(runtime, membership, self.outbox, config, host)
         self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
                                      counters)
+        self.schedules = Schedules(runtime, membership, self.outbox, config, host)
         # The same dicts as QueueSet.ready and Interest.ready (cleared in
         # place, never replaced): after every input, one test says whether
         # ``after_input`` has work, without a call.

@@ -30,6 +30,7 @@ from disque.config import Config
 from disque.state.host import Host
 from disque.jobs.timers import NEVER
 from disque.node import Node
+from disque.process import cronspec
 
 from tests.sim.harness.aof import SimAof
 from tests.sim.harness.clients import Request, SimClient, SimFailure, parse_reply, to_bytes
@@ -50,9 +51,15 @@ class SimHost(Host):
 
     def save_cluster_config(self) -> str | None:
         if self.node is not None and self.simnode.node is self.node:
-            self.simnode.saved_conf = nodesconf.render(self.node.membership)
+            self.simnode.saved_conf = nodesconf.render(self.node.membership, self.node.schedules)
             self.saves += 1
         return None
+
+    def cron_problem(self, expr: bytes) -> str | None:
+        return cronspec.cron_problem(expr)
+
+    def cron_next(self, expr: bytes, after_ms: int) -> int:
+        return cronspec.cron_next(expr, after_ms)
 
 
 class SimNode:
@@ -235,6 +242,7 @@ class Sim:
         if sn.saved_conf is not None:
             nodesconf.restore(node.membership, nodesconf.parse(sn.saved_conf, clock()),
                               config.port)
+            node.schedules.restore(nodesconf.parse_schedules(sn.saved_conf))
         if sn.aof is not None:
             sn.aof.start(node, config)
         sn.host.node = node
