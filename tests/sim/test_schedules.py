@@ -249,3 +249,18 @@ def test_schedules_lossy_network(seed):
 
 
 SYNC_ROUNDS_MS = 12_000  # two sync rounds: every node asks every peer's table
+
+
+@pytest.mark.parametrize("seed", seeds("test_schedules_over_the_real_bus", 2))
+def test_schedules_over_the_real_bus(seed):
+    """The same through the real bus framing and client connections."""
+    sim = Sim(3, seed, node_timeout=NODE_TIMEOUT, wire=True)
+    sim.join()
+    sim.run_for(500)
+    print("seed", seed)
+    ledger = TickLedger(sim)
+    first = _set_every(sim, 1, "beat", 1)
+    sim.run_for(8000)
+    [last] = {sn.node.schedules.get(b"beat").last_tick for sn in sim.alive()}
+    assert last >= first + 6000
+    ledger.check(b"beat", first, last, 1000)
