@@ -105,7 +105,11 @@ class Schedule:
 
 
 def _is_node_id(value: object) -> bool:
-    return type(value) is bytes and len(value) == 40
+    # 40 hex characters: nodes.conf writes it as text.
+    return type(value) is bytes and len(value) == 40 and not value.translate(None, _HEX)
+
+
+_HEX: Final = b"0123456789abcdefABCDEF"
 
 
 def from_wire(record: object) -> Schedule | None:
@@ -115,10 +119,11 @@ def from_wire(record: object) -> Schedule | None:
     (name, version, origin, deleted, every, cron, queue, body, options, last_tick,
      last_by) = record
     if (type(name) is not bytes or not 0 < len(name) <= MAX_NAME or type(version) is not int
-            or version < 0 or not _is_node_id(origin) or type(deleted) is not int
+            or not 0 <= version < NEVER or not _is_node_id(origin) or type(deleted) is not int
             or type(every) is not int or not 0 <= every <= MAX_EVERY
             or type(cron) is not bytes or type(queue) is not bytes or type(body) is not bytes
-            or type(options) is not list or type(last_tick) is not int or last_tick < 0
+            or type(options) is not list or type(last_tick) is not int
+            or not 0 <= last_tick < NEVER
             or type(last_by) is not bytes or (last_by and not _is_node_id(last_by))):
         return None
     words: list[bytes] = []

@@ -30,8 +30,9 @@ def cron_problem(expr: bytes) -> str | None:
 
 def cron_next(expr: bytes, after_ms: int) -> int:
     """The first time (unix ms, UTC) after ``after_ms`` that ``expr`` names, or -1."""
-    start = datetime.fromtimestamp(after_ms / 1000, tz=timezone.utc)
     try:
+        start = datetime.fromtimestamp(after_ms / 1000, tz=timezone.utc)
         return int(croniter(expr.decode("ascii"), start).get_next(float) * 1000)
-    except (CroniterError, ValueError, UnicodeDecodeError):
+    except (CroniterError, ValueError, ArithmeticError, LookupError, OSError):
+        # An expression from a peer may be anything; none may stop the cron.
         return -1

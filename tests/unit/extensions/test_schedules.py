@@ -132,6 +132,7 @@ def test_cronspec_is_five_fields_in_utc():
     assert cronspec.cron_next(b"0 9 * * 1-5", 1767225600000) == 1767258000000  # Fri 9:00 UTC
     assert cronspec.cron_next(b"*/5 * * * *", 1767226200000) == 1767226500000  # strictly after
     assert cronspec.cron_next(b"nonsense", 0) == -1
+    assert cronspec.cron_next(b"* * * * *", 1 << 62) == -1  # past datetime's range
     assert cronspec.cron_problem(b"@daily") is not None
     assert cronspec.cron_problem(b"\xff * * * *") == "CRON expression is not ASCII"
 
@@ -251,9 +252,13 @@ def test_last_writer_wins_and_the_last_tick_only_grows():
     record(name=b""),
     record(name=b"x" * 201),
     record(origin=b"short"),
+    record(origin=b"\xff" * 40),  # nodes.conf writes node IDs as text
+    record(last_tick=1, last_by=b"z" * 40),
     record(every=0),  # neither EVERY nor CRON
     record(every=-1),
     record(last_tick=-5),
+    record(last_tick=1 << 63),
+    record(version=1 << 62),
     record(body=5),
     [b"beat", START_MS, PEER_ID, 0, 1, b"", b"q", b"b", [5], 0, b""],
     "not a list",
