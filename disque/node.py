@@ -354,6 +354,8 @@ class Node:
         self.timers.next_due()
         if self.blocked.deadlines:
             self._expire_blocked_clients()
+        if self.queues.throttled:
+            self.queues.wake_throttled()
         self.state.after_input()
 
     def _expire_blocked_clients(self) -> None:
@@ -370,7 +372,11 @@ class Node:
         due = self.timers.earliest
         deadline = self.blocked.next_deadline()
         if deadline is not None and deadline < due:
-            return deadline
+            due = deadline
+        if self.queues.throttled:
+            wake = self.queues.next_wake()
+            if wake is not None and wake < due:
+                due = wake
         return due
 
     def cron(self) -> None:

@@ -26,6 +26,8 @@ from disque.process import cli, cronspec, logformat, serverinfo
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
+from disque.queues import ratelimit
+from disque.queues.ratelimit import RateLimit
 from disque.net.bus import ClusterBus, frame_cap
 from disque.net.busauth import SecretConfigError
 from disque.cluster.membership import BUS_PORT_OFFSET
@@ -106,13 +108,15 @@ class Server(Host):
 
     def _create_node(self) -> Node:
         rng = random.Random(os.urandom(32))
-        nodes, schedules = self._load_cluster_config()
+        nodes, schedules, limits = self._load_cluster_config()
         myself = next((n for n in nodes if n.flags & 1), None)
         node_id = myself.id if myself is not None else random_node_id(rng)
         node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
                     perf_ns=time.perf_counter_ns)
         nodesconf.restore(node.membership, nodes, self.config.port)
         node.schedules.restore(schedules)
+        for queue, rate, burst in limits:
+            node.queues.set_limit(queue, RateLimit(rate, burst, node.now))
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
@@ -126,7 +130,8 @@ class Server(Host):
             logger.info("Node configuration loaded, I'm %s", node_id.decode())
         return node
 
-    def _load_cluster_config(self) -> tuple[list, list]:
+    def _load_cluster_config(self) -> tuple[list, list, list[tuple[bytes, int, int]]]:
+        """The nodes, the schedules and the queues' delivery limits of nodes.conf."""
         path = self.config.cluster_config_file
         self.lock_fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
@@ -140,19 +145,21 @@ class Server(Host):
             with open(path) as f:
                 text = f.read()
         except FileNotFoundError:
-            return [], []
+            return [], [], []
         except OSError as exc:
             raise StartupError("Can't read the cluster config file %s: %s" % (path, exc)) from None
         try:
-            return nodesconf.parse(text, wall_clock_ms()), nodesconf.parse_schedules(text)
-        except nodesconf.NodesConfError as exc:
+            return (nodesconf.parse(text, wall_clock_ms()), nodesconf.parse_schedules(text),
+                    ratelimit.parse_conf(text))
+        except (nodesconf.NodesConfError, ValueError) as exc:
             raise StartupError(str(exc)) from None
 
     def save_cluster_config(self) -> str | None:
         """Rewrite nodes.conf atomically; return the error text on failure."""
         try:
             atomic_write(self.config.cluster_config_file,
-                         nodesconf.render(self.node.membership, self.node.schedules))
+                         nodesconf.render(self.node.membership, self.node.schedules)
+                         + ratelimit.conf_lines(self.node.queues.limits))
         except OSError as exc:
             logger.warning("Could not save the cluster config file: %s", exc)
             return exc.strerror or str(exc)

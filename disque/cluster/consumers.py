@@ -1,5 +1,6 @@
 """Handing queued jobs to consumers: GETJOB's round-robin, consumers blocked
-until jobs arrive, and asking other nodes when a queue runs dry.
+until jobs arrive (or their queue's delivery limit lets more out), and
+asking other nodes when a queue runs dry.
 
 spec: commands.md GETJOB, cluster-bus.md §6.7.
 """
@@ -43,6 +44,10 @@ class Consumers:
                         queue = self.queues.create(name)
                     need_jobs(queue, CLIENTS_WAITING)
                     continue
+                limit = queue.limit
+                if limit is not None and not limit.take(self.queues.runtime.now):
+                    self.queues.throttle(queue)  # it has jobs: no other node is asked
+                    continue
                 found.append(pop_job(queue))
                 self.counters.delivered += 1
                 if not queue.jobs:
@@ -62,6 +67,10 @@ class Consumers:
             queue = next(iter(ready))
             del ready[queue]
             while queue.blocked and queue.jobs and not queue.paused & PAUSE_OUT:
+                limit = queue.limit
+                if limit is not None and not limit.take(self.queues.runtime.now):
+                    self.queues.throttle(queue)
+                    break
                 client = blocked.first_waiter(queue)
                 block = client.blocked
                 job = pop_job(queue)

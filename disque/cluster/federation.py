@@ -131,6 +131,8 @@ class Federation:
             if block is None:
                 continue
             for queue in block.queues:
+                if queue.limit is not None and queue.jobs:
+                    continue  # its consumers wait for the limit, not for jobs
                 if queue.name not in seen and queue.name in queues:
                     seen.add(queue.name)
                     self.need_jobs(queue, CLIENTS_WAITING)

@@ -37,7 +37,7 @@ KEYS_SCHEDULE: Final = 6  # SCHEDULE SET's queue (and DEADLETTER's), DEL's sched
 KEY_SPECS: Final[dict[str, int]] = {
     "addjob": KEYS_ADDJOB, "getjob": KEYS_GETJOB,
     "qlen": KEYS_QUEUE, "qpeek": KEYS_QUEUE, "qstat": KEYS_QUEUE, "pause": KEYS_QUEUE,
-    "qredrive": KEYS_QUEUE, "qpurge": KEYS_QUEUE,
+    "qredrive": KEYS_QUEUE, "qpurge": KEYS_QUEUE, "qlimit": KEYS_QUEUE,
     "show": KEYS_JOBS, "working": KEYS_JOBS, "nack": KEYS_JOBS, "enqueue": KEYS_JOBS,
     "dequeue": KEYS_JOBS, "deljob": KEYS_JOBS,
     "ackjob": KEYS_ACKS, "fastack": KEYS_ACKS,

@@ -1,5 +1,5 @@
 """Queue commands: QLEN, QPEEK, QSTAT, QSCAN, JSCAN, PAUSE (spec: commands.md §2),
-and QPURGE (docs/commands.md "Extensions").
+QPURGE (docs/commands.md "Extensions") and QLIMIT (docs/rate-limits.md).
 
 QSCAN and JSCAN show a user limited to queue patterns only its queues
 (``commands.access``); the other commands' queues are checked at the table."""
@@ -16,7 +16,9 @@ from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
-from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, Status, encode, integer, status
+from disque.queues.ratelimit import (MAX_BURST, RateLimit, default_burst, format_rate,
+                                     parse_rate)
+from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, OK, Status, encode, error, integer, status
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
@@ -48,6 +50,14 @@ _PAUSE_STATE: Final = b"STATE"
 _PAUSE_BCAST: Final = b"BCAST"
 _WITHPRIORITY: Final = b"WITHPRIORITY"
 _QPEEK_ARITY: Final = errors.wrong_arity("qpeek")
+_RATE: Final = b"RATE"
+_BURST: Final = b"BURST"
+RATE_RANGE: Final = error("ERR RATE must be a number of jobs per second from 0.001 to 1000000, "
+                          "with at most three decimals (0 removes the limit)")
+BURST_RANGE: Final = error("ERR BURST must be between 1 and %d" % MAX_BURST)
+BURST_WITHOUT_RATE: Final = error("ERR BURST goes with RATE: QLIMIT <queue> RATE <n> BURST <n>")
+LIMIT_NOT_SAVED: Final = ("ERR the limit is in force but the cluster config file could not be "
+                          "saved (it is lost at a restart): %s")
 
 # Words beyond a command's Disque 1.0 arity that its extensions take: the
 # command table keeps 1.0's arity (COMMAND shows it) and lets these through.
@@ -336,6 +346,55 @@ def qpurge(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(node.lifecycle.purge(queue) if queue is not None else 0)
 
 
+def qlimit(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
+    """QLIMIT queue [RATE jobs-per-second [BURST n]]: set (RATE 0 removes)
+    or read the queue's delivery limit on this node, kept in the cluster
+    config file. The read form replies rate (a decimal string, "0" when
+    there is none), burst and the tokens available now."""
+    name = argv[1]
+    rate: int | None = None
+    burst = 0
+    i = 2
+    n = len(argv)
+    while i < n:
+        opt = argv[i].upper()
+        if i + 1 >= n:
+            return errors.SYNTAX
+        if opt == _RATE:
+            rate = parse_rate(argv[i + 1])
+            if rate is None:
+                return RATE_RANGE
+        elif opt == _BURST:
+            value = parse_int(argv[i + 1])
+            if value is None or not 1 <= value <= MAX_BURST:
+                return BURST_RANGE
+            burst = value
+        else:
+            return errors.SYNTAX
+        i += 2
+    queues = node.queues
+    limit = queues.limits.get(name)
+    now = node.runtime.now
+    if rate is None:
+        if burst:
+            return BURST_WITHOUT_RATE
+        if limit is None:
+            return encode([b"rate", b"0", b"burst", 0, b"tokens", 0])
+        return encode([b"rate", format_rate(limit.rate_milli), b"burst", limit.burst,
+                       b"tokens", limit.tokens(now)])
+    if not burst:
+        burst = default_burst(rate)
+    if not rate:
+        queues.set_limit(name, None)
+    elif limit is None:
+        queues.set_limit(name, RateLimit(rate, burst, now))
+    else:
+        limit.change(rate, burst, now)
+        queues.set_limit(name, limit)
+    problem = node.host.save_cluster_config()
+    return OK if problem is None else error(LIMIT_NOT_SAVED % problem)
+
+
 TABLE: Final = (
            ("qlen", 2, "rF", qlen),
            ("qpeek", 3, "r", qpeek),
@@ -344,4 +403,5 @@ TABLE: Final = (
            ("jscan", -1, "r", jscan),
            ("pause", -3, "rF", pause),
            ("qpurge", 2, "w", qpurge),
+           ("qlimit", -2, "r", qlimit),
        )

@@ -41,7 +41,7 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
     "produce": ("addjob", "schedule|set", "schedule|del"),
     "consume": ("getjob", "ackjob", "fastack", "nack", "working"),
     "read": ("qlen", "qpeek", "qstat", "show", "qscan", "jscan", "schedule|list"),
-    "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause", "qpurge"),
+    "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause", "qpurge", "qlimit"),
     "connection": ("auth", "hello", "ping", "time", "command", "client|setname",
                    "client|getname", "client|id", "client|reply", "client|setinfo",
                    "acl|whoami", "acl|cat"),

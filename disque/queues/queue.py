@@ -1,4 +1,5 @@
-"""A named queue: ordered jobs, blocked consumers, pause flags, federation stats.
+"""A named queue: ordered jobs, blocked consumers, pause flags, delivery
+limit, federation stats.
 
 spec: jobs-and-ids.md §7. ``atime``/``ctime`` are unix seconds, federation
 times are ms.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from math import ceil
 from typing import Final
 
+from disque.queues.ratelimit import RateLimit
 from disque.queues.skiplist import SkipList
 
 PAUSE_NONE: Final = 0
@@ -30,7 +32,7 @@ class Queue:
         "name", "jobs", "ctime", "atime", "blocked", "paused", "jobs_in", "jobs_out",
         "needjobs_bcast_time", "needjobs_bcast_attempt", "needjobs_adhoc_time",
         "needjobs_adhoc_attempt", "responders", "import_cur_start", "import_cur_count",
-        "import_prev_start", "import_prev_count", "seq",
+        "import_prev_start", "import_prev_count", "seq", "limit",
     )
 
     def __init__(self, name: bytes, now_s: int) -> None:
@@ -52,6 +54,7 @@ class Queue:
         self.import_prev_start = 0
         self.import_prev_count = 0
         self.seq = -1
+        self.limit: RateLimit | None = None  # QLIMIT's, kept by QueueSet.limits
 
     def __len__(self) -> int:
         return len(self.jobs)

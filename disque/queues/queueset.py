@@ -1,7 +1,7 @@
-"""The queues of one node: creation, pause, idle garbage collection, and
-which queues have consumers that can be served now.
+"""The queues of one node: creation, pause, delivery limits, idle garbage
+collection, and which queues have consumers that can be served now.
 
-spec: jobs-and-ids.md §7, commands.md PAUSE.
+spec: jobs-and-ids.md §7, commands.md PAUSE; QLIMIT in docs/rate-limits.md.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Final
 
 from disque.context.memory import MemoryAccount, queue_cost
 from disque.queues.queue import PAUSE_OUT, Queue
+from disque.queues.ratelimit import RateLimit
 from disque.context.runtime import Runtime
 from disque.jobs.scanindex import ScanIndex
 
@@ -25,7 +26,8 @@ class QueueSet(Mapping[bytes, Queue]):
     """Queue objects by name, read-only as a mapping (commands, tests).
     ``by_name`` is the dict behind it, for hot paths; it changes only through here."""
 
-    __slots__ = ("by_name", "scan", "gc_cursor", "ready", "memory", "runtime")
+    __slots__ = ("by_name", "scan", "gc_cursor", "ready", "memory", "runtime", "limits",
+                 "throttled")
 
     def __init__(self, runtime: Runtime, memory: MemoryAccount) -> None:
         self.by_name: dict[bytes, Queue] = {}
@@ -35,6 +37,12 @@ class QueueSet(Mapping[bytes, Queue]):
         self.ready: dict[Queue, None] = {}
         self.memory = memory
         self.runtime = runtime
+        # QLIMIT's limits by queue name: a queue object collected when idle
+        # and made again finds its limit (and its bucket) here.
+        self.limits: dict[bytes, RateLimit] = {}
+        # Queues whose limit held back a job while consumers may wait: the
+        # node's timer wakes them when a token is due (``wake_throttled``).
+        self.throttled: dict[Queue, None] = {}
 
     def __getitem__(self, name: bytes) -> Queue:
         return self.by_name[name]
@@ -51,6 +59,8 @@ class QueueSet(Mapping[bytes, Queue]):
     def create(self, name: bytes) -> Queue:
         """Create an empty queue object."""
         queue = Queue(name, self.runtime.now // 1000)
+        if self.limits:
+            queue.limit = self.limits.get(name)
         self.by_name[name] = queue
         self.scan.add(queue)
         self.memory.used += queue_cost(name)
@@ -68,6 +78,7 @@ class QueueSet(Mapping[bytes, Queue]):
         del self.by_name[queue.name]
         self.scan.remove(queue)
         self.ready.pop(queue, None)
+        self.throttled.pop(queue, None)
         self.memory.used -= queue_cost(queue.name)
 
     def mark_ready(self, queue: Queue) -> None:
@@ -85,6 +96,46 @@ class QueueSet(Mapping[bytes, Queue]):
         queue.paused = flags
         if was_out and not flags & PAUSE_OUT and queue.blocked and queue.jobs:
             self.ready[queue] = None
+
+    def set_limit(self, queue_name: bytes, limit: RateLimit | None) -> None:
+        """Set or (None) remove a queue's delivery limit; consumers waiting
+        on a queue with jobs get them at once if the new limit allows."""
+        if limit is None:
+            self.limits.pop(queue_name, None)
+        else:
+            self.limits[queue_name] = limit
+        queue = self.by_name.get(queue_name)
+        if queue is not None:
+            queue.limit = limit
+            if queue.blocked and queue.jobs:
+                self.ready[queue] = None
+
+    def throttle(self, queue: Queue) -> None:
+        """``queue``'s limit held back a job: wake its waiters when a token is due."""
+        self.throttled[queue] = None
+
+    def wake_throttled(self) -> None:
+        """Queues whose next token is due and whose consumers wait become
+        ready; those nobody waits on any more are forgotten."""
+        now = self.runtime.now
+        throttled = self.throttled
+        for queue in list(throttled):
+            limit = queue.limit
+            if not queue.blocked or not queue.jobs or self.by_name.get(queue.name) is not queue:
+                del throttled[queue]
+            elif limit is None or limit.next_token_at() <= now:
+                del throttled[queue]
+                self.ready[queue] = None
+
+    def next_wake(self) -> int | None:
+        """When the first throttled queue's token is due (None: none is throttled)."""
+        earliest: int | None = None
+        for queue in self.throttled:
+            limit = queue.limit
+            due = limit.next_token_at() if limit is not None else self.runtime.now
+            if earliest is None or due < earliest:
+                earliest = due
+        return earliest
 
     def is_collectable(self, queue: Queue, idle_limit: int) -> bool:
         """Empty, idle, unpaused and nobody waiting on it."""
@@ -131,3 +182,4 @@ class QueueSet(Mapping[bytes, Queue]):
         self.scan = ScanIndex()
         self.gc_cursor = 0
         self.ready.clear()
+        self.throttled.clear()
