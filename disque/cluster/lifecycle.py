@@ -21,6 +21,7 @@ from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIV
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import (REASON_ACKED, REASON_DELETED, REASON_EXPIRED,
                                  REASON_QUEUE_CHANGED, Journal)
+from disque.jobs.quotas import QuotaLedger
 from disque.jobs.replies import dead_letter_queue
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
@@ -58,7 +59,8 @@ class JobLifecycle:
     def __init__(self, runtime: Runtime, registry: JobRegistry, queues: QueueSet,
                  timers: TimerWheel, blocked: BlockedClients, membership: Membership,
                  outbox: Outbox, journal: Journal, arrivals: QueueArrivals,
-                 dedup: DedupIndex, counters: JobCounters | None = None) -> None:
+                 dedup: DedupIndex, counters: JobCounters | None = None,
+                 quotas: QuotaLedger | None = None) -> None:
         self.runtime = runtime
         self.registry = registry
         self.queues = queues
@@ -72,6 +74,9 @@ class JobLifecycle:
         self.arrivals = arrivals
         self.dedup = dedup
         self.counters = counters if counters is not None else JobCounters()
+        # What users with an ACL quota have pending here: a job leaves its
+        # account when it is acked or deleted here.
+        self.quotas = quotas if quotas is not None else QuotaLedger()
 
     # ------------------------------------------------------------ registry
 
@@ -101,6 +106,9 @@ class JobLifecycle:
             self.dedup.forget_job(job)  # never created: a retry may create it
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, reason)
+        quotas = self.quotas
+        if quotas.charged:
+            quotas.release(job)
         self.timers.cancel(job)
         self.registry.remove(job)
 
@@ -340,6 +348,9 @@ class JobLifecycle:
             self.blocked.release_producer(job.id, status(job.id))
         job.state = ACKED
         job.confirmed = None
+        quotas = self.quotas
+        if quotas.charged:
+            quotas.release(job)
         self.registry.mark_evictable(job)
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, REASON_ACKED)

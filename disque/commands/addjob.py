@@ -3,7 +3,8 @@
 
 ``_addjob`` holds every rule of the command once its options are known, in
 the spec's order: the timeout, the DEDUPID answer, the defaults and their
-errors, NOREPL, MAXLEN, PAUSED, and the path the new job takes. The entry
+errors, NOREPL, MAXLEN, PAUSED, the user's quota, and the path the new job
+takes. The entry
 points only find the options: ``addjob`` for one command and ``addjob_run``
 for a pipelined run on a lone node, each passing the plain form and the
 one-option PRIORITY and DEDUPID forms straight to it, without the options
@@ -15,12 +16,16 @@ from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
 from disque.commands.args import option_name, parse_float, parse_int
+from disque.config.users import DEFAULT_USER
 from disque.jobs.job import (DEFAULT_PRIORITY, MAX_DELIVERIES, MAX_PRIORITY, WAIT_REPL, Job,
                              JobExtras, set_extras)
+from disque.jobs.quotas import QuotaAccount
+from disque.protocol.resp import error
 from disque.queues.queue import PAUSE_IN
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
+    from disque.config.users import User
     from disque.state.nodestate import NodeState
 
 DEFAULT_TTL: Final = 86400
@@ -43,6 +48,9 @@ _MAXRETRY: Final = b"MAXRETRY"
 MAX_DEDUPID_LEN: Final = 256
 MAX_BACKOFF: Final = 1000.0
 MAXDELIVER_UNSET: Final = -1  # in parsed extras: the server's maxdeliver-default applies
+QUOTA_JOBS_REACHED: Final = "QUOTA User %s has %d jobs pending on this node, its quota-jobs is %d"
+QUOTA_BYTES_REACHED: Final = ("QUOTA User %s has %d bytes pending on this node, %d more would "
+                              "pass its quota-bytes of %d")
 
 
 # repl, ttl, retry, delay, maxlen, async (None: not given), priority, and the
@@ -315,6 +323,17 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
         if queue.paused & PAUSE_IN:
             return _refused(node, name, token, errors.PAUSED)
         name = queue.name  # one name object shared by every job of the queue
+    account: QuotaAccount | None = None
+    if node.guarded:  # only then may a user have a quota (users_restrict)
+        user = client.user
+        if user is None:
+            user = node.config.users[DEFAULT_USER]
+        if user.has_quota():
+            account = node.quotas.account(user.name)
+            refusal = _over_quota(user, account, len(argv[2]))
+            if refusal is not None:
+                node.stats.quota_refused += 1
+                return _refused(node, name, token, refusal)
 
     # The job (spec: commands.md ADDJOB, execution).
     now = node.runtime.now
@@ -343,6 +362,8 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
                 node.lifecycle.queue_job(job)
             else:
                 node.lifecycle.register_job(job)
+            if account is not None:
+                node.quotas.charge(job, account)
             if copies > 1:
                 node.replication.replicate(job, copies - 1, True)
             if node.journaling:
@@ -352,8 +373,20 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
         # Externally replicated and asynchronous: never registered here.
         node.replication.hand_off(job, copies, delay)
         return reply
+    if account is not None:
+        node.quotas.charge(job, account)  # held here from now on, released as any job is
     node.replication.wait_for_replicas(client, job, extrepl, additional,
                                        now + timeout if timeout else 0)
+    return None
+
+
+def _over_quota(user: User, account: QuotaAccount, size: int) -> bytes | None:
+    """The QUOTA refusal of one more job of ``size`` body bytes, or None."""
+    name = user.name.decode("utf-8", "backslashreplace")
+    if user.quota_jobs and account.jobs >= user.quota_jobs:
+        return error(QUOTA_JOBS_REACHED % (name, account.jobs, user.quota_jobs))
+    if user.quota_bytes and account.bytes + size > user.quota_bytes:
+        return error(QUOTA_BYTES_REACHED % (name, account.bytes, size, user.quota_bytes))
     return None
 
 

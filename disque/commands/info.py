@@ -47,7 +47,8 @@ EXTRA_SECTIONS: Final = (
            ("Limits", ("client_query_buffer_limit_closed", "unauthenticated_buffer_limit_closed",
                        "client_request_timeout_closed", "output_buffer_limit_closed_normal",
                        "output_buffer_limit_closed_monitor", "maxclients_rejected_connections",
-                       "getjob_max_queues_refused")),  # docs/security.md "Limits"
+                       "getjob_max_queues_refused",
+                       "addjob_quota_refused")),  # docs/security.md "Limits", rate-limits.md
            ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
@@ -79,7 +80,8 @@ def _node_fields(node: NodeState, section: str) -> dict:
                 "acl_access_denied_queue": access.denied_queues,
                 "protected_mode_denied_connections": access.protected_mode_denied}
     if section == "limits":
-        return {"getjob_max_queues_refused": node.stats.getjob_queues_refused}
+        return {"getjob_max_queues_refused": node.stats.getjob_queues_refused,
+                "addjob_quota_refused": node.stats.quota_refused}
     if section == "stats":
         return {"total_commands_processed": node.stats.commands_processed,
                 "instantaneous_ops_per_sec": node.stats.ops_per_sec()}

@@ -6,7 +6,9 @@ habits carry over: ``on``, ``off``, ``>password``, ``<password``,
 ``#<sha256 hex>``, ``!<sha256 hex>``, ``nopass``, ``resetpass``,
 ``+command``, ``-command``, ``+@category``, ``-@category``,
 ``allcommands``, ``nocommands``, ``~queue-pattern``, ``allqueues``,
-``resetqueues``, ``reset``. The same words come from ``user`` lines of
+``resetqueues``, ``reset``, and this server's quotas on what the user may
+have pending, ``quota-jobs=<n>`` and ``quota-bytes=<n>`` (docs/rate-limits.md;
+0: none). The same words come from ``user`` lines of
 the config file and from ACL SETUSER; CONFIG REWRITE writes each user back
 as one ``user`` line (``User.describe``), passwords as their hashes.
 
@@ -24,9 +26,13 @@ from typing import Final
 
 from disque.protocol.argsplit import quote_arg
 from disque.config.globmatch import stringmatch
+from disque.config.values import format_memory, parse_memory
 
 DEFAULT_USER: Final = b"default"
 MAX_CACHED_QUEUES: Final = 4096  # a user's queue-pattern answers kept (cleared when full)
+QUOTA_JOBS: Final = "quota-jobs="
+QUOTA_BYTES: Final = "quota-bytes="
+MAX_QUOTA: Final = 2 ** 62
 
 # Commands that are permitted subcommand by subcommand (``+client`` permits them all).
 SUBCOMMANDS: Final[dict[str, tuple[str, ...]]] = {
@@ -78,7 +84,8 @@ class User:
     and ``command|sub`` for the commands in SUBCOMMANDS."""
 
     __slots__ = ("name", "enabled", "nopass", "passwords", "allowed", "all_commands",
-                 "patterns", "all_queues", "removed", "queue_cache")
+                 "patterns", "all_queues", "removed", "queue_cache", "quota_jobs",
+                 "quota_bytes")
 
     def __init__(self, name: bytes) -> None:
         # A new user is off, with no password, no command and no queue (Redis 7).
@@ -92,6 +99,9 @@ class User:
         self.all_queues = False
         self.removed = False  # ACL DELUSER: connections logged in as it are closed
         self.queue_cache: dict[bytes, bool] = {}
+        # Jobs and body bytes the user may have pending on a node (0: no quota).
+        self.quota_jobs = 0
+        self.quota_bytes = 0
 
     @classmethod
     def default(cls) -> User:
@@ -120,8 +130,14 @@ class User:
         self.patterns = list(other.patterns)
         self.all_queues = other.all_queues
         self.queue_cache = {}
+        self.quota_jobs = other.quota_jobs
+        self.quota_bytes = other.quota_bytes
 
     # ----------------------------------------------------------- checks
+
+    def has_quota(self) -> bool:
+        """ADDJOB counts what this user has pending (``quota-jobs``, ``quota-bytes``)."""
+        return bool(self.quota_jobs or self.quota_bytes)
 
     def unrestricted(self) -> bool:
         """On, every command and every queue (passwords aside)."""
@@ -206,6 +222,12 @@ class User:
             if not self.all_queues and rule[1:] not in self.patterns:
                 self.patterns.append(rule[1:])
                 self.queue_cache = {}
+        elif lower.startswith(QUOTA_JOBS):
+            self.quota_jobs = _quota(word[len(QUOTA_JOBS):], False)
+        elif lower.startswith(QUOTA_BYTES):
+            self.quota_bytes = _quota(word[len(QUOTA_BYTES):], True)
+        elif lower in ("quota-jobs", "quota-bytes"):
+            raise RuleError("A quota is one word: %s=<n>" % lower)
         elif word.startswith("+@") or word.startswith("-@"):
             units = CATEGORIES.get(lower[2:])
             if units is None:
@@ -261,7 +283,23 @@ class User:
         else:
             words.extend("~" + _text(pattern) for pattern in self.patterns)
         words.extend(_command_rules(self.allowed))
+        if self.quota_jobs:
+            words.append("%s%d" % (QUOTA_JOBS, self.quota_jobs))
+        if self.quota_bytes:
+            words.append(QUOTA_BYTES + format_memory(self.quota_bytes))
         return " ".join(_quoted(word) for word in words)
+
+
+def _quota(text: str, memory: bool) -> int:
+    """A quota's value: a count, or for bytes a size with a unit (``10mb``)."""
+    try:
+        value = parse_memory(text) if memory else int(text) if text.isdigit() else -1
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_QUOTA:
+        raise RuleError("A quota must be a number from 0 (none) to %d%s"
+                        % (MAX_QUOTA, ", with an optional unit (kb, mb, gb)" if memory else ""))
+    return value
 
 
 def _command_rules(allowed: set[str]) -> list[str]:
@@ -336,10 +374,11 @@ def user_with_rules(base: User, rules: list[bytes]) -> User:
 
 def users_restrict(users: dict[bytes, User]) -> bool:
     """Whether any connection can be refused a command for its user: a named
-    user exists, or the default user is off, has a password of its own or
-    lacks a command or queue. (requirepass alone does not count: Node.call
+    user exists, or the default user is off, has a password of its own,
+    lacks a command or queue, or has a quota. (requirepass alone does not count: Node.call
     checks it as Disque 1.0 did.)"""
     if len(users) != 1:
         return True
     default = users.get(DEFAULT_USER)
-    return default is None or not (default.unrestricted() and default.nopass)
+    return default is None or not (default.unrestricted() and default.nopass
+                                   and not default.has_quota())

@@ -110,6 +110,7 @@ class Stats:
         self.latency_max: dict[str, int] = {}
         self.ops_samples: deque[tuple[int, int]] = deque(maxlen=16)  # (ms, commands)
         self.getjob_queues_refused = 0  # GETJOBs naming more than getjob-max-queues (INFO limits)
+        self.quota_refused = 0  # ADDJOBs refused for their user's quota (INFO limits)
 
     @property
     def slowlog_threshold_us(self) -> int:

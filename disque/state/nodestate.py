@@ -34,6 +34,7 @@ from disque.context.stats import JobCounters, Stats
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
+from disque.jobs.quotas import QuotaLedger
 from disque.jobs.registry import JobRegistry
 from disque.jobs.timers import TimerWheel
 from disque.protocol.resp import NIL_ARRAY
@@ -73,9 +74,10 @@ class NodeState:
         # says whether it goes anywhere, so ADDJOB's hot path skips the null
         # journal's call with one attribute test. Only set_journal changes both.
         self.journaling = False
+        self.quotas = QuotaLedger()  # the users' pending jobs (ADDJOB charges, lifecycle releases)
         self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
                                       membership, self.outbox, NULL_JOURNAL, self.interest,
-                                      self.dedup, counters)
+                                      self.dedup, counters, self.quotas)
         self.replication = Replication(runtime, self.jobs, self.queues, self.lifecycle,
                                        self.blocked, membership, self.outbox, memory)
         self.federation = Federation(runtime, self.jobs, self.queues, self.lifecycle,
