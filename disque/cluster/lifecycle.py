@@ -75,8 +75,10 @@ class JobLifecycle:
         self.dedup = dedup
         self.counters = counters if counters is not None else JobCounters()
         # What users with an ACL quota have pending here: a job leaves its
-        # account when it is acked or deleted here.
+        # account when it is acked or deleted here. ``quota_charged`` is the
+        # ledger's dict (never replaced): one test when no job is charged.
         self.quotas = quotas if quotas is not None else QuotaLedger()
+        self.quota_charged = self.quotas.charged
 
     # ------------------------------------------------------------ registry
 
@@ -106,9 +108,8 @@ class JobLifecycle:
             self.dedup.forget_job(job)  # never created: a retry may create it
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, reason)
-        quotas = self.quotas
-        if quotas.charged:
-            quotas.release(job)
+        if self.quota_charged:
+            self.quotas.release(job)
         self.timers.cancel(job)
         self.registry.remove(job)
 
@@ -348,9 +349,8 @@ class JobLifecycle:
             self.blocked.release_producer(job.id, status(job.id))
         job.state = ACKED
         job.confirmed = None
-        quotas = self.quotas
-        if quotas.charged:
-            quotas.release(job)
+        if self.quota_charged:
+            self.quotas.release(job)
         self.registry.mark_evictable(job)
         if state == ACTIVE or state == QUEUED:
             self.journal.job_removed(job, REASON_ACKED)

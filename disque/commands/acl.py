@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
 from disque.config.users import (CATEGORIES, DEFAULT_USER, RuleError, User, user_with_rules,
-                                 users_restrict, valid_user_name)
+                                 users_have_quotas, users_restrict, valid_user_name)
 from disque.config.values import encode as config_bytes
 from disque.context.log import logger
 from disque.protocol.resp import OK, bulk, encode, error, integer
@@ -98,6 +98,7 @@ def _setuser(node: NodeState, argv: list[bytes]) -> bytes:
     # a user deleted earlier, and check_access must meet it to close it.
     if not node.guarded:
         node.guarded = users_restrict(users)
+    node.quotas.active = users_have_quotas(users)
     return OK
 
 
@@ -113,6 +114,7 @@ def _deluser(node: NodeState, argv: list[bytes]) -> bytes:
             deleted += 1
     # NodeState.guarded stays on: connections logged in as a deleted user must
     # still meet check_access, which closes them.
+    node.quotas.active = users_have_quotas(users)
     return integer(deleted)
 
 

@@ -324,7 +324,7 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
             return _refused(node, name, token, errors.PAUSED)
         name = queue.name  # one name object shared by every job of the queue
     account: QuotaAccount | None = None
-    if node.guarded:  # only then may a user have a quota (users_restrict)
+    if node.quotas.active:  # some user has a quota
         user = client.user
         if user is None:
             user = node.config.users[DEFAULT_USER]
@@ -382,11 +382,12 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
 
 def _over_quota(user: User, account: QuotaAccount, size: int) -> bytes | None:
     """The QUOTA refusal of one more job of ``size`` body bytes, or None."""
-    name = user.name.decode("utf-8", "backslashreplace")
     if user.quota_jobs and account.jobs >= user.quota_jobs:
-        return error(QUOTA_JOBS_REACHED % (name, account.jobs, user.quota_jobs))
+        return error(QUOTA_JOBS_REACHED % (user.name.decode("utf-8", "backslashreplace"),
+                                           account.jobs, user.quota_jobs))
     if user.quota_bytes and account.bytes + size > user.quota_bytes:
-        return error(QUOTA_BYTES_REACHED % (name, account.bytes, size, user.quota_bytes))
+        return error(QUOTA_BYTES_REACHED % (user.name.decode("utf-8", "backslashreplace"),
+                                            account.bytes, size, user.quota_bytes))
     return None
 
 

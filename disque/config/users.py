@@ -374,11 +374,18 @@ def user_with_rules(base: User, rules: list[bytes]) -> User:
 
 def users_restrict(users: dict[bytes, User]) -> bool:
     """Whether any connection can be refused a command for its user: a named
-    user exists, or the default user is off, has a password of its own,
-    lacks a command or queue, or has a quota. (requirepass alone does not count: Node.call
+    user exists, or the default user is off, has a password of its own or
+    lacks a command or queue. (requirepass alone does not count: Node.call
     checks it as Disque 1.0 did.)"""
     if len(users) != 1:
         return True
     default = users.get(DEFAULT_USER)
-    return default is None or not (default.unrestricted() and default.nopass
-                                   and not default.has_quota())
+    return default is None or not (default.unrestricted() and default.nopass)
+
+
+def users_have_quotas(users: dict[bytes, User]) -> bool:
+    """Some user has a quota: ADDJOB then counts what its user has pending."""
+    for user in users.values():
+        if user.has_quota():
+            return True
+    return False

@@ -25,11 +25,14 @@ class QuotaAccount:
 
 
 class QuotaLedger:
-    """Accounts by user name, and the account each counted job is charged to."""
+    """Accounts by user name, and the account each counted job is charged to.
+    ``active``: some user has a quota (ACL SETUSER and the config set it),
+    the one test ADDJOB makes when none has."""
 
-    __slots__ = ("accounts", "charged")
+    __slots__ = ("active", "accounts", "charged")
 
     def __init__(self) -> None:
+        self.active = False
         self.accounts: dict[bytes, QuotaAccount] = {}
         self.charged: dict[Job, QuotaAccount] = {}
 

@@ -27,7 +27,7 @@ from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.schedules import Schedules
 from disque.cluster.transport import BusTransport
 from disque.config import Config
-from disque.config.users import users_restrict
+from disque.config.users import users_have_quotas, users_restrict
 from disque.context.memory import MemoryAccount
 from disque.context.runtime import Runtime
 from disque.context.stats import JobCounters, Stats
@@ -75,6 +75,7 @@ class NodeState:
         # journal's call with one attribute test. Only set_journal changes both.
         self.journaling = False
         self.quotas = QuotaLedger()  # the users' pending jobs (ADDJOB charges, lifecycle releases)
+        self.quotas.active = users_have_quotas(config.users)
         self.lifecycle = JobLifecycle(runtime, self.jobs, self.queues, self.timers, self.blocked,
                                       membership, self.outbox, NULL_JOURNAL, self.interest,
                                       self.dedup, counters, self.quotas)

@@ -8,8 +8,9 @@ import pytest
 
 from disque.cluster import messages as m
 from disque.jobs.codec import to_bus
-from disque.config.users import RuleError, User, user_with_rules, users_restrict
+from disque.config.users import RuleError, User, user_with_rules
 from tests.unit.commands.test_acl import client
+from tests.unit.test_config import load_text
 from tests.unit.helpers import PEER_ID, Cmd, add_peer, advance, deliver, make_node
 
 PRODUCER = ("on", ">pw", "~*", "+@produce", "+@consume", "+@manage", "+@read")
@@ -57,11 +58,36 @@ def test_bad_quota_rules(rule, reason):
     assert str(info.value) == "Error in ACL SETUSER modifier '%s': %s" % (rule.decode(), reason)
 
 
-def test_a_quota_on_the_default_user_turns_the_access_check_on():
-    default = User.default()
-    assert not users_restrict({b"default": default})
-    default.quota_jobs = 5
-    assert users_restrict({b"default": default})
+def test_quotas_are_counted_only_while_some_user_has_one():
+    node = make_node()
+    admin = Cmd(node)
+    assert not node.state.quotas.active
+    admin.raw("ACL", "SETUSER", "p", *PRODUCER)
+    assert not node.state.quotas.active
+    admin.raw("ACL", "SETUSER", "p", "quota-bytes=1mb")
+    assert node.state.quotas.active
+    admin.raw("ACL", "SETUSER", "p", "quota-bytes=0")
+    assert not node.state.quotas.active
+    admin.raw("ACL", "SETUSER", "default", "quota-jobs=5")
+    assert node.state.quotas.active
+    admin.raw("ACL", "SETUSER", "q", "quota-jobs=5")
+    admin.raw("ACL", "SETUSER", "default", "quota-jobs=0")
+    assert node.state.quotas.active
+    assert admin.ok("ACL", "DELUSER", "q") == 1
+    assert not node.state.quotas.active
+    from_config = make_node(config=load_text("user w on nopass quota-jobs=3\n"))
+    assert from_config.state.quotas.active
+
+
+def test_the_pipelined_run_path_counts_the_default_users_quota_too():
+    node = make_node()
+    Cmd(node).raw("ACL", "SETUSER", "default", "quota-jobs=2")
+    assert not node.guarded  # the default user's rules alone do not guard the node
+    cmd = Cmd(node)
+    run = node.run_commands[b"ADDJOB"]
+    out: list[bytes] = []
+    node.call_run(cmd.client, run, [[b"ADDJOB", b"q", b"x", b"0"]] * 3, 0, out)
+    assert [reply[:3] for reply in out] == [b"+D-", b"+D-", b"-QU"]
 
 
 # --------------------------------------------------------------- ADDJOB
