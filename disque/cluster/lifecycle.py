@@ -465,12 +465,12 @@ class JobLifecycle:
         # The queue is emptied at once, not job by job: each job then
         # leaves as an active one does (journaled, its timer cancelled).
         queue.jobs.clear()
-        send_to_holders = self.outbox.send_to_holders
-        delete_job = self.delete_job
+        alone = self.runtime.self_delivered  # a job created here and never copied
         for job in jobs:
             job.state = ACTIVE
-            send_to_holders(job, m.job_message(m.DELJOB, job.id))
-            delete_job(job)
+            if job.delivered is not alone:
+                self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
+            self.delete_job(job)
         return len(jobs)
 
     def delete_all(self) -> None:
