@@ -133,3 +133,13 @@ def test_qlimit_is_in_manage_and_checks_the_queue(server):
     worker = server.client(username="worker", password="pw")
     with pytest.raises(redis.ResponseError, match="no permissions to run the 'qlimit' command"):
         worker.execute_command("QLIMIT", "orders:eu")
+
+
+def test_limits_and_schedules_share_the_cluster_config_file(server):
+    r = server.client()
+    r.execute_command("SCHEDULE", "SET", "nightly", "EVERY", 3600, "reports", "build")
+    r.execute_command("QLIMIT", "reports", "RATE", 1)
+    server.restart()
+    r = server.client()
+    assert limit_of(r, "reports")["rate"] == b"1"
+    assert b"nightly" in repr(r.execute_command("SCHEDULE", "LIST")).encode()
