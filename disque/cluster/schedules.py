@@ -291,9 +291,11 @@ class Schedules:
 
     def link_up(self, node_id: bytes) -> None:
         """A link came up: send our table and ask for the peer's (a node in
-        handshake is asked by the next sync round, once known)."""
+        handshake is asked by the next sync round, once known). A node with
+        no schedule sends nothing: a cluster that does not use them carries
+        no message of theirs, and the first SET starts the sync rounds."""
         node = self.membership.nodes.get(node_id)
-        if node is not None and not node.flags & HANDSHAKE:
+        if self.table and node is not None and not node.flags & HANDSHAKE:
             self._send_table(node_id, m.SYNC_ASK)
 
     def link_down(self, node_id: bytes) -> None:
