@@ -75,7 +75,8 @@ class Consumers:
                 block = client.blocked
                 job = pop_job(queue)
                 self.counters.delivered += 1
-                reply = b"*1\r\n" + job_entry(job, block is not None and block.withcounters)
+                reply = b"*1\r\n" + (job_entry(job) if block is None else
+                                       job_entry(job, block.withcounters, block.withheaders))
                 blocked.unblock(client, reply)
                 if not queue.jobs:
                     self.federation.need_jobs(queue, REACHED_ZERO)

@@ -81,12 +81,17 @@ class Replication:
                           deadline: int) -> None:
         """A synchronous ADDJOB: hold ``job`` in wait-repl, ask ``additional``
         nodes for copies and park the producer until enough confirm."""
+        self.ask_replicas(job, external, additional)
+        self.blocked.block_for_replication(client, job.id, deadline)
+
+    def ask_replicas(self, job: Job, external: bool, additional: int) -> None:
+        """Hold ``job`` in wait-repl and ask ``additional`` nodes for copies (its
+        producer waits: alone, or with the other jobs of its ADDJOBS)."""
         job.state = WAIT_REPL
         self.waits += 1
         job.confirmed = set() if external else {self.runtime.node_id}
         self.lifecycle.register_job(job)
         self.replicate(job, additional, False)
-        self.blocked.block_for_replication(client, job.id, deadline)
 
     def hand_off(self, job: Job, count: int, delay: int) -> None:
         """An asynchronous ADDJOB this node keeps no copy of: replicate it and
@@ -101,14 +106,15 @@ class Replication:
     def retry_pending(self) -> None:
         """Client cron: one more target every 50 ms for each waiting ADDJOB."""
         now = self.runtime.now
-        for client in list(self.blocked.producers.values()):
+        # Chosen before any is retried: every job of an ADDJOBS gets its target.
+        due: list[tuple[bytes, Block]] = []
+        for job_id, client in self.blocked.producers.items():
             block = client.blocked
-            if block is None or block.job_id is None:
-                continue
-            job = self.registry.by_id.get(block.job_id)
-            if job is None or now - block.last_repl < REPLICATION_RETRY_MS:
-                continue
-            if self.replicate(job, 1, False):
+            if block is not None and now - block.last_repl >= REPLICATION_RETRY_MS:
+                due.append((job_id, block))
+        for job_id, block in due:
+            job = self.registry.by_id.get(job_id)
+            if job is not None and self.replicate(job, 1, False):
                 block.last_repl = now
 
     def replication_achieved(self, job: Job) -> None:
@@ -138,11 +144,18 @@ class Replication:
 
     def producer_gone(self, block: Block) -> None:
         """A waiting producer was let go (timeout, disconnection, LEAVING):
-        its job goes too."""
-        job = self.registry.by_id.get(block.job_id) if block.job_id is not None else None
-        if job is not None:
-            self.wait_failures += 1
-            self.lifecycle.delete_job(job)
+        its job goes too (an ADDJOBS's: those still waiting)."""
+        if block.batch is not None:
+            waiting = list(block.batch.waiting)
+        elif block.job_id is not None:
+            waiting = [block.job_id]
+        else:
+            return
+        for job_id in waiting:
+            job = self.registry.by_id.get(job_id)
+            if job is not None:
+                self.wait_failures += 1
+                self.lifecycle.delete_job(job)
 
     # ------------------------------------------------------------ receivers
 

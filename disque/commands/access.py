@@ -34,8 +34,9 @@ KEYS_GETJOB: Final = 3    # the queues after FROM
 KEYS_JOBS: Final = 4      # job IDs: a job held here must be of a permitted queue
 KEYS_ACKS: Final = 5      # job IDs as KEYS_JOBS; IDs of jobs not held here are dropped
 KEYS_SCHEDULE: Final = 6  # SCHEDULE SET's queue (and DEADLETTER's), DEL's schedule's queue
+KEYS_ADDJOBS: Final = 7   # argv[1], and DEADLETTER <queue> among the options
 KEY_SPECS: Final[dict[str, int]] = {
-    "addjob": KEYS_ADDJOB, "getjob": KEYS_GETJOB,
+    "addjob": KEYS_ADDJOB, "addjobs": KEYS_ADDJOBS, "getjob": KEYS_GETJOB,
     "qlen": KEYS_QUEUE, "qpeek": KEYS_QUEUE, "qstat": KEYS_QUEUE, "pause": KEYS_QUEUE,
     "qredrive": KEYS_QUEUE, "qpurge": KEYS_QUEUE, "qlimit": KEYS_QUEUE,
     "show": KEYS_JOBS, "working": KEYS_JOBS, "nack": KEYS_JOBS, "enqueue": KEYS_JOBS,
@@ -49,6 +50,10 @@ _FROM: Final = b"FROM"
 _TIMEOUT: Final = b"TIMEOUT"
 _COUNT: Final = b"COUNT"
 _DEADLETTER: Final = b"DEADLETTER"
+_ASYNC: Final = b"ASYNC"
+_HEADER: Final = b"HEADER"
+BODIES: Final = b"BODIES"
+DEDUPIDS: Final = b"DEDUPIDS"
 _AUTH: Final = b"AUTH"
 _SETUSER: Final = b"SETUSER"
 REDACTED: Final = b"(redacted)"
@@ -151,6 +156,14 @@ def _check_keys(node: NodeState, user: User, kind: int, argv: list[bytes]) -> by
             if denied is not None:
                 return denied
         return None
+    if kind == KEYS_ADDJOBS:
+        denied = _check_queue(node, user, argv[1])
+        # Every word before the jobs that follows a DEADLETTER: never fewer
+        # queues than the options' parser reads there.
+        for i in range(3, addjobs_options_end(argv) - 1):
+            if denied is None and option_name(argv[i]) == _DEADLETTER:
+                denied = _check_queue(node, user, argv[i + 1])
+        return denied
     if kind == KEYS_GETJOB:
         for queue in getjob_queues(argv):
             denied = _check_queue(node, user, queue)
@@ -214,6 +227,21 @@ def getjob_queues(argv: list[bytes]) -> list[bytes]:
             return argv[i + 1:]
         i += 2 if opt in (_TIMEOUT, _COUNT) else 1
     return []
+
+
+def addjobs_options_end(argv: list[bytes]) -> int:
+    """Where ADDJOBS's jobs start: the index of its BODIES or DEDUPIDS word
+    (``len(argv)`` without one). Its options, from argv[3], take one value
+    each but ASYNC (none) and HEADER (two), as ADDJOB's parser reads them:
+    the ACL check and the command find the same options."""
+    i = 3
+    n = len(argv)
+    while i < n:
+        opt = option_name(argv[i])
+        if opt == BODIES or opt == DEDUPIDS:
+            return i
+        i += 1 if opt == _ASYNC else 3 if opt == _HEADER else 2
+    return n
 
 
 def restricted_queues(node: NodeState, client: ClientState) -> User | None:

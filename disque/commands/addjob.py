@@ -8,17 +8,22 @@ takes. The entry
 points only find the options: ``addjob`` for one command and ``addjob_run``
 for a pipelined run on a lone node, each passing the plain form and the
 one-option PRIORITY and DEDUPID forms straight to it, without the options
-parser (the common producers' commands, see docs/benchmarks.md)."""
+parser (the common producers' commands, see docs/benchmarks.md), and
+``addjobs`` (ADDJOBS, many jobs of one queue sharing the options) for each
+of its jobs."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
+from disque.commands.access import DEDUPIDS, addjobs_options_end
 from disque.commands.args import option_name, parse_float, parse_int
 from disque.config.users import DEFAULT_USER
-from disque.jobs.job import (DEFAULT_PRIORITY, MAX_DELIVERIES, MAX_PRIORITY, WAIT_REPL, Job,
-                             JobExtras, set_extras)
+from disque.context.clients import ReplyBatch
+from disque.jobs.job import (DEFAULT_PRIORITY, HEADER_NAME_SIZE, HEADER_REPEATED, HEADERS_TOO_LARGE,
+                             HEADERS_TOO_MANY, HEADERS_VALID, MAX_DELIVERIES, MAX_PRIORITY,
+                             WAIT_REPL, Job, JobExtras, check_headers, set_extras)
 from disque.jobs.quotas import QuotaAccount
 from disque.protocol.resp import error
 from disque.queues.queue import PAUSE_IN
@@ -45,12 +50,20 @@ _MAXDELIVER: Final = b"MAXDELIVER"
 _DEADLETTER: Final = b"DEADLETTER"
 _BACKOFF: Final = b"BACKOFF"
 _MAXRETRY: Final = b"MAXRETRY"
+_HEADER: Final = b"HEADER"
 MAX_DEDUPID_LEN: Final = 256
 MAX_BACKOFF: Final = 1000.0
 MAXDELIVER_UNSET: Final = -1  # in parsed extras: the server's maxdeliver-default applies
 QUOTA_JOBS_REACHED: Final = "QUOTA User %s has %d jobs pending on this node, its quota-jobs is %d"
 QUOTA_BYTES_REACHED: Final = ("QUOTA User %s has %d bytes pending on this node, %d more would "
                               "pass its quota-bytes of %d")
+# ADDJOBS's jobs per call: one call holds the node (and every other client)
+# for about a millisecond per thousand jobs.
+MAX_BULK_JOBS: Final = 10000
+_HEADER_ERRORS: Final = {HEADER_NAME_SIZE: errors.HEADER_NAME_SIZE,
+                         HEADERS_TOO_MANY: errors.HEADERS_TOO_MANY,
+                         HEADERS_TOO_LARGE: errors.HEADERS_TOO_LARGE,
+                         HEADER_REPEATED: errors.HEADER_REPEATED}
 
 
 # repl, ttl, retry, delay, maxlen, async (None: not given), priority, and the
@@ -99,21 +112,33 @@ def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtra
     return None
 
 
-def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
+def _parse_addjob_options(argv: list[bytes], start: int = 4,
+                          stop: int = -1) -> _AddjobOptions | bytes:
     """Options after the timeout, left to right (the spec checks them before
-    the timeout); returns an error reply or the values."""
+    the timeout), in ``argv[start:stop]`` (``stop`` -1: to the end); returns
+    an error reply or the values."""
     repl = ttl = retry = maxlen = None
     delay = 0
     async_ = False
     priority = DEFAULT_PRIORITY
     extras: JobExtras | None = None
-    i = 4
-    n = len(argv)
+    headers: list[bytes] | None = None
+    i = start
+    n = len(argv) if stop < 0 else stop
     while i < n:
         opt = option_name(argv[i])
         if opt == _ASYNC:
             async_ = True
             i += 1
+            continue
+        if opt == _HEADER:
+            if i + 2 >= n:
+                return errors.SYNTAX
+            if headers is None:
+                headers = []
+            headers.append(argv[i + 1])
+            headers.append(argv[i + 2])
+            i += 3
             continue
         if i + 1 >= n:
             return errors.SYNTAX
@@ -151,6 +176,13 @@ def _parse_addjob_options(argv: list[bytes]) -> _AddjobOptions | bytes:
         i += 2
     if extras is not None and extras.maxretry and not extras.backoff:
         return errors.MAXRETRY_WITHOUT_BACKOFF
+    if headers is not None:
+        fault = check_headers(headers)
+        if fault != HEADERS_VALID:
+            return _HEADER_ERRORS[fault]
+        if extras is None:
+            extras = JobExtras(MAXDELIVER_UNSET)
+        extras.headers = tuple(headers)
     return repl, ttl, retry, delay, maxlen, async_, priority, extras
 
 
@@ -265,13 +297,15 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
             priority: int = DEFAULT_PRIORITY, token: bytes | None = None,
             repl: int | None = None, ttl: int | None = None, retry: int | None = None,
             delay: int = 0, maxlen: int | None = None, async_: bool = False,
-            extras: JobExtras | None = None) -> bytes | None:
+            extras: JobExtras | None = None, batch: ReplyBatch | None = None) -> bytes | None:
     """ADDJOB once its options are known (None: not given; the plain form
     passes none, the one-option forms only theirs): the reply, or None while
-    the producer waits for its replicas. ``token`` is the DEDUPID
-    (``extras.dedupid`` when there are extras). Every refusal after the
-    timeout's goes through ``_refused``: a DEDUPID that names a job is
-    answered with it first."""
+    the producer waits for its replicas. ``token`` is the DEDUPID (the job's
+    own: ``extras`` may be shared by an ADDJOBS's jobs). Every refusal after
+    the timeout's goes through ``_refused``: a DEDUPID that names a job is
+    answered with it first. ``batch`` gathers an ADDJOBS's replies: a job
+    that waits for replicas is recorded there, and its producer is parked
+    once every job of the command has been added."""
     timeout = 0
     arg = argv[3]
     if arg != b"0":  # the usual timeout needs no parsing
@@ -375,8 +409,12 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
         return reply
     if account is not None:
         node.quotas.charge(job, account)  # held here from now on, released as any job is
-    node.replication.wait_for_replicas(client, job, extrepl, additional,
-                                       now + timeout if timeout else 0)
+    if batch is None:
+        node.replication.wait_for_replicas(client, job, extrepl, additional,
+                                           now + timeout if timeout else 0)
+    else:
+        node.replication.ask_replicas(job, extrepl, additional)
+        batch.waiting[job_id] = len(batch.replies)
     return None
 
 
@@ -414,15 +452,91 @@ def _extend(node: NodeState, job: Job, extras: JobExtras | None, token: bytes | 
     """Give a new job its extensions' fields: those ADDJOB parsed (or its
     DEDUPID ``token`` alone), with the server's maxdeliver-default where
     MAXDELIVER was not given."""
-    ext = extras.copy() if extras is not None else JobExtras(MAXDELIVER_UNSET, dedupid=token)
+    if extras is not None:
+        ext = extras.copy()
+        ext.dedupid = token
+    else:
+        ext = JobExtras(MAXDELIVER_UNSET, dedupid=token)
     if ext.maxdeliver == MAXDELIVER_UNSET:
         ext.maxdeliver = node.config.maxdeliver_default
     ext.base_retry = job.retry
     set_extras(job, ext)
 
 
+def addjobs(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
+    """ADDJOBS queue ms-timeout [options] BODIES body [body ...], or
+    ... DEDUPIDS token body [token body ...]: one ADDJOB per body, with the
+    options they share (docs/commands.md "Bulk add"). The reply is an array
+    of what each ADDJOB would have answered; a synchronous one is sent once
+    every job has its replicas or has failed. An error in the options (or
+    a token) refuses the command before any job is added."""
+    start = addjobs_options_end(argv)
+    n = len(argv)
+    if start >= n - 1:
+        return errors.ADDJOBS_NO_JOBS
+    paired = option_name(argv[start]) == DEDUPIDS
+    start += 1
+    count = n - start
+    if paired:
+        if count & 1:
+            return errors.SYNTAX
+        count >>= 1
+    if count > MAX_BULK_JOBS:
+        return errors.ADDJOBS_TOO_MANY
+    parsed = _parse_addjob_options(argv, 3, start - 1)
+    if type(parsed) is bytes:
+        return parsed
+    options: _AddjobOptions = parsed  # type: ignore[assignment]  # as in _addjob_parsed
+    repl, ttl, retry, delay, maxlen, async_, priority, extras = options
+    if extras is not None and extras.dedupid is not None:
+        return errors.ADDJOBS_DEDUPID
+    timeout = argv[2]
+    deadline = 0
+    if timeout != b"0":
+        value = parse_int(timeout)
+        if value is None:
+            return errors.TIMEOUT_NOT_INTEGER
+        if value < 0:
+            return errors.TIMEOUT_NEGATIVE
+        if value:
+            deadline = node.runtime.now + value
+    if paired:
+        i = start
+        while i < n:
+            if not _is_dedupid(argv[i]):
+                return errors.DEDUPID_RANGE
+            i += 2
+    # Each job goes through _addjob as an ADDJOB of its body (the same list,
+    # its body swapped in: what _addjob keeps is the body, not the list).
+    job_argv = [argv[0], argv[1], b"", timeout]
+    batch = ReplyBatch()
+    replies = batch.replies
+    memory = node.memory
+    token: bytes | None = None
+    full = False  # memory stayed above the eviction threshold: -OOM from then on
+    i = start
+    while i < n:
+        if paired:
+            token = argv[i]
+            i += 1
+        job_argv[2] = argv[i]
+        i += 1
+        # What Node.call checks before each ADDJOB.
+        if memory.used > memory.evict_threshold and (full or not node.eviction.free_memory()):
+            full = True
+            replies.append(errors.OOM)
+            continue
+        replies.append(_addjob(node, client, job_argv, priority, token, repl, ttl, retry, delay,
+                               maxlen, async_, extras, batch))
+    if batch.waiting:
+        node.blocked.block_for_batch(client, batch, deadline)
+        return None
+    return batch.reply(errors.NOREPL_TIMEOUT)
+
+
 RUN_HANDLERS: Final = {"addjob": addjob_run}
 
 TABLE: Final = (
            ("addjob", -4, "wmF", addjob),
+           ("addjobs", -5, "wm", addjobs),
        )

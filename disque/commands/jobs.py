@@ -24,13 +24,14 @@ _NOHANG: Final = b"NOHANG"
 _TIMEOUT: Final = b"TIMEOUT"
 _COUNT: Final = b"COUNT"
 _WITHCOUNTERS: Final = b"WITHCOUNTERS"
+_WITHHEADERS: Final = b"WITHHEADERS"
 _FROM: Final = b"FROM"
 TOO_MANY_QUEUES: Final = "ERR GETJOB names %d queues, more than getjob-max-queues (%d)"
 
 
 def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
-    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] FROM queue..."""
-    nohang = withcounters = False
+    """GETJOB [NOHANG] [TIMEOUT ms] [COUNT n] [WITHCOUNTERS] [WITHHEADERS] FROM queue..."""
+    nohang = withcounters = withheaders = False
     timeout = 0
     count = 1
     names: list[bytes] | None = None
@@ -45,6 +46,8 @@ def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | N
             nohang = True
         elif opt == _WITHCOUNTERS:
             withcounters = True
+        elif opt == _WITHHEADERS:
+            withheaders = True
         elif opt == _TIMEOUT and i + 1 < n:
             i += 1
             value = parse_int(argv[i])
@@ -69,13 +72,14 @@ def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | N
         return error(TOO_MANY_QUEUES % (len(names), node.config.getjob_max_queues))
     found = node.consumers.collect(names, count)
     if found:
-        return b"*%d\r\n" % len(found) + b"".join([job_entry(j, withcounters) for j in found])
+        return b"*%d\r\n" % len(found) + b"".join([job_entry(j, withcounters, withheaders)
+                                                      for j in found])
     if nohang:
         return NIL_ARRAY
     if node.membership.leaving:
         return errors.LEAVING
     node.blocked.block_for_jobs(client, names, node.runtime.now + timeout if timeout else 0,
-                                count, withcounters)
+                                count, withcounters, withheaders)
     return None
 
 

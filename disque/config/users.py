@@ -44,7 +44,7 @@ SUBCOMMANDS: Final[dict[str, tuple[str, ...]]] = {
 # Every command of the table is in at least one category (tests/unit/test_acl.py
 # checks it against the command table). Order is ACL CAT's and ACL LIST's.
 CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
-    "produce": ("addjob", "schedule|set", "schedule|del"),
+    "produce": ("addjob", "addjobs", "schedule|set", "schedule|del"),
     "consume": ("getjob", "ackjob", "fastack", "nack", "working"),
     "read": ("qlen", "qpeek", "qstat", "show", "qscan", "jscan", "schedule|list"),
     "manage": ("deljob", "enqueue", "dequeue", "qredrive", "pause", "qpurge", "qlimit"),

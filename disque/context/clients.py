@@ -13,10 +13,28 @@ if TYPE_CHECKING:
     from disque.config.users import User
 
 
+class ReplyBatch:
+    """An ADDJOBS reply, gathered in the order of its jobs: each job's reply,
+    or None while that job waits for its replicas."""
+
+    __slots__ = ("replies", "waiting")
+
+    def __init__(self) -> None:
+        self.replies: list[bytes | None] = []
+        self.waiting: dict[bytes, int] = {}  # job ID -> its position in ``replies``
+
+    def reply(self, unanswered: bytes) -> bytes:
+        """The array of the jobs' replies; a job still waiting answers ``unanswered``."""
+        replies = self.replies
+        return b"*%d\r\n" % len(replies) + b"".join(
+            [unanswered if reply is None else reply for reply in replies])
+
+
 class Block:
     """Why and until when a client is blocked (GETJOB or synchronous ADDJOB)."""
 
-    __slots__ = ("kind", "queues", "deadline", "count", "withcounters", "job_id", "last_repl")
+    __slots__ = ("kind", "queues", "deadline", "count", "withcounters", "withheaders", "job_id",
+                 "last_repl", "batch")
 
     GETJOB = 1
     ADDJOB = 2
@@ -27,8 +45,10 @@ class Block:
         self.queues: list = []
         self.count = 1
         self.withcounters = False
+        self.withheaders = False
         self.job_id: bytes | None = None
         self.last_repl = 0  # ms when a replication target was last added
+        self.batch: ReplyBatch | None = None  # an ADDJOBS's jobs (job_id is then None)
 
 
 class ClientState:

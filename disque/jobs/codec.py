@@ -14,8 +14,9 @@ import struct
 from collections.abc import Container, Sequence
 from typing import Any, Final
 
-from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, MAX_DELIVERIES, MAX_PRIORITY,
-                             QUEUED, Job, JobExtras, dedup_token, extras_of, set_extras)
+from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, HEADERS_VALID, MAX_DELIVERIES,
+                             MAX_PRIORITY, QUEUED, Job, JobExtras, check_headers, dedup_token,
+                             extras_of, set_extras)
 
 MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
@@ -42,6 +43,7 @@ EXT_BACKOFF: Final = "backoff"
 EXT_MAXRETRY: Final = "maxretry"
 EXT_BASE_RETRY: Final = "base-retry"
 EXT_DEDUPID: Final = "dedupid"
+EXT_HEADERS: Final = "headers"  # an array: name, value, name, value, ...
 _MAX_COUNT: Final = 2**32
 
 
@@ -91,6 +93,8 @@ def extension_fields(job: Job) -> dict[str, object]:
             fields[EXT_BASE_RETRY] = ext.base_retry
         if ext.dedupid is not None:
             fields[EXT_DEDUPID] = ext.dedupid
+        if ext.headers is not None:
+            fields[EXT_HEADERS] = list(ext.headers)
     return fields
 
 
@@ -130,7 +134,24 @@ def apply_extension_fields(job: Job, fields: object) -> None:
     ext.maxretry = _count(fields, EXT_MAXRETRY, _MAX_COUNT)
     ext.base_retry = _count(fields, EXT_BASE_RETRY, _MAX_COUNT)
     ext.dedupid = _name(fields, EXT_DEDUPID)
+    if EXT_HEADERS in fields:
+        ext.headers = _headers(fields[EXT_HEADERS])
     set_extras(job, ext)  # held as the origin holds it
+
+
+def _headers(value: object) -> tuple[bytes, ...]:
+    """A job's headers from a map ``extension_fields`` made: names and values
+    as ADDJOB's HEADER limits them."""
+    if not isinstance(value, (list, tuple)) or not value or len(value) & 1:
+        raise BadJobPayload("bad %s" % EXT_HEADERS)
+    flat: list[bytes] = []
+    for item in value:
+        if type(item) is not bytes:
+            raise BadJobPayload("bad %s" % EXT_HEADERS)
+        flat.append(item)
+    if check_headers(flat) != HEADERS_VALID:
+        raise BadJobPayload("bad %s" % EXT_HEADERS)
+    return tuple(flat)
 
 
 

@@ -24,6 +24,18 @@ ADELIV_SHIFT: Final = 16
 _GC_RETRY_SHIFT: Final = 32
 _NACKS_AND_ADELIV: Final = 0xFFFF_FFFF
 
+# A job's HEADERs (docs/commands.md "Job headers"): small metadata, bounded so
+# that a copy on the bus and a record in the AOF stay small.
+MAX_HEADERS: Final = 32
+MAX_HEADER_NAME: Final = 256  # bytes; a name has at least one
+MAX_HEADERS_SIZE: Final = 8192  # bytes of names and values together
+# What check_headers finds wrong (HEADERS_VALID: nothing).
+HEADERS_VALID: Final = 0
+HEADER_NAME_SIZE: Final = 1
+HEADERS_TOO_MANY: Final = 2
+HEADERS_TOO_LARGE: Final = 3
+HEADER_REPEATED: Final = 4
+
 DEFAULT_PRIORITY: Final = 5
 MAX_PRIORITY: Final = 9
 MAX_DELIVERIES: Final = 65535  # MAXDELIVER's limit: the counters it compares are 16-bit
@@ -40,11 +52,12 @@ class JobExtras:
     agree on its latest queue. ``backoff`` (0.0 = none) multiplies the retry
     period at each retry-timeout requeue, up to ``maxretry`` seconds (0 =
     the job's TTL), from ``base_retry``, the period ADDJOB gave it.
-    ``dedupid`` is the producer's ADDJOB token.
+    ``dedupid`` is the producer's ADDJOB token. ``headers`` are ADDJOB's
+    HEADERs as one flat tuple of names and values, in the order given.
     """
 
     __slots__ = ("maxdeliver", "deadletter", "origin", "reason", "moves", "backoff",
-                 "maxretry", "base_retry", "dedupid")
+                 "maxretry", "base_retry", "dedupid", "headers")
 
     def __init__(self, maxdeliver: int = 0, deadletter: bytes | None = None,
                  backoff: float = 0.0, maxretry: int = 0, dedupid: bytes | None = None) -> None:
@@ -57,12 +70,14 @@ class JobExtras:
         self.maxretry = maxretry
         self.base_retry = 0
         self.dedupid = dedupid
+        self.headers: tuple[bytes, ...] | None = None
 
     def token_only(self) -> bool:
         """Every field but ``dedupid`` has its default (``base_retry`` counts
         only with a backoff): the job may hold the token alone."""
         return (not self.maxdeliver and self.deadletter is None and self.origin is None
-                and self.reason is None and not self.moves and not self.backoff)
+                and self.reason is None and not self.moves and not self.backoff
+                and self.headers is None)
 
     def copy(self) -> JobExtras:
         """A job's own extras, made from the ones ADDJOB parsed (shared by a run)."""
@@ -72,6 +87,7 @@ class JobExtras:
         other.reason = self.reason
         other.moves = self.moves
         other.base_retry = self.base_retry
+        other.headers = self.headers
         return other
 
 
@@ -208,3 +224,31 @@ def set_extras(job: Job, ext: JobExtras) -> None:
     it says (``JobExtras.token_only``)."""
     token = ext.dedupid
     job.ext = token if token is not None and ext.token_only() else ext
+
+
+def check_headers(flat: list[bytes] | tuple[bytes, ...]) -> int:
+    """Whether names and values (``flat``: name, value, ...) keep to the
+    headers' limits: HEADERS_VALID, or the first limit they break."""
+    count = len(flat) >> 1
+    if count > MAX_HEADERS:
+        return HEADERS_TOO_MANY
+    size = 0
+    i = 0
+    while i < count:
+        name = flat[2 * i]
+        if not 0 < len(name) <= MAX_HEADER_NAME:
+            return HEADER_NAME_SIZE
+        size += len(name) + len(flat[2 * i + 1])
+        j = 0
+        while j < i:
+            if flat[2 * j] == name:
+                return HEADER_REPEATED
+            j += 1
+        i += 1
+    return HEADERS_TOO_LARGE if size > MAX_HEADERS_SIZE else HEADERS_VALID
+
+
+def job_headers(job: Job) -> tuple[bytes, ...] | None:
+    """The job's HEADERs (name, value, ...), or None."""
+    ext = job.ext
+    return ext.headers if isinstance(ext, JobExtras) else None

@@ -4,25 +4,39 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of
+from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of, job_headers
 from disque.protocol.resp import encode
 
 _NACKS: Final = b"$5\r\nnacks\r\n"
 _ADELIV: Final = b"$21\r\nadditional-deliveries\r\n"
+_HEADERS: Final = b"$7\r\nheaders\r\n"
 DEAD_SUFFIX: Final = b":dead"  # a dead-letter queue's default name: the queue's + this
 
 
-def job_entry(job: Job, withcounters: bool = False) -> bytes:
-    """``[queue, id, body]``, or the 7-element WITHCOUNTERS form."""
+def job_entry(job: Job, withcounters: bool = False, withheaders: bool = False) -> bytes:
+    """``[queue, id, body]``, the 7-element WITHCOUNTERS form, and either
+    followed by ``"headers", [name, value, ...]`` with WITHHEADERS."""
     # Only queued or delivered jobs get here, never a dummy ACK (the one job
     # without queue and body); an assert would run once per delivered job.
     queue: bytes = job.queue  # type: ignore[assignment]
     body: bytes = job.body  # type: ignore[assignment]
+    if withheaders:
+        return _entry_with_headers(job, queue, body, withcounters)
     if withcounters:
         return b"*7\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n%b:%d\r\n%b:%d\r\n" % (
             len(queue), queue, job.id, len(body), body, _NACKS, job.nacks, _ADELIV, job.adeliv)
     return b"*3\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
         len(queue), queue, job.id, len(body), body)
+
+
+def _entry_with_headers(job: Job, queue: bytes, body: bytes, withcounters: bool) -> bytes:
+    """A GETJOB entry with WITHHEADERS (docs/commands.md "Job headers")."""
+    headers = job_headers(job) or ()
+    entry = b"*%d\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n" % (
+        9 if withcounters else 5, len(queue), queue, job.id, len(body), body)
+    if withcounters:
+        entry += b"%b:%d\r\n%b:%d\r\n" % (_NACKS, job.nacks, _ADELIV, job.adeliv)
+    return entry + _HEADERS + encode(headers)
 
 
 def job_info(job: Job, now_ms: int) -> list[object]:
@@ -82,6 +96,9 @@ def extension_info(job: Job) -> list[object]:
         token = dedup_token(job)
         if token is not None:
             info += [b"dedupid", token]
+        headers = job_headers(job)
+        if headers is not None:
+            info += [b"headers", list(headers)]
     return info
 
 

@@ -46,6 +46,16 @@ BACKOFF_RANGE: Final = error("ERR BACKOFF must be a number between 1 and 1000")
 MAXRETRY_RANGE: Final = error("ERR MAXRETRY must be a number > 0")
 MAXRETRY_WITHOUT_BACKOFF: Final = error("ERR MAXRETRY is the cap of BACKOFF: give BACKOFF too")
 DEDUPID_RANGE: Final = error("ERR DEDUPID must be 1 to 256 bytes")
+HEADER_NAME_SIZE: Final = error("ERR HEADER name must be 1 to 256 bytes")
+HEADERS_TOO_MANY: Final = error("ERR too many HEADERs: a job has at most 32")
+HEADERS_TOO_LARGE: Final = error("ERR HEADERs too large: names and values of a job add up to "
+                                 "at most 8192 bytes")
+HEADER_REPEATED: Final = error("ERR HEADER name given twice")
+ADDJOBS_DEDUPID: Final = error("ERR ADDJOBS gives each job its own DEDUPID: use DEDUPIDS "
+                               "token body [token body ...]")
+ADDJOBS_NO_JOBS: Final = error("ERR ADDJOBS needs BODIES body [body ...] or DEDUPIDS token body "
+                               "[token body ...] after its options")
+ADDJOBS_TOO_MANY: Final = error("ERR ADDJOBS adds at most 10000 jobs per call")
 
 
 def dedup_pending(job_id: bytes) -> bytes:

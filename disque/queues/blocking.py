@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from typing import Final
 
-from disque.context.clients import Block, ClientState
+from disque.context.clients import Block, ClientState, ReplyBatch
 from disque.queues.queue import Queue
 from disque.queues.queueset import QueueSet
 from disque.context.runtime import Runtime
@@ -33,7 +33,7 @@ class BlockedClients:
         self.clients: dict[ClientState, None] = {}
         self.deadlines: list[tuple[int, int, Block, ClientState]] = []
         self.seq = 0
-        self.producers: dict[bytes, ClientState] = {}  # job ID -> its waiting ADDJOB
+        self.producers: dict[bytes, ClientState] = {}  # job ID -> its waiting ADDJOB(S)
         self.queues = queues
         self.runtime = runtime
 
@@ -44,11 +44,12 @@ class BlockedClients:
         return iter(list(self.clients))
 
     def block_for_jobs(self, client: ClientState, queue_names: list[bytes], deadline: int,
-                       count: int, withcounters: bool) -> None:
+                       count: int, withcounters: bool, withheaders: bool = False) -> None:
         """Park a GETJOB client on every listed queue."""
         block = Block(Block.GETJOB, deadline)
         block.count = count
         block.withcounters = withcounters
+        block.withheaders = withheaders
         for name in dict.fromkeys(queue_names):
             queue = self.queues.get_or_create(name)
             if queue.blocked is None:
@@ -63,6 +64,17 @@ class BlockedClients:
         block.job_id = job_id
         block.last_repl = self.runtime.now
         self.producers[job_id] = client
+        self._park(client, block)
+
+    def block_for_batch(self, client: ClientState, batch: ReplyBatch, deadline: int) -> None:
+        """Park an ADDJOBS producer until each of its jobs in ``batch.waiting``
+        has its replicas or has failed."""
+        block = Block(Block.ADDJOB, deadline)
+        block.batch = batch
+        block.last_repl = self.runtime.now
+        producers = self.producers
+        for job_id in batch.waiting:
+            producers[job_id] = client
         self._park(client, block)
 
     def _park(self, client: ClientState, block: Block) -> None:
@@ -89,15 +101,31 @@ class BlockedClients:
                         self.queues.waiter_left(queue)
         elif block.job_id is not None:
             self.producers.pop(block.job_id, None)
+        elif block.batch is not None:
+            batch = block.batch
+            for job_id in batch.waiting:
+                self.producers.pop(job_id, None)
+            if reply is not None:
+                reply = batch.reply(reply)  # the jobs still waiting get the reason
         if reply is not None:
             client.send(reply)
         client.resume()
 
     def release_producer(self, job_id: bytes, reply: bytes) -> None:
-        """Answer the ADDJOB waiting for ``job_id``'s replicas, if one waits."""
+        """Answer the ADDJOB waiting for ``job_id``'s replicas, if one waits;
+        an ADDJOBS is answered once each of its jobs has its reply."""
         client = self.producers.get(job_id)
-        if client is not None:
+        if client is None:
+            return
+        block = client.blocked
+        batch = block.batch if block is not None else None
+        if batch is None:
             self.unblock(client, reply)
+            return
+        del self.producers[job_id]
+        batch.replies[batch.waiting.pop(job_id)] = reply
+        if not batch.waiting:
+            self.unblock(client, batch.reply(reply))
 
     def first_waiter(self, queue: Queue) -> ClientState:
         """The consumer blocked longest on ``queue`` (which has some)."""

@@ -313,7 +313,8 @@ def test_acl_list_users_cat():
         b"user worker on #" + digest + b" ~orders:* -@all +@consume +@connection"]
     assert admin.ok("ACL", "USERS") == [b"default", b"worker"]
     assert admin.ok("ACL", "CAT") == [c.encode() for c in CATEGORIES]
-    assert admin.ok("ACL", "CAT", "produce") == [b"addjob", b"schedule|set", b"schedule|del"]
+    assert admin.ok("ACL", "CAT", "produce") == [b"addjob", b"addjobs", b"schedule|set",
+                                                 b"schedule|del"]
     assert admin.error("ACL", "CAT", "nope") == "ERR Unknown category 'nope'"
     assert admin.error("ACL", "SETUSER", "a b") == (
         "ERR Usernames can't contain spaces or null characters")
