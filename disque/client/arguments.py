@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import redis
 
@@ -45,6 +45,10 @@ _ASYNC = "ASYNC"
 _DEADLETTER = "DEADLETTER"
 _BACKOFF = "BACKOFF"
 _DEDUPID = "DEDUPID"
+_HEADER = "HEADER"
+
+# A job's headers as the client methods take them: name -> value.
+Headers = Mapping[str | bytes, str | bytes]
 
 
 def addjob_args(queue: str | bytes, body: bytes | str, timeout_ms: int = 0, **options: Any
@@ -58,9 +62,11 @@ def addjob_options(*, replicate: int | None = None, delay: int | None = None,
                    maxlen: int | None = None, async_: bool = False,
                    priority: int | None = None, maxdeliver: int | None = None,
                    deadletter: str | bytes | None = None, backoff: float | None = None,
-                   maxretry: int | None = None, dedupid: str | bytes | None = None) -> tuple:
+                   maxretry: int | None = None, dedupid: str | bytes | None = None,
+                   headers: Headers | None = None) -> tuple:
     """The option words that follow ``ADDJOB queue body timeout``; an option left at None
-    is not sent, so a job without extensions is a Disque 1.0 ADDJOB."""
+    is not sent, so a job without extensions is a Disque 1.0 ADDJOB. ``headers``
+    become ``HEADER name value`` words, in the mapping's order."""
     given = {"replicate": replicate, "delay": delay, "retry": retry, "ttl": ttl,
              "maxlen": maxlen, "priority": priority, "maxdeliver": maxdeliver,
              "maxretry": maxretry}
@@ -75,6 +81,9 @@ def addjob_options(*, replicate: int | None = None, delay: int | None = None,
         opts += [_BACKOFF, repr(float(backoff))]
     if dedupid is not None:
         opts += [_DEDUPID, encode_arg(dedupid)]
+    if headers:
+        for name, value in headers.items():
+            opts += [_HEADER, encode_arg(name), encode_arg(value)]
     if async_:
         opts.append(_ASYNC)
     return tuple(opts)
@@ -130,3 +139,18 @@ class AddJobEncoder:
         prefix, tail = self.prefix, self.tail
         return [b"%s$%d\r\n%s%s" % (prefix(queue), len(body), body, tail)
                 for queue, body in zip(queues, bodies)]
+
+
+def with_headers(headers: Headers | None, carried: Mapping[str, str]) -> Headers | None:
+    """``headers`` with ``carried`` (trace context) added, where ``headers``
+    does not name them already: the caller's own values win."""
+    if not carried:
+        return headers
+    if not headers:
+        return carried
+    given = {encode_arg(name) for name in headers}
+    merged: dict[str | bytes, str | bytes] = dict(headers)
+    for name, value in carried.items():
+        if encode_arg(name) not in given:
+            merged[name] = value
+    return merged

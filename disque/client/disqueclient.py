@@ -13,14 +13,18 @@ from typing import Any, Iterable, Iterator, Sequence
 import redis
 
 from disque.client.addresses import DEFAULT_SEED, NodeAddress, parse_nodes
-from disque.client.arguments import (addjob_args, addjob_options, encode_arg, ids_command,
-                                     pack_commands)
+from disque.client import tracing
+from disque.client.arguments import (Headers, addjob_args, addjob_options, encode_arg,
+                                     ids_command, pack_commands, with_headers)
 from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
                                   NoNodeAvailable, ResponseError, is_badid, is_leaving)
 from disque.client.replies import Job, job_from_entry, job_info, text
 from disque.client.security import ConnectionSecurity
 
 DEFAULT_CHUNK = 500
+# add_many: jobs per ADDJOBS (the node takes at most 10,000), and ADDJOBS per round trip.
+DEFAULT_BULK_CHUNK = 1000
+BULK_PIPELINE = 4
 _LINES_READ = 1 << 16
 # Jobs per GETJOB when get_job_entries pipelines several.
 DEFAULT_GETJOB_COUNT = 1000
@@ -42,9 +46,12 @@ class DisqueClient:
                  security: ConnectionSecurity | None = None,
                  socket_timeout: float | None = 30.0,
                  connect_timeout: float = 5.0, use_hello: bool = True,
-                 max_attempts: int | None = None) -> None:
+                 max_attempts: int | None = None, propagate_trace: bool = True) -> None:
         """``security``: TLS and the ACL user; ``password`` and ``username`` are its
-        shorthand for a plain connection, and go with it only if it names neither."""
+        shorthand for a plain connection, and go with it only if it names neither.
+        ``propagate_trace``: jobs added inside an OpenTelemetry span carry its context
+        in a ``traceparent`` header (``disque.client.tracing``; nothing without
+        OpenTelemetry installed)."""
         self.seeds = parse_nodes(nodes)
         if security is None:
             security = ConnectionSecurity(user=username, password=password)
@@ -62,6 +69,7 @@ class DisqueClient:
         self.connect_timeout = connect_timeout
         self.use_hello = use_hello
         self.max_attempts = max_attempts
+        self.propagate_trace = propagate_trace
         self.known: list[NodeAddress] = []       # from the last HELLO, best first
         self.node: NodeAddress | None = None     # where the connection goes
         self.node_id: str | None = None
@@ -245,6 +253,27 @@ class DisqueClient:
         """Run one command, failing over to another node on connection errors and -LEAVING."""
         return self._retrying(lambda: self._call_once(*args, read_timeout=_SOCKET_DEFAULT))
 
+    def _encoded_once(self, data: Sequence[Any], count: int) -> list[Any]:
+        conn = self._conn
+        conn.send_packed_command(list(data), check_health=False)
+        replies: list[Any] = []
+        for _ in range(count):
+            try:
+                replies.append(conn.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    def pipeline_encoded(self, data: Sequence[Any], count: int) -> list[Any]:
+        """Send ``count`` commands RESP-encoded already, as the pieces ``data``
+        (bytes, or any buffer: Arrow's are sent without a copy) laid end to
+        end, and read their replies; a refused command's is its exception,
+        an array's error elements are exceptions in it. For bulk writers
+        that encode their commands column-wise. Connection errors move to
+        another node and send everything again; replies saying the node is
+        leaving are left to the caller."""
+        return self._retrying(lambda: self._encoded_once(data, count))
+
     def _pipeline_once(self, commands: Sequence[tuple]) -> list[Any]:
         conn = self._conn
         conn.send_packed_command(pack_commands(conn, commands), check_health=False)
@@ -335,16 +364,26 @@ class DisqueClient:
             ttl: int | None = None, maxlen: int | None = None, async_: bool = False,
             priority: int | None = None, maxdeliver: int | None = None,
             deadletter: str | bytes | None = None, backoff: float | None = None,
-            maxretry: int | None = None, dedupid: str | bytes | None = None) -> str:
+            maxretry: int | None = None, dedupid: str | bytes | None = None,
+            headers: Headers | None = None) -> str:
         """ADDJOB with the job's options as keywords (None: the server's default); the job ID.
 
-        priority, maxdeliver, deadletter, backoff, maxretry and dedupid are this
-        server's extensions (docs/commands.md "Extensions"): a Disque 1.0 node
-        refuses them with ``-ERR syntax error``."""
+        priority, maxdeliver, deadletter, backoff, maxretry, dedupid and headers
+        (name -> value, sent as HEADER words) are this server's extensions
+        (docs/commands.md "Extensions"): a Disque 1.0 node refuses them with
+        ``-ERR syntax error``. Inside an OpenTelemetry span the job also carries
+        its context (``traceparent``; see ``propagate_trace``)."""
         return text(self.execute(*addjob_args(
             queue, body, timeout_ms, replicate=replicate, delay=delay, retry=retry, ttl=ttl,
             maxlen=maxlen, async_=async_, priority=priority, maxdeliver=maxdeliver,
-            deadletter=deadletter, backoff=backoff, maxretry=maxretry, dedupid=dedupid)))
+            deadletter=deadletter, backoff=backoff, maxretry=maxretry, dedupid=dedupid,
+            headers=self._traced(headers))))
+
+    def _traced(self, headers: Headers | None) -> Headers | None:
+        """``headers`` with the current span's context, when there is one to carry."""
+        if not self.propagate_trace:
+            return headers
+        return with_headers(headers, tracing.context_headers())
 
     def add_job(self, queue: str | bytes, body: bytes | str, timeout_ms: int = 0,
                 **options: Any) -> str:
@@ -354,16 +393,68 @@ class DisqueClient:
     def add_jobs(self, jobs: Iterable[tuple[str | bytes, bytes | str]], timeout_ms: int = 0,
                  chunk_size: int = DEFAULT_CHUNK, **options: Any) -> list[str | ResponseError]:
         """Pipelined ADDJOB for (queue, body) pairs: job IDs, or the error of each failed job."""
-        tail = addjob_options(**options)
+        tail = addjob_options(**{**options, "headers": self._traced(options.get("headers"))})
         out: list[str | ResponseError] = []
         commands = (("ADDJOB", q, b, timeout_ms) + tail for q, b in jobs)
         for replies in self.pipeline_chunks(commands, chunk_size):
             out.extend(r if isinstance(r, ResponseError) else text(r) for r in replies)
         return out
 
+    def add_many(self, queue: str | bytes, bodies: Iterable[bytes | str], *, timeout_ms: int = 0,
+                 dedupids: Iterable[str | bytes] | None = None,
+                 chunk_size: int = DEFAULT_BULK_CHUNK, **options: Any
+                 ) -> list[str | ResponseError]:
+        """ADDJOBS: one job per body in ``queue``, with the options of ``add``
+        (keywords) shared; ``dedupids`` gives each job its own DEDUPID
+        (``DEDUPIDS``, one per body). Returns each job's ID, or its error,
+        in the order of ``bodies``.
+
+        ``chunk_size`` bodies go in one ADDJOBS (at most 10,000), a few
+        ADDJOBS per round trip. Jobs refused because the node is leaving
+        go again to another node. A synchronous ADDJOBS (the default)
+        answers once every job of it has its replicas: the socket timeout
+        must outlast ``timeout_ms``. ADDJOBS is this server's extension
+        (docs/commands.md "Bulk add")."""
+        bodies = [encode_arg(b) for b in bodies]
+        tokens = None if dedupids is None else [encode_arg(t) for t in dedupids]
+        if tokens is not None and len(tokens) != len(bodies):
+            raise ValueError("add_many: %d dedupids for %d bodies" % (len(tokens), len(bodies)))
+        if not 1 <= chunk_size <= 10_000:
+            raise ValueError("add_many: chunk_size must be 1 to 10000, not %d" % chunk_size)
+        options["headers"] = self._traced(options.get("headers"))
+        head = ("ADDJOBS", encode_arg(queue), timeout_ms) + addjob_options(**options)
+        replies: list[Any] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in range(self._attempts()):
+            if attempt:
+                self.failovers += 1
+                self._drop()  # the node is leaving: the next command goes elsewhere
+            chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
+            commands = [head + (("BODIES", *[bodies[j] for j in chunk]) if tokens is None else
+                                ("DEDUPIDS", *[w for j in chunk for w in (tokens[j], bodies[j])]))
+                        for chunk in chunks]
+            leaving = []
+            position = 0
+            for answers in self.pipeline_chunks(commands, BULK_PIPELINE):
+                for answer in answers:
+                    chunk = chunks[position]
+                    position += 1
+                    got = [answer] * len(chunk) if isinstance(answer, ResponseError) else answer
+                    for j, reply in zip(chunk, got):
+                        replies[j] = reply
+                        if isinstance(reply, ResponseError) and is_leaving(reply):
+                            leaving.append(j)
+            todo = leaving
+            if not todo:
+                break
+        return [r if isinstance(r, ResponseError) else text(r) for r in replies]
+
     def get_jobs(self, *queues: str | bytes, count: int = 1, timeout_ms: int | None = None,
-                 nohang: bool = False, withcounters: bool = False) -> list[Job]:
-        """GETJOB; an empty list when nothing came (NOHANG or timeout)."""
+                 nohang: bool = False, withcounters: bool = False,
+                 withheaders: bool = False) -> list[Job]:
+        """GETJOB; an empty list when nothing came (NOHANG or timeout). With
+        ``withheaders`` each Job has its ``headers`` (a dict, empty for a job
+        without any): this server's extension, refused by a Disque 1.0 node."""
         args: list[Any] = ["GETJOB"]
         if nohang:
             args.append("NOHANG")
@@ -373,6 +464,8 @@ class DisqueClient:
             args += ["COUNT", count]
         if withcounters:
             args.append("WITHCOUNTERS")
+        if withheaders:
+            args.append("WITHHEADERS")
         args += ["FROM", *queues]
         if nohang:
             read_timeout: Any = _SOCKET_DEFAULT

@@ -6,13 +6,15 @@ from typing import Any, NamedTuple
 
 
 class Job(NamedTuple):
-    """A job as GETJOB / QPEEK return it; counters are None without WITHCOUNTERS."""
+    """A job as GETJOB / QPEEK return it; counters are None without WITHCOUNTERS,
+    headers (name -> value) None without WITHHEADERS."""
 
     queue: str
     id: str
     body: bytes
     nacks: int | None = None
     additional_deliveries: int | None = None
+    headers: dict[str, bytes] | None = None
 
 
 def text(value: bytes | str) -> str:
@@ -22,11 +24,31 @@ def text(value: bytes | str) -> str:
     return value
 
 
+_NACKS = (b"nacks", "nacks")
+_ADELIV = (b"additional-deliveries", "additional-deliveries")
+_HEADERS = (b"headers", "headers")
+
+
 def job_from_entry(entry: list) -> Job:
-    """One GETJOB / QPEEK entry: queue, id, body (and the counters WITHCOUNTERS adds)."""
-    if len(entry) >= 7:
-        return Job(text(entry[0]), text(entry[1]), entry[2], int(entry[4]), int(entry[6]))
-    return Job(text(entry[0]), text(entry[1]), entry[2])
+    """One GETJOB / QPEEK entry: queue, id, body, then the pairs WITHCOUNTERS
+    and WITHHEADERS add (QPEEK's WITHPRIORITY pair is not kept)."""
+    if len(entry) == 3:
+        return Job(text(entry[0]), text(entry[1]), entry[2])
+    nacks = adeliv = headers = None
+    for i in range(3, len(entry) - 1, 2):
+        key, value = entry[i], entry[i + 1]
+        if key in _NACKS:
+            nacks = int(value)
+        elif key in _ADELIV:
+            adeliv = int(value)
+        elif key in _HEADERS:
+            headers = headers_dict(value)
+    return Job(text(entry[0]), text(entry[1]), entry[2], nacks, adeliv, headers)
+
+
+def headers_dict(flat: list) -> dict[str, bytes]:
+    """A flat headers array (name, value, ...) as a dict with str names."""
+    return {text(flat[i]): flat[i + 1] for i in range(0, len(flat) - 1, 2)}
 
 
 def job_info(flat: list) -> dict[str, Any]:
@@ -39,5 +61,7 @@ def job_info(flat: list) -> dict[str, Any]:
             value = text(value)
         elif key in ("nodes-delivered", "nodes-confirmed"):
             value = [text(v) for v in value]
+        elif key == "headers":
+            value = headers_dict(value)
         info[key] = value
     return info

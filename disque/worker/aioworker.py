@@ -104,7 +104,8 @@ class AsyncioWorker(Worker):
                 continue
             started = time.monotonic()
             try:
-                await handler(job)
+                with self._span(job):
+                    await handler(job)
             except asyncio.CancelledError as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():

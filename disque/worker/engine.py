@@ -14,6 +14,12 @@ its job acknowledged; one that raises gets it NACKed, with ``DELAY`` (base
 ``nack_delay``, doubled per earlier NACK, at most ``nack_delay_max``) when
 the node supports it.
 
+Jobs are fetched ``WITHHEADERS`` (``job.headers``), unless the node
+refuses the option (a Disque 1.0 node), and each handler runs inside an
+OpenTelemetry span when OpenTelemetry is installed: the child of the
+producer's span whose context the job's ``traceparent`` header carries
+(``disque.client.tracing``; ``trace=False`` turns the spans off).
+
 Stopping (``stop()``, SIGTERM or SIGINT in ``run()``): no more fetching;
 jobs fetched but not started are NACKed at once; running ones get
 ``grace`` seconds to finish, then are NACKed too; pending ACKs and NACKs
@@ -23,6 +29,7 @@ are sent; then ``run()`` returns.
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import signal
 import threading
@@ -32,6 +39,7 @@ from typing import Any, Callable, Sequence
 
 from disque.client import (DEFAULT_SEED, AuthenticationError, ConnectionSecurity, DisqueClient,
                            DisqueError, Job, NodeAddress, ResponseError)
+from disque.client import tracing
 from disque.client.errors import CONNECTION_ERRORS
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
@@ -41,6 +49,8 @@ from disque.worker.tasks import Handler, TaskRegistry, refuse_run_during_import
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 FETCH_ERRORS = (DisqueError, ResponseError, *CONNECTION_ERRORS)
+SYNTAX_ERROR = "ERR syntax error"  # a node without GETJOB ... WITHHEADERS
+_NO_SPAN = contextlib.nullcontext()
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class WorkerOptions:
     username: str | None = None  # with password: AUTH as this ACL user
     # TLS and the ACL user (password and username above are its plain shorthand).
     security: ConnectionSecurity | None = None
+    trace: bool = True  # a span per job when OpenTelemetry is installed (docs/worker.md)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -99,6 +110,8 @@ class Worker(abc.ABC):
                                 self.stop)
         self._fetch_thread: threading.Thread | None = None
         self._supports_delay = False
+        self._withheaders = True  # until a node refuses GETJOB ... WITHHEADERS
+        self._tracing = False  # a span per job: trace on and OpenTelemetry installed
         self.fetch_node: NodeAddress | None = None  # where jobs come from now
 
     # -- registration ------------------------------------------------------------
@@ -141,6 +154,7 @@ class Worker(abc.ABC):
         refuse_run_during_import()
         if not self.tasks.handlers:
             raise ValueError("no task registered: use @worker.task(queue)")
+        self._tracing = self.options.trace and tracing.available()
         settle_client = self._settler.client
         backoff = Backoff(cap=5.0)
         while True:
@@ -229,8 +243,13 @@ class Worker(abc.ABC):
                         next_hello = time.monotonic() + opts.hello_interval
                         client.rebalance()
                     jobs = client.get_jobs(*queues, count=free, timeout_ms=opts.poll_ms,
-                                           withcounters=True)
+                                           withcounters=True, withheaders=self._withheaders)
                 except FETCH_ERRORS as exc:
+                    if (self._withheaders and isinstance(exc, ResponseError)
+                            and str(exc).startswith(SYNTAX_ERROR)):
+                        self._withheaders = False  # a node without headers: fetch without
+                        emit(logging.INFO, "worker.no_headers", node=client.node)
+                        continue
                     wait = backoff.next()
                     emit(logging.WARNING, "worker.fetch_error",
                          error="%s: %s" % (type(exc).__name__, exc), node=client.node,
@@ -278,6 +297,12 @@ class Worker(abc.ABC):
             self._abandon(late)
         elif fresh:
             self._submit([(job, self.tasks.handler(job.queue)) for job in fresh])
+
+    def _span(self, job: Job) -> Any:
+        """The context manager a handler runs in: the job's span when tracing."""
+        if not self._tracing:
+            return _NO_SPAN
+        return tracing.process_span(job.queue, job.id, job.headers)
 
     # -- outcomes (from the threads or tasks that run handlers) -----------------
 

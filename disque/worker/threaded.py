@@ -72,7 +72,8 @@ class ThreadedWorker(Worker):
                 continue
             started = time.monotonic()
             try:
-                handler(job)
+                with self._span(job):
+                    handler(job)
             except BaseException as exc:  # even SystemExit: the job failed, the thread goes on
                 self._finished(job, started, exc)
             else:

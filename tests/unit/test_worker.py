@@ -258,3 +258,49 @@ def test_nack_with_delay_is_probed_once_and_falls_back_to_plain_nack(supported):
 def test_is_badid():
     assert is_badid(ResponseError("BADID Invalid Job ID format."))
     assert not is_badid(ResponseError("NOJOB Job not known"))
+
+
+def test_headers_become_header_words_with_the_caller_first():
+    from disque.client.arguments import with_headers
+    assert addjob_options(headers={"a": "1", b"b": b"2"}) == ("HEADER", b"a", b"1",
+                                                              "HEADER", b"b", b"2")
+    carried = {"traceparent": "00-x"}
+    assert with_headers(None, carried) == carried
+    assert with_headers({"k": "v"}, {}) == {"k": "v"}
+    assert with_headers({b"traceparent": b"mine"}, carried) == {b"traceparent": b"mine"}
+    assert with_headers({"k": "v"}, carried) == {"k": "v", "traceparent": "00-x"}
+
+
+class NoHeadersNode:
+    """The fetcher's client against a node without GETJOB ... WITHHEADERS (Disque
+    1.0): the option is refused as a syntax error."""
+
+    def __init__(self, worker) -> None:
+        self.worker = worker
+        self.node = NodeAddress("127.0.0.1", 1)
+        self.node_id = "n"
+        self.failovers = 0
+        self.asked: list[bool] = []
+
+    def rebalance(self):
+        return self.node
+
+    def get_jobs(self, *queues, count, timeout_ms, withcounters, withheaders):
+        self.asked.append(withheaders)
+        if withheaders:
+            raise ResponseError("ERR syntax error")
+        if len(self.asked) >= 3:
+            self.worker.stop()
+        return []
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_fetcher_drops_withheaders_for_a_node_that_refuses_it():
+    worker = ThreadedWorker("127.0.0.1:1", concurrency=1, poll_ms=1)
+    worker.add_task("q", plain_handler)
+    fake = NoHeadersNode(worker)
+    worker._client = lambda: fake
+    worker._fetch()
+    assert fake.asked == [True, False, False]
