@@ -15,9 +15,10 @@ Needs the ``client`` extra (redis-py), which the server itself does without.
 
 The modules: ``addresses`` (NodeAddress, seed lists), ``errors`` (the client's
 errors, which failures move to another node), ``replies`` (Job, job_info),
-``arguments`` (argument encoding, ADDJOB's argv, ``AddJobEncoder`` for
-ADDJOBs encoded in bulk), ``security`` (``ConnectionSecurity``: TLS and the
-ACL user, shared with ``disque-worker`` and the Spark connector),
+``arguments`` (argument encoding, ADDJOB's argv, ``AddJobEncoder`` and
+``AddJobsEncoder`` for ADDJOBs and ADDJOBS encoded in bulk), ``security``
+(``ConnectionSecurity``: TLS and the ACL user, shared with ``disque-worker``
+and the Spark connector),
 ``tracing`` (W3C trace context in job headers, when OpenTelemetry is
 installed), ``disqueclient`` (the DisqueClient class: node choice, failover,
 pipelining, commands).
@@ -33,7 +34,8 @@ except ImportError as exc:  # the server does not need redis-py; only this clien
 
 from disque.client.addresses import (DEFAULT_PORT, DEFAULT_SEED, PRIORITY_FAILING, NodeAddress,
                                      parse_nodes)
-from disque.client.arguments import AddJobEncoder, addjob_args, addjob_options
+from disque.client.arguments import (AddJobEncoder, AddJobsEncoder, addjob_args,
+                                     addjob_options)
 from disque.client.disqueclient import (DEFAULT_BULK_CHUNK, DEFAULT_CHUNK, DEFAULT_GETJOB_COUNT,
                                        FAILED_NODE_QUARANTINE, DisqueClient)
 from disque.client.errors import (LEAVING_PREFIX, NOREPL_LEAVING_TEXT, AuthenticationError,
@@ -44,7 +46,7 @@ from disque.client.security import ConnectionSecurity
 __all__ = [
     "DEFAULT_BULK_CHUNK", "DEFAULT_CHUNK", "DEFAULT_GETJOB_COUNT", "DEFAULT_PORT", "DEFAULT_SEED",
     "FAILED_NODE_QUARANTINE", "LEAVING_PREFIX", "NOREPL_LEAVING_TEXT", "PRIORITY_FAILING",
-    "AddJobEncoder", "AuthenticationError", "ConnectionSecurity", "DisqueClient",
-    "DisqueError", "Job", "NoNodeAvailable", "NodeAddress", "ResponseError", "addjob_args",
-    "addjob_options", "job_info", "parse_nodes",
+    "AddJobEncoder", "AddJobsEncoder", "AuthenticationError", "ConnectionSecurity",
+    "DisqueClient", "DisqueError", "Job", "NoNodeAvailable", "NodeAddress", "ResponseError",
+    "addjob_args", "addjob_options", "job_info", "parse_nodes",
 ]

@@ -141,6 +141,32 @@ class AddJobEncoder:
                 for queue, body in zip(queues, bodies)]
 
 
+class AddJobsEncoder:
+    """The RESP head of ADDJOBS commands sharing the timeout and options.
+
+    An ADDJOBS is ``head(queue, rows)`` followed by each row's words: its
+    body as a bulk string (``$<length>\r\n<body>\r\n``), after its DEDUPID's
+    with ``dedupids``. Bulk encoders (the Spark sink) build the rows' words
+    column-wise and send them after the head without joining."""
+
+    def __init__(self, words: tuple, dedupids: bool = False) -> None:
+        """``words``: what follows ``ADDJOBS queue`` before the jobs (the timeout,
+        then the options)."""
+        self.words = b"".join(_bulk(w) for w in words)
+        self.fixed = 3 + len(words)  # ADDJOBS, the queue, the words, BODIES or DEDUPIDS
+        self.per_row = 2 if dedupids else 1
+        self.keyword = _bulk("DEDUPIDS" if dedupids else "BODIES")
+        self._queues: dict[str | bytes, bytes] = {}
+
+    def head(self, queue: str | bytes, rows: int) -> bytes:
+        """Everything before the first row's words."""
+        name = self._queues.get(queue)
+        if name is None:
+            name = self._queues[queue] = _bulk(queue)
+        return b"*%d\r\n$7\r\nADDJOBS\r\n%s%s%s" % (self.fixed + self.per_row * rows, name,
+                                                   self.words, self.keyword)
+
+
 def with_headers(headers: Headers | None, carried: Mapping[str, str]) -> Headers | None:
     """``headers`` with ``carried`` (trace context) added, where ``headers``
     does not name them already: the caller's own values win."""

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 from disque.client import ConnectionSecurity, DisqueClient, addjob_options, parse_nodes
 
 DEFAULT_NODES = "127.0.0.1:7711"
+MAX_ADDJOBS_ROWS = 10_000  # the node's limit of jobs per ADDJOBS
 
 
 class OptionError(ValueError):
@@ -127,7 +128,7 @@ class AddJobOptions:
     ttl: int | None = None
     maxlen: int | None = None
     async_: bool = False
-    batch_size: int = 500
+    batch_size: int = 1000  # rows per ADDJOBS (the node takes at most 10,000)
     dedup: bool = True  # a DEDUPID per row (docs/dedup.md)
 
     @classmethod
@@ -140,7 +141,8 @@ class AddJobOptions:
                    ttl=options.int("ttl", minimum=1),
                    maxlen=options.int("maxlen", minimum=1),
                    async_=options.bool("async"),
-                   batch_size=options.int("batchSize", 500, minimum=1),
+                   batch_size=min(options.int("batchSize", 1000, minimum=1),
+                                  MAX_ADDJOBS_ROWS),
                    dedup=options.bool("dedup", True))
 
     def pending_wait(self) -> float:
@@ -148,8 +150,14 @@ class AddJobOptions:
         first ADDJOB waits for replicas at most its timeout, then creates it or fails."""
         return self.timeout_ms / 1000 + 5.0
 
+    def keywords(self) -> dict[str, Any]:
+        """The options as ``DisqueClient.add_many``'s keywords."""
+        return {"timeout_ms": self.timeout_ms, "replicate": self.replicate, "delay": self.delay,
+                "retry": self.retry, "ttl": self.ttl, "maxlen": self.maxlen,
+                "async_": self.async_}
+
     def tail(self) -> tuple:
-        """The words after ``ADDJOB queue body``: the timeout, then the options."""
+        """The words after ``ADDJOBS queue``: the timeout, then the options."""
         return (self.timeout_ms,) + addjob_options(
             replicate=self.replicate, delay=self.delay, retry=self.retry, ttl=self.ttl,
             maxlen=self.maxlen, async_=self.async_)

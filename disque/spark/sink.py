@@ -1,11 +1,14 @@
-"""Writing DataFrames into Disque: every row becomes one ADDJOB.
+"""Writing DataFrames into Disque: every row becomes one job, added with ADDJOBS.
 
-Each partition opens one connection and pipelines its ADDJOBs in chunks of
-``batchSize``. A job the server refuses fails the task with the job's position,
+Each partition opens one connection. Its rows go to the node in ADDJOBS
+commands (docs/commands.md "Bulk add") of at most ``batchSize`` rows of one
+queue, a few commands per round trip; with a ``queue`` column the rows of
+an Arrow batch are grouped by queue first (in their order within each
+queue). A job the server refuses fails the task with the job's position,
 queue, a preview of its body and the server's error text. Jobs already added
 stay added (a queue has no rollback).
 
-Every ADDJOB carries a DEDUPID (option ``dedup``, on by default; docs/dedup.md)
+Every job carries a DEDUPID (option ``dedup``, on by default; docs/dedup.md)
 made of the write's identity (a random ID drawn on the driver for a batch
 write; the query's ID and the micro-batch's ID for a stream), the partition and
 the row's position in it, so a retried task (or a speculative copy) gets the
@@ -29,9 +32,12 @@ from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrow
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from disque.client import ResponseError
-from disque.client.arguments import AddJobEncoder
+from disque.client.arguments import AddJobsEncoder
 from disque.client.errors import is_leaving
 from disque.spark.options import AddJobOptions, ConnectionOptions, Options
+
+# ADDJOBS commands per round trip.
+PIPELINE = 4
 
 
 class DisqueWriteError(RuntimeError):
@@ -102,8 +108,6 @@ def new_write_id() -> str:
 # words around it are one scalar, and the positions are an int64 column's own
 # buffer (3 ns per row, where decimal digits cost 30).
 ROW_BYTES = 8
-DEDUPID_WORDS = ("DEDUPID", b"")  # the encoder's last words: the token goes in column-wise
-_DEDUPID_TAIL = b"$7\r\nDEDUPID\r\n$0\r\n\r\n"
 
 
 def token_prefix(write_id: str, epoch: str, partition: int) -> bytes:
@@ -112,16 +116,8 @@ def token_prefix(write_id: str, epoch: str, partition: int) -> bytes:
 
 
 def row_token(prefix: bytes, row: int) -> bytes:
-    """The DEDUPID of a partition's ``row`` (what ``encode_addjobs`` builds column-wise)."""
+    """The DEDUPID of a partition's ``row`` (what ``encode_rows`` builds column-wise)."""
     return prefix + row.to_bytes(ROW_BYTES, "little")
-
-
-@dataclass(frozen=True)
-class RowTokens:
-    """The DEDUPIDs of consecutive rows: ``row_token(prefix, first + i)``."""
-
-    prefix: bytes
-    first: int
 
 
 def _bodies(batch: pa.RecordBatch) -> pa.Array:
@@ -141,6 +137,7 @@ def _binary(value: bytes) -> pa.Scalar:
 
 
 _CRLF = _binary(b"\r\n")
+_DOLLAR = _binary(b"$")
 _NOTHING = _binary(b"")
 _OFFSET = struct.Struct("<q")  # a large-binary array's offsets
 
@@ -161,55 +158,39 @@ def _counting(n: int) -> pa.Array:
     return numbers.slice(0, n)
 
 
-def _row_positions(first: int, n: int) -> pa.Array:
-    """first + i for i < n, each as its 8 little-endian bytes (large binary)."""
-    numbers = pc.add(_counting(n), pa.scalar(first, pa.int64()))  # a new array: offset 0
-    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(ROW_BYTES), n,
-                                                 [None, numbers.buffers()[1]])
+def _position_bytes(positions: pa.Array) -> pa.Array:
+    """Each int64 position as its 8 little-endian bytes (large binary); the
+    array must start at offset 0 and have no nulls (``pc.add``'s result)."""
+    fixed = pa.FixedSizeBinaryArray.from_buffers(pa.binary(ROW_BYTES), len(positions),
+                                                 [None, positions.buffers()[1]])
     return fixed.cast(pa.large_binary())
 
 
-def encode_addjobs(encoder: AddJobEncoder, queues: pa.Array | str, bodies: pa.Array,
-                   tokens: RowTokens | None = None) -> pa.Array:
-    """The RESP ADDJOB of every row, built column-wise by Arrow (a few tens of
-    ns per row where formatting each command in Python costs a few hundred):
-    a queue name for all rows, or a column of them, and a large-binary column
-    of bodies, neither with nulls. With ``tokens`` every command ends with the
-    row's DEDUPID (``row_token``), and ``encoder`` must have been made with
-    ``DEDUPID_WORDS`` last."""
-    if isinstance(queues, str):
-        pieces = [_binary(encoder.prefix(queues) + b"$")]
+def encode_rows(bodies: pa.Array, prefix: bytes | None = None,
+                positions: pa.Array | None = None) -> pa.Array:
+    """Each row's words in an ADDJOBS, built column-wise by Arrow (a few tens
+    of ns per row where formatting each in Python costs a few hundred): its
+    body as a bulk string, after its DEDUPID ``row_token(prefix, position)``
+    with a ``prefix``. ``bodies`` is large binary without nulls,
+    ``positions`` int64 at offset 0 without nulls."""
+    pieces = []
+    if prefix is not None:
+        assert positions is not None
+        pieces += [_binary(b"$%d\r\n%s" % (len(prefix) + ROW_BYTES, prefix)),
+                   _position_bytes(positions), _binary(b"\r\n$")]
     else:
-        names = queues.cast(pa.large_binary())
-        pieces = [_binary(encoder.head + b"$"), _decimal_lengths(names), _CRLF, names,
-                  _binary(b"\r\n$")]
-    if tokens is None:
-        pieces += [_decimal_lengths(bodies), _CRLF, bodies, _binary(encoder.tail)]
-    else:
-        if not encoder.tail.endswith(_DEDUPID_TAIL):
-            raise ValueError("the encoder's words must end with DEDUPID_WORDS")
-        tail = encoder.tail[:-len(b"$0\r\n\r\n")] + b"$%d\r\n%s" % (
-            len(tokens.prefix) + ROW_BYTES, tokens.prefix)
-        pieces += [_decimal_lengths(bodies), _CRLF, bodies, _binary(tail),
-                   _row_positions(tokens.first, len(bodies)), _CRLF]
+        pieces.append(_DOLLAR)
+    pieces += [_decimal_lengths(bodies), _CRLF, bodies, _CRLF]
     return pc.binary_join_element_wise(*pieces, _NOTHING)
 
 
-def _wire_bytes(commands: pa.Array) -> pa.Buffer:
-    """The commands of a large-binary array laid end to end, without copying:
+def _wire_bytes(words: pa.Array) -> pa.Buffer:
+    """The values of a large-binary array laid end to end, without copying:
     its data buffer between its first and last offsets."""
-    offsets, data = commands.buffers()[1:]
-    (first,) = _OFFSET.unpack_from(offsets, commands.offset * _OFFSET.size)
-    (last,) = _OFFSET.unpack_from(offsets, (commands.offset + len(commands)) * _OFFSET.size)
+    offsets, data = words.buffers()[1:]
+    (first,) = _OFFSET.unpack_from(offsets, words.offset * _OFFSET.size)
+    (last,) = _OFFSET.unpack_from(offsets, (words.offset + len(words)) * _OFFSET.size)
     return data[first:last]
-
-
-def _errors(replies: bytes) -> dict[int, ResponseError]:
-    """The error replies among one-line replies, by position."""
-    if not (replies.startswith(b"-") or b"\n-" in replies):
-        return {}
-    return {i: ResponseError(line[1:].decode("utf-8", "replace"))
-            for i, line in enumerate(replies.split(b"\r\n")) if line.startswith(b"-")}
 
 
 PENDING_PREFIX = "PENDING"
@@ -221,13 +202,44 @@ def is_pending(error: BaseException) -> bool:
     return str(error).startswith(PENDING_PREFIX)
 
 
+@dataclass
+class RowBatch:
+    """Rows of one Arrow batch ready to send: grouped by queue, each row's
+    ADDJOBS words encoded, and where each came from.
+
+    ``order[i]`` is the batch row of the i-th row here (None: the batch's
+    order); ``first_row`` the partition position of the batch's first row."""
+
+    bodies: pa.Array
+    words: pa.Array
+    order: pa.Array | None
+    first_row: int
+    prefix: bytes | None
+
+    def row(self, i: int) -> int:
+        """The partition position of the i-th row here."""
+        return self.first_row + (i if self.order is None else self.order[i].as_py())
+
+    def token(self, i: int) -> bytes | None:
+        return None if self.prefix is None else row_token(self.prefix, self.row(i))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One ADDJOBS: rows ``start`` to ``stop`` (excluded) of a RowBatch, all of ``queue``."""
+
+    queue: str
+    start: int
+    stop: int
+
+
 class JobWriter:
-    """Pipelined ADDJOB for one partition's rows (runs on an executor).
+    """ADDJOBS for one partition's rows (runs on an executor).
 
     ``write_id`` names a batch write (``new_write_id``, drawn on the driver);
     without it (a stream) the query's and micro-batch's IDs name the write.
     With ``addjob.dedup`` off, or outside a stream without ``write_id``, the
-    ADDJOBs carry no DEDUPID."""
+    jobs carry no DEDUPID."""
 
     def __init__(self, connection: ConnectionOptions, addjob: AddJobOptions,
                  write_id: str | None = None) -> None:
@@ -248,10 +260,8 @@ class JobWriter:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DisqueCommitMessage:
         partition = _partition_id()
         prefix = self._token_prefix(partition)
-        words = self.addjob.tail()
-        encoder = AddJobEncoder(words if prefix is None else words + DEDUPID_WORDS)
+        encoder = AddJobsEncoder(self.addjob.tail(), dedupids=prefix is not None)
         default_queue = self.addjob.queue
-        size = self.addjob.batch_size
         written = 0
         client = self.connection.client()
         try:
@@ -269,15 +279,10 @@ class JobWriter:
                 rows = min([batch.num_rows] + [i for i in (null_body, null_queue)
                                                 if i is not None])
                 if rows:
-                    queues_written = default_queue if queues is None else queues.slice(0, rows)
-                    tokens = None if prefix is None else RowTokens(prefix, written)
-                    commands = encode_addjobs(encoder, queues_written, bodies.slice(0, rows),
-                                              tokens)
-                    for first in range(0, rows, size):
-                        chunk = commands.slice(first, size)
-                        self._send(client, chunk, queues_written, bodies, first, written,
-                                   partition, self.addjob.pending_wait())
-                        written += len(chunk)
+                    self._write_rows(client, encoder, bodies.slice(0, rows),
+                                     default_queue if queues is None else queues.slice(0, rows),
+                                     written, prefix, partition)
+                    written += rows
                 if rows < batch.num_rows:
                     if rows == null_queue:
                         raise DisqueWriteError("row %d of partition %d has a null queue and no "
@@ -289,47 +294,87 @@ class JobWriter:
             client.close()
         return DisqueCommitMessage(partition, written)
 
-    @staticmethod
-    def _send(client, commands: pa.Array, queues: pa.Array | str, bodies: pa.Array,
-              first: int, first_row: int, partition: int, pending_wait: float = 0.0) -> None:
-        """ADDJOB ``commands`` (rows ``first``... of the batch); a refused job
-        fails the task. Jobs a leaving node refused go to another node; jobs
-        answered -PENDING (their DEDUPID's first ADDJOB, say a failed attempt's
-        or a speculative copy's, still waits for replicas) go again, every few
-        ms for up to ``pending_wait`` seconds."""
-        errors = _errors(client.pipeline_lines(_wire_bytes(commands), len(commands)))
-        leaving = [i for i, error in errors.items() if is_leaving(error)]
+    def _write_rows(self, client, encoder: AddJobsEncoder, bodies: pa.Array,
+                    queues: pa.Array | str, first_row: int, prefix: bytes | None,
+                    partition: int) -> None:
+        """ADDJOBS for rows ``first_row``... of the partition, ``batchSize`` rows
+        of one queue per command."""
+        size = self.addjob.batch_size
+        order = None
+        if isinstance(queues, str):
+            runs = [(queues, 0, len(bodies))]
+        else:
+            order = pc.sort_indices(queues)  # stable: a queue's rows keep their order
+            bodies = bodies.take(order)
+            encoded = pc.run_end_encode(queues.take(order))
+            ends = encoded.run_ends.to_pylist()
+            runs = list(zip(encoded.values.to_pylist(), [0] + ends[:-1], ends))
+        positions = None
+        if prefix is not None:
+            offsets = _counting(len(bodies)) if order is None else order.cast(pa.int64())
+            positions = pc.add(offsets, pa.scalar(first_row, pa.int64()))  # offset 0
+        rows = RowBatch(bodies, encode_rows(bodies, prefix, positions), order, first_row, prefix)
+        chunks = [Chunk(queue, start, min(start + size, stop))
+                  for queue, begin, stop in runs for start in range(begin, stop, size)]
+        for i in range(0, len(chunks), PIPELINE):
+            self._send(client, encoder, rows, chunks[i:i + PIPELINE], partition)
+
+    def _send(self, client, encoder: AddJobsEncoder, rows: RowBatch, chunks: list[Chunk],
+              partition: int) -> None:
+        """ADDJOBS for ``chunks`` in one round trip; a refused job fails the
+        task. Jobs a leaving node refused go to another node; jobs answered
+        -PENDING (their DEDUPID's first ADDJOB, say a failed attempt's or a
+        speculative copy's, still waits for replicas) go again, every few ms
+        for up to ``addjob.pending_wait()`` seconds."""
+        data: list[Any] = []
+        for chunk in chunks:
+            data.append(encoder.head(chunk.queue, chunk.stop - chunk.start))
+            data.append(_wire_bytes(rows.words.slice(chunk.start, chunk.stop - chunk.start)))
+        errors: dict[int, tuple[Chunk, ResponseError]] = {}
+        for chunk, reply in zip(chunks, client.pipeline_encoded(data, len(chunks))):
+            if isinstance(reply, ResponseError):  # the whole command: every row of it
+                errors.update((i, (chunk, reply)) for i in range(chunk.start, chunk.stop))
+            elif not all(type(r) is bytes for r in reply):
+                errors.update((chunk.start + j, (chunk, r)) for j, r in enumerate(reply)
+                              if isinstance(r, ResponseError))
+        leaving = [i for i, (_, error) in errors.items() if is_leaving(error)]
         if leaving:
-            JobWriter._resend(client, commands, leaving, errors)
-        pending = [i for i, error in errors.items() if is_pending(error)]
+            self._resend(client, rows, leaving, errors)
+        pending = [i for i, (_, error) in errors.items() if is_pending(error)]
         if pending:
-            deadline = time.monotonic() + pending_wait
+            deadline = time.monotonic() + self.addjob.pending_wait()
             pause = 0.005
             while pending and time.monotonic() < deadline:
                 time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
                 pause = min(pause * 2, 0.25)
-                JobWriter._resend(client, commands, pending, errors)
-                pending = [i for i in pending if i in errors and is_pending(errors[i])]
+                self._resend(client, rows, pending, errors)
+                pending = [i for i in pending if i in errors and is_pending(errors[i][1])]
         if errors:
-            i = min(errors)
-            queue = queues if isinstance(queues, str) else queues[first + i].as_py()
+            i = min(errors, key=rows.row)
+            chunk, error = errors[i]
             raise DisqueWriteError(
-                "ADDJOB refused for row %d of partition %d (queue %r, body %s): %s%s"
-                % (first_row + i, partition, queue, _preview(bodies[first + i].as_py()),
-                   errors[i], "" if len(errors) == 1 else
-                   " (and %d more jobs of the same chunk)" % (len(errors) - 1)))
+                "ADDJOBS refused row %d of partition %d (queue %r, body %s): %s%s"
+                % (rows.row(i), partition, chunk.queue, _preview(rows.bodies[i].as_py()),
+                   error, "" if len(errors) == 1 else
+                   " (and %d more jobs of the same round trip)" % (len(errors) - 1)))
 
-
-    @staticmethod
-    def _resend(client, commands: pa.Array, which: list[int],
-                errors: dict[int, ResponseError]) -> None:
-        """Send ``commands[i]`` for i in ``which`` again (``pipeline`` takes them to another
-        node if this one is leaving); ``errors`` keeps the refusals that remain."""
-        for i, reply in zip(which, client.pipeline([commands[i].as_py() for i in which])):
-            if isinstance(reply, ResponseError):
-                errors[i] = reply
-            else:
-                del errors[i]
+    def _resend(self, client, rows: RowBatch, which: list[int],
+                errors: dict[int, tuple[Chunk, ResponseError]]) -> None:
+        """Add rows ``which`` again (``add_many`` takes them to another node if
+        this one is leaving); ``errors`` keeps the refusals that remain."""
+        by_queue: dict[str, list[int]] = {}
+        for i in which:
+            by_queue.setdefault(errors[i][0].queue, []).append(i)
+        options = self.addjob.keywords()
+        for queue, indexes in by_queue.items():
+            bodies = [rows.bodies[i].as_py() for i in indexes]
+            tokens = None if rows.prefix is None else [rows.token(i) for i in indexes]
+            replies = client.add_many(queue, bodies, dedupids=tokens, **options)
+            for i, reply in zip(indexes, replies):
+                if isinstance(reply, ResponseError):
+                    errors[i] = (errors[i][0], reply)
+                else:
+                    del errors[i]
 
 
 def _parse(schema: StructType, options: Any) -> tuple[ConnectionOptions, AddJobOptions]:

@@ -1,4 +1,5 @@
-"""df.write.format("disque"): rows become jobs, options reach ADDJOB, refusals fail the task."""
+"""df.write.format("disque"): rows become jobs (ADDJOBS), options reach them, refusals
+fail the task."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_a_refused_job_fails_the_task_with_the_server_error(spark, node):
          .option("maxlen", 2).mode("append").save())
     message = str(failure.value)
     assert "MAXLEN Queue is already longer than the specified MAXLEN count" in message
-    assert "ADDJOB refused for row 0 of partition 0 (queue 'full', body b'first')" in message
+    assert "ADDJOBS refused row 0 of partition 0 (queue 'full', body b'first')" in message
     assert client.qlen("full") == 2
 
 
@@ -114,54 +115,83 @@ def test_snapshot_reader_consumes_nothing(spark, node):
 
 
 class _ScriptedClient:
-    """Replies as a node would: one-line replies for the chunk, then the resends."""
+    """Replies as a node would: the round trip's ADDJOBS replies, then add_many's."""
 
-    def __init__(self, lines: bytes, resent: list) -> None:
-        self.lines, self.resent, self.sent = lines, resent, []
+    def __init__(self, replies: list, resent: list) -> None:
+        self.replies, self.resent, self.sent = replies, list(resent), []
 
-    def pipeline_lines(self, data, count):
-        self.sent.append((bytes(data), count))
-        return self.lines
+    def pipeline_encoded(self, data, count):
+        self.sent.append((b"".join(bytes(d) for d in data), count))
+        return self.replies
 
-    def pipeline(self, commands):
-        self.sent.append(list(commands))
-        return self.resent
+    def add_many(self, queue, bodies, dedupids=None, **options):
+        self.sent.append((queue, bodies, dedupids))
+        return self.resent.pop(0)
+
+
+def _writer(**options):
+    from disque.spark.options import AddJobOptions, ConnectionOptions
+    from disque.spark.sink import JobWriter
+
+    return JobWriter(ConnectionOptions(), AddJobOptions(queue="q", timeout_ms=0, **options))
+
+
+LEAVING = ("NOREPL Not enough reachable nodes for the requested replication level, since I'm "
+           "unable to hold a copy of the message for the following reason: I'm leaving the "
+           "cluster")
 
 
 def test_jobs_a_leaving_node_refused_go_again_and_other_refusals_fail():
     import pyarrow as pa
 
-    from disque.client import AddJobEncoder, ResponseError
-    from disque.spark.sink import DisqueWriteError, JobWriter, encode_addjobs
+    from disque.client import AddJobsEncoder, ResponseError
+    from disque.spark.sink import Chunk, DisqueWriteError, RowBatch, encode_rows
 
-    encoder = AddJobEncoder((0,))
+    encoder = AddJobsEncoder((0,))
     bodies = pa.array([b"a", b"b", b"c"], pa.large_binary())
-    commands = encode_addjobs(encoder, "q", bodies)
-    leaving = b"-LEAVING This node is leaving the cluster, please connect to a different one\r\n"
-    client = _ScriptedClient(b"+D-1\r\n" + leaving + b"+D-3\r\n", [b"D-2"])
-    JobWriter._send(client, commands, "q", bodies, 0, 0, 7)
-    assert client.sent == [(b"".join(encoder.encode("q", [b"a", b"b", b"c"])), 3),
-                           [encoder.encode("q", [b"b"])[0]]]
+    rows = RowBatch(bodies, encode_rows(bodies), None, 10, None)
+    client = _ScriptedClient([[b"D-1", ResponseError(LEAVING), b"D-3"]], [["D-2"]])
+    _writer()._send(client, encoder, rows, [Chunk("q", 0, 3)], 7)
+    assert client.sent == [(b"*7\r\n$7\r\nADDJOBS\r\n$1\r\nq\r\n$1\r\n0\r\n$6\r\nBODIES\r\n"
+                            b"$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", 1),
+                           ("q", [b"b"], None)]
 
-    client = _ScriptedClient(leaving + b"-MAXLEN Queue is already longer\r\n+D-3\r\n",
-                             [ResponseError("NOREPL Not enough reachable nodes")])
+    client = _ScriptedClient(
+        [[ResponseError(LEAVING), ResponseError("MAXLEN Queue is already longer"), b"D-3"]],
+        [[ResponseError("NOREPL Not enough reachable nodes")]])
     with pytest.raises(DisqueWriteError, match=r"row 10 of partition 7 \(queue 'q', body b'a'\)"
-                       r": NOREPL .* \(and 1 more jobs of the same chunk\)"):
-        JobWriter._send(client, commands, "q", bodies, 0, 10, 7)
+                       r": NOREPL .* \(and 1 more jobs of the same round trip\)"):
+        _writer()._send(client, encoder, rows, [Chunk("q", 0, 3)], 7)
 
 
-def test_column_wise_encoding_is_the_encoders_byte_for_byte():
+def test_a_refused_command_fails_each_of_its_rows():
     import pyarrow as pa
 
-    from disque.client import AddJobEncoder
-    from disque.spark.sink import _wire_bytes, encode_addjobs
+    from disque.client import AddJobsEncoder, ResponseError
+    from disque.spark.sink import Chunk, DisqueWriteError, RowBatch, encode_rows
 
-    encoder = AddJobEncoder((0, "RETRY", 7))
+    bodies = pa.array([b"a", b"b", b"c", b"d"], pa.large_binary())
+    order = pa.array([1, 3, 0, 2], pa.uint64())  # grouped by queue: rows 1 and 3, then 0, 2
+    rows = RowBatch(bodies.take(order), encode_rows(bodies.take(order)), order, 100, None)
+    client = _ScriptedClient([[b"D-1", b"D-2"],
+                              ResponseError("NOPERM User u has no permissions")], [])
+    with pytest.raises(DisqueWriteError, match=r"row 100 of partition 0 \(queue 'y', body "
+                       r"b'a'\): NOPERM .* \(and 1 more"):
+        _writer()._send(client, AddJobsEncoder((0,)), rows,
+                        [Chunk("x", 0, 2), Chunk("y", 2, 4)], 0)
+
+
+def test_column_wise_rows_are_addjobs_words_byte_for_byte():
+    import pyarrow as pa
+
+    from disque.client import AddJobsEncoder
+    from disque.client.arguments import addjob_options
+    from disque.spark.sink import _wire_bytes, encode_rows
+    from tests.support.cluster import encode_command
+
     bodies = pa.array([b"", b"a", b"b\r\nc", "é".encode() * 40], pa.large_binary())
-    queues = pa.array(["q", "queué", "", "q"])
-    assert encode_addjobs(encoder, "q", bodies).to_pylist() == encoder.encode(
-        "q", bodies.to_pylist())
-    each = encode_addjobs(encoder, queues, bodies)
-    assert each.to_pylist() == encoder.encode_each(queues.to_pylist(), bodies.to_pylist())
-    # A chunk is the commands of a slice, end to end, as sent.
-    assert bytes(_wire_bytes(each.slice(1, 2))) == b"".join(each.to_pylist()[1:3])
+    words = (0,) + addjob_options(retry=7)
+    encoder = AddJobsEncoder(words)
+    command = encoder.head("queué", 3) + bytes(_wire_bytes(encode_rows(bodies).slice(1, 3)))
+    assert command == encode_command("ADDJOBS", "queué", *words, "BODIES",
+                                     *bodies.to_pylist()[1:])

@@ -123,70 +123,73 @@ def test_a_stream_names_its_tokens_by_query_and_micro_batch(spark, node, tmp_pat
 
 
 class _ScriptedClient:
-    """Replies as a node would: the chunk's one-line replies, then each resend's."""
+    """Replies as a node would: the round trip's ADDJOBS replies, then each resend's."""
 
-    def __init__(self, lines: bytes, resends: list) -> None:
-        self.lines, self.resends, self.sent = lines, list(resends), []
+    def __init__(self, replies: list, resends: list) -> None:
+        self.replies, self.resends, self.sent = replies, list(resends), []
 
-    def pipeline_lines(self, data, count):
-        self.sent.append((bytes(data), count))
-        return self.lines
+    def pipeline_encoded(self, data, count):
+        self.sent.append((b"".join(bytes(d) for d in data), count))
+        return self.replies
 
-    def pipeline(self, commands):
-        self.sent.append(list(commands))
+    def add_many(self, queue, bodies, dedupids=None, **options):
+        self.sent.append((queue, bodies, dedupids))
         return self.resends.pop(0)
 
 
-PENDING = b"-PENDING Job D-1 with this DEDUPID is waiting for its replicas, retry later\r\n"
+PENDING = "PENDING Job D-1 with this DEDUPID is waiting for its replicas, retry later"
 
 
 def test_pending_jobs_are_asked_again_until_answered():
     import pyarrow as pa
 
-    from disque.client import AddJobEncoder, ResponseError
-    from disque.spark.sink import (DEDUPID_WORDS, JobWriter, RowTokens, encode_addjobs,
-                                   token_prefix)
-
-    encoder = AddJobEncoder((0,) + DEDUPID_WORDS)
-    bodies = pa.array([b"a", b"b", b"c"], pa.large_binary())
-    commands = encode_addjobs(encoder, "q", bodies, RowTokens(token_prefix("w", "b", 0), 0))
-    pending = ResponseError(PENDING[1:-2].decode())
-    client = _ScriptedClient(b"+D-1\r\n" + PENDING + PENDING, [
-        [pending, b"D-3"], [b"D-2"]])
-    JobWriter._send(client, commands, "q", bodies, 0, 0, 0, pending_wait=5.0)
-    assert client.sent[1:] == [[commands[1].as_py(), commands[2].as_py()],
-                               [commands[1].as_py()]]
-
-    # Still pending when the wait is over: the task fails with the node's words.
-    from disque.spark.sink import DisqueWriteError
-
-    client = _ScriptedClient(PENDING + b"+D-2\r\n+D-3\r\n", [[pending]] * 100)
-    with pytest.raises(DisqueWriteError, match=r"row 0 of partition 0 .*PENDING Job D-1"):
-        JobWriter._send(client, commands, "q", bodies, 0, 0, 0, pending_wait=0.05)
-
-
-def test_column_wise_tokens_are_the_encoders_byte_for_byte():
-    import pyarrow as pa
-
-    from disque.client import AddJobEncoder
-    from disque.spark.sink import (DEDUPID_WORDS, RowTokens, _wire_bytes, encode_addjobs,
+    from disque.client import AddJobsEncoder, ResponseError
+    from disque.spark.options import AddJobOptions, ConnectionOptions
+    from disque.spark.sink import (Chunk, DisqueWriteError, JobWriter, RowBatch, encode_rows,
                                    row_token, token_prefix)
 
-    words = (0, "RETRY", 7)
-    encoder = AddJobEncoder(words + DEDUPID_WORDS)
-    bodies = pa.array([b"", b"a", b"b\r\nc", "é".encode() * 40], pa.large_binary())
-    queues = pa.array(["q", "queué", "", "q"])
-    prefix = token_prefix("0123456789abcdef", "b", 3)
-    for first in (0, 41, 2**40 + 3):
-        def expected(queue_names):
-            return [AddJobEncoder(words + ("DEDUPID", row_token(prefix, first + i))).encode(
-                q, [b])[0] for i, (q, b) in enumerate(zip(queue_names, bodies.to_pylist()))]
+    prefix = token_prefix("w", "b", 0)
+    bodies = pa.array([b"a", b"b", b"c"], pa.large_binary())
+    positions = pa.array([0, 1, 2], pa.int64())
+    rows = RowBatch(bodies, encode_rows(bodies, prefix, positions), None, 0, prefix)
+    encoder = AddJobsEncoder((0,), dedupids=True)
+    writer = JobWriter(ConnectionOptions(), AddJobOptions(queue="q", timeout_ms=0))
+    pending = ResponseError(PENDING)
+    client = _ScriptedClient([[b"D-1", pending, pending]], [[pending, "D-3"], ["D-2"]])
+    writer._send(client, encoder, rows, [Chunk("q", 0, 3)], 0)
+    tokens = [row_token(prefix, i) for i in range(3)]
+    assert client.sent[1:] == [("q", [b"b", b"c"], tokens[1:]), ("q", [b"b"], tokens[1:2])]
 
-        tokens = RowTokens(prefix, first)
-        assert encode_addjobs(encoder, "q", bodies, tokens).to_pylist() == expected(["q"] * 4)
-        each = encode_addjobs(encoder, queues, bodies, tokens)
-        assert each.to_pylist() == expected(queues.to_pylist())
-        assert bytes(_wire_bytes(each.slice(1, 2))) == b"".join(each.to_pylist()[1:3])
+    # Still pending when the wait is over: the task fails with the node's words.
+    class ShortWait(AddJobOptions):
+        def pending_wait(self) -> float:
+            return 0.05
+
+    writer = JobWriter(ConnectionOptions(), ShortWait(queue="q", timeout_ms=0))
+    client = _ScriptedClient([[pending, b"D-2", b"D-3"]], [[pending]] * 10_000)
+    with pytest.raises(DisqueWriteError, match=r"row 0 of partition 0 .*PENDING Job D-1"):
+        writer._send(client, encoder, rows, [Chunk("q", 0, 3)], 0)
+    assert len(client.sent) > 2  # asked again meanwhile
+
+
+def test_column_wise_tokens_are_addjobs_words_byte_for_byte():
+    import pyarrow as pa
+
+    from disque.client import AddJobsEncoder
+    from disque.spark.sink import _wire_bytes, encode_rows, row_token, token_prefix
+    from disque.tools.resp_client import encode_command
+
+    bodies = pa.array([b"", b"a", b"b\r\nc", "é".encode() * 40], pa.large_binary())
+    prefix = token_prefix("0123456789abcdef", "b", 3)
+    encoder = AddJobsEncoder((0, "RETRY", 7), dedupids=True)
+    for first in (0, 41, 2**40 + 3):
+        positions = pa.array([first + 3, first, first + 2, first + 1], pa.int64())
+        words = encode_rows(bodies, prefix, positions)
+        pairs = [w for p, b in zip(positions.to_pylist(), bodies.to_pylist())
+                 for w in (row_token(prefix, p), b)]
+        assert encoder.head("q", 4) + bytes(_wire_bytes(words)) == encode_command(
+            "ADDJOBS", "q", 0, "RETRY", 7, "DEDUPIDS", *pairs)
+        assert bytes(_wire_bytes(words.slice(1, 2))) == encode_command(*pairs[2:6])[4:]
     # Tokens of one partition differ by row, and of two partitions or writes by prefix.
     assert len({row_token(token_prefix(w, e, p), r) for w in ("a", "b") for e in ("b", "0")
                 for p in (1, 12) for r in (0, 1, 256)}) == 24
