@@ -28,7 +28,10 @@ Workloads:
   back (``RATE 1000000 BURST 1000000``): the cost of a limit in use;
 * ``addjob-user``: ``addjob`` by a client logged in as a named user
   without a quota (every command then goes through the access check);
-* ``addjob-quota``: the same user with a quota it never reaches.
+* ``addjob-quota``: the same user with a quota it never reaches;
+* ``addjobs``: ``ADDJOBS q 0 BODIES <64 bytes> ...``, 100 bodies a command, through
+  ``Node.call``;
+* ``addjobs-dedupids``: the same with ``DEDUPIDS <n> <64 bytes> ...``, n counting up.
 
 ``DISQUE_PURE_PYTHON=1`` measures the pure-Python core of a compiled tree.
 """
@@ -54,6 +57,7 @@ FORMS = {"addjob-options-run": ADDJOB_OPTIONS, "addjob-priority-run": [*ADDJOB, 
 GETJOB = [b"GETJOB", b"COUNT", b"%d" % RUN, b"FROM", b"q"]
 ENTRY_ID_OFFSET = len(b"*3\r\n$1\r\nq\r\n$40\r\n")  # where the ID starts in a job entry
 ENTRY_LENGTH = ENTRY_ID_OFFSET + ID_LENGTH + len(b"\r\n$64\r\n") + len(BODY) + 2
+BULK = 100  # bodies per ADDJOBS
 
 
 GETJOB_ONE = [b"GETJOB", b"FROM", b"q"]
@@ -101,6 +105,15 @@ def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[in
     if workload.startswith("getjob"):
         for _ in range(jobs):
             node.call(client, GETJOB_ONE)
+        return
+    if workload in ("addjobs", "addjobs-dedupids"):
+        bulk = [b"ADDJOBS", b"q", b"0", b"BODIES", *[BODY] * BULK]  # built once, as sent
+        for n in range(jobs // BULK):
+            if workload == "addjobs-dedupids":  # built per command, tokens counting up
+                bulk = [b"ADDJOBS", b"q", b"0", b"DEDUPIDS"]
+                for i in range(n * BULK, (n + 1) * BULK):
+                    bulk += [b"%d" % i, BODY]
+            node.call(client, bulk)
         return
     run = node.run_commands[b"ADDJOB"]
     commands = [FORMS.get(workload, ADDJOB)] * RUN

@@ -123,6 +123,63 @@ def extensions(servers: Servers, settings: Settings) -> list[Measurement]:
     ], bare=plain)
 
 
+# Bodies per ADDJOBS in the bulk_add section.
+BULK_JOBS = 100
+
+
+def _bulk_sample(server: DisqueNode, command: tuple[str, ...], requests: int, pipeline: int,
+                 jobs_per_request: int, settings: Settings, keyspace: int = 0) -> float:
+    """Jobs/s of ``requests`` commands adding ``jobs_per_request`` jobs each to queue q."""
+    server.flush()
+    result = redis_benchmark.run(server.port, command, settings.clients, requests, pipeline,
+                                 keyspace=keyspace)
+    expected = requests * jobs_per_request
+    missing = expected - server.queue_length("q")
+    if missing < 0 or missing > (expected * _REPEATED_TOKENS_ALLOWED if keyspace else 0):
+        raise redis_benchmark.BenchmarkError("%s: %d jobs expected, %d missing"
+                                             % (command[0], expected, missing))
+    return result.rps * jobs_per_request
+
+
+def bulk_add(servers: Servers, settings: Settings) -> list[Measurement]:
+    """ADDJOBS of BULK_JOBS bodies (-P 1) against ADDJOB -P 16 on the same
+    node, in jobs/s, the same number of jobs each, rounds alternating; bare,
+    and with a DEDUPID per job (DEDUPIDS against ADDJOB ... DEDUPID)."""
+    body = "x" * settings.body_bytes
+    bulk_requests = max(1, settings.requests // BULK_JOBS)
+    forms = [
+        ("addjobs_bodies", ("ADDJOBS", "q", "0", "BODIES", *[body] * BULK_JOBS),
+         ("ADDJOB", "q", body, "0"), 0, "ADDJOBS q 0 BODIES <%d bodies of %d bytes>"),
+        ("addjobs_dedupids",
+         ("ADDJOBS", "q", "0", "DEDUPIDS", *[w for _ in range(BULK_JOBS)
+                                             for w in ("__rand_int__", body)]),
+         ("ADDJOB", "q", body, "0", "DEDUPID", "__rand_int__"), _TOKEN_KEYSPACE,
+         "ADDJOBS q 0 DEDUPIDS <%d random tokens and bodies of %d bytes>"),
+    ]
+    out = []
+    for name, bulk, single, keyspace, label in forms:
+        disque, reference = [], []
+        for _ in range(settings.repeats):
+            reference.append(_bulk_sample(servers.disque(), single, settings.requests, 16, 1,
+                                          settings, keyspace))
+            disque.append(_bulk_sample(servers.disque(), bulk, bulk_requests, 1, BULK_JOBS,
+                                       settings, keyspace))
+            log.info("  %-18s %10.0f jobs/s | ADDJOB -P 16 %10.0f jobs/s", name, disque[-1],
+                     reference[-1])
+        out.append(Measurement(
+            name=name,
+            description="redis-benchmark -c %d: %s, %d commands of -P 1, against %d ADDJOBs "
+                        "-P 16 (jobs/s)" % (settings.clients, label % (BULK_JOBS,
+                                                                        settings.body_bytes),
+                                            bulk_requests, settings.requests),
+            value=median(disque), unit="jobs/s", samples=disque,
+            reference=Reference("disque %s -P 16" % " ".join(single[:1] + single[4:5]),
+                                median(reference), reference),
+            target=Target("ratio", ">=", 1.0),
+            details={"round_ratios": [round(d / r, 3) for d, r in zip(disque, reference)]}))
+    return out
+
+
 def cycle(servers: Servers, settings: Settings) -> list[Measurement]:
     """Produce + GETJOB COUNT 16 + ACKJOB, at full load and at a fixed rate.
 
@@ -206,6 +263,7 @@ SECTIONS: dict[str, Section] = {
     "ping": ping,
     "addjob": addjob,
     "extensions": extensions,
+    "bulk_add": bulk_add,
     "cycle": cycle,
     "memory": memory_per_job,
 }

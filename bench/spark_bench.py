@@ -84,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=2, help="writer partitions")
-    parser.add_argument("--batch-size", type=int, default=500, help="ADDJOBs per round trip")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="the writer's batchSize option (default: the sink's)")
     parser.add_argument("--max-jobs-per-trigger", type=int, default=50_000)
+    parser.add_argument("--writer-only", action="store_true",
+                        help="measure the writer (and its references), not the stream reader")
     args = parser.parse_args(argv)
 
     from bench.spark_null_source import NAME as NULL_SOURCE
@@ -118,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             df.count()  # materialise first: time the sink, not the source
             cpu = CpuMeter(node)
             start = time.perf_counter()
-            (df.write.format(sink).option("nodes", address).option("queue", queue)
-             .option("batchSize", args.batch_size).mode("append").save())
+            writer = df.write.format(sink).option("nodes", address).option("queue", queue)
+            if args.batch_size is not None:
+                writer = writer.option("batchSize", args.batch_size)
+            writer.mode("append").save()
             elapsed = time.perf_counter() - start
             df.unpersist()
             return elapsed, cpu.per_job(rows)
@@ -138,49 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         result["writer_spark_only"] = {
             "seconds": round(elapsed, 3), "rows_per_s": round(args.rows / elapsed),
             "spark_cpu_us_per_row": cpu["spark_cpu_us_per_job"]}
-
-        def stream(source: str, checkpoint: str, **options):
-            cpu = CpuMeter(node)
-            start = time.perf_counter()
-            reader = (spark.readStream.format(source)
-                      .option("maxJobsPerTrigger", args.max_jobs_per_trigger)
-                      .option("numPartitions", 2))
-            for key, value in options.items():
-                reader = reader.option(key, value)
-            query = (reader.load().writeStream.format("noop")
-                     .option("checkpointLocation", os.path.join(work, checkpoint))
-                     .trigger(availableNow=True).start())
-            if not query.awaitTermination(600):
-                query.stop()
-            rows_read = sum(p["numInputRows"] for p in query.recentProgress)
-            return query, rows_read, time.perf_counter() - start, cpu
-
-        def drain(queue: str):
-            return stream("disque", "checkpoint-" + queue, nodes=address, queue=queue)
-
-        client.add_jobs([("warmup", b"x" * BODY_BYTES)] * 5_000)
-        drain("warmup")  # the streaming code paths, like write() above
-        query, rows_read, elapsed, cpu = drain("bench")
-        result["stream_read"] = {
-            "seconds": round(elapsed, 3), "jobs_per_s": round(rows_read / elapsed),
-            "jobs_read": rows_read, "batches": len(query.recentProgress),
-            "left_in_queue": client.qlen("bench"),
-            "left_registered": sum(1 for _ in client.jscan("bench")),
-            "max_jobs_per_trigger": args.max_jobs_per_trigger, **cpu.per_job(rows_read)}
-        # The same query on a source that costs nothing: Spark's own share of the time.
-        stream(NULL_SOURCE, "checkpoint-null-warmup", rows=5_000)
-        query, rows_read, elapsed, cpu = stream(NULL_SOURCE, "checkpoint-null", rows=args.rows)
-        result["stream_read_spark_only"] = {
-            "seconds": round(elapsed, 3), "rows_per_s": round(rows_read / elapsed),
-            "batches": len(query.recentProgress),
-            "spark_cpu_us_per_row": cpu.per_job(rows_read)["spark_cpu_us_per_job"]}
-        result["stream_read_vs_spark_only"] = round(
-            result["stream_read"]["jobs_per_s"] / result["stream_read_spark_only"]["rows_per_s"],
-            3)
         result["writer_vs_redis_benchmark"] = round(
             result["writer"]["jobs_per_s"] / result["redis_benchmark_addjob_p16"], 3)
         result["writer_spark_only_vs_redis_benchmark"] = round(
             result["writer_spark_only"]["rows_per_s"] / result["redis_benchmark_addjob_p16"], 3)
+        if not args.writer_only:
+            _measure_reader(spark, node, client, address, work, args, result)
         client.close()
         result["load_average_after"] = machine.load_average()
         result["steal_percent"] = machine.steal_percent(ticks, machine.cpu_ticks())
@@ -191,6 +159,51 @@ def main(argv: list[str] | None = None) -> int:
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
+
+
+def _measure_reader(spark, node, client, address: str, work: str, args: argparse.Namespace,
+                    result: dict) -> None:
+    """The stream reader against its null source (``result``'s stream_read entries)."""
+    from bench.spark_null_source import NAME as NULL_SOURCE
+
+    def stream(source: str, checkpoint: str, **options):
+        cpu = CpuMeter(node)
+        start = time.perf_counter()
+        reader = (spark.readStream.format(source)
+                  .option("maxJobsPerTrigger", args.max_jobs_per_trigger)
+                  .option("numPartitions", 2))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (reader.load().writeStream.format("noop")
+                 .option("checkpointLocation", os.path.join(work, checkpoint))
+                 .trigger(availableNow=True).start())
+        if not query.awaitTermination(600):
+            query.stop()
+        rows_read = sum(p["numInputRows"] for p in query.recentProgress)
+        return query, rows_read, time.perf_counter() - start, cpu
+
+    def drain(queue: str):
+        return stream("disque", "checkpoint-" + queue, nodes=address, queue=queue)
+
+    client.add_jobs([("warmup", b"x" * BODY_BYTES)] * 5_000)
+    drain("warmup")  # the streaming code paths, like write() above
+    query, rows_read, elapsed, cpu = drain("bench")
+    result["stream_read"] = {
+        "seconds": round(elapsed, 3), "jobs_per_s": round(rows_read / elapsed),
+        "jobs_read": rows_read, "batches": len(query.recentProgress),
+        "left_in_queue": client.qlen("bench"),
+        "left_registered": sum(1 for _ in client.jscan("bench")),
+        "max_jobs_per_trigger": args.max_jobs_per_trigger, **cpu.per_job(rows_read)}
+    # The same query on a source that costs nothing: Spark's own share of the time.
+    stream(NULL_SOURCE, "checkpoint-null-warmup", rows=5_000)
+    query, rows_read, elapsed, cpu = stream(NULL_SOURCE, "checkpoint-null", rows=args.rows)
+    result["stream_read_spark_only"] = {
+        "seconds": round(elapsed, 3), "rows_per_s": round(rows_read / elapsed),
+        "batches": len(query.recentProgress),
+        "spark_cpu_us_per_row": cpu.per_job(rows_read)["spark_cpu_us_per_job"]}
+    result["stream_read_vs_spark_only"] = round(
+        result["stream_read"]["jobs_per_s"] / result["stream_read_spark_only"]["rows_per_s"],
+        3)
 
 
 if __name__ == "__main__":

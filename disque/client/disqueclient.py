@@ -17,7 +17,8 @@ from disque.client import tracing
 from disque.client.arguments import (Headers, addjob_args, addjob_options, encode_arg,
                                      ids_command, pack_commands, with_headers)
 from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
-                                  NoNodeAvailable, ResponseError, is_badid, is_leaving)
+                                  NoNodeAvailable, ResponseError, is_badid, is_leaving,
+                                  is_syntax_error)
 from disque.client.replies import Job, job_from_entry, job_info, text
 from disque.client.security import ConnectionSecurity
 
@@ -76,6 +77,7 @@ class DisqueClient:
         self.failovers = 0
         self._failed: dict[NodeAddress, float] = {}
         self._nack_delay: dict[NodeAddress, bool] = {}   # supports_nack_delay, per node
+        self._untraced: set[NodeAddress] = set()  # nodes that refused HEADER (Disque 1.0)
         self._conn: redis.Connection | None = None
 
     # -- connection management -------------------------------------------
@@ -372,16 +374,28 @@ class DisqueClient:
         (name -> value, sent as HEADER words) are this server's extensions
         (docs/commands.md "Extensions"): a Disque 1.0 node refuses them with
         ``-ERR syntax error``. Inside an OpenTelemetry span the job also carries
-        its context (``traceparent``; see ``propagate_trace``)."""
-        return text(self.execute(*addjob_args(
-            queue, body, timeout_ms, replicate=replicate, delay=delay, retry=retry, ttl=ttl,
-            maxlen=maxlen, async_=async_, priority=priority, maxdeliver=maxdeliver,
-            deadletter=deadletter, backoff=backoff, maxretry=maxretry, dedupid=dedupid,
-            headers=self._traced(headers))))
+        its context (``traceparent``; see ``propagate_trace``), except on a node
+        that refused it: the job is then added without it."""
+        def argv(job_headers: Headers | None) -> tuple:
+            return addjob_args(
+                queue, body, timeout_ms, replicate=replicate, delay=delay, retry=retry, ttl=ttl,
+                maxlen=maxlen, async_=async_, priority=priority, maxdeliver=maxdeliver,
+                deadletter=deadletter, backoff=backoff, maxretry=maxretry, dedupid=dedupid,
+                headers=job_headers)
+
+        traced = self._traced(headers)
+        try:
+            return text(self.execute(*argv(traced)))
+        except ResponseError as exc:
+            if traced is headers or not is_syntax_error(exc):
+                raise
+            self._untraced.add(self.node)
+            return text(self.execute(*argv(headers)))
 
     def _traced(self, headers: Headers | None) -> Headers | None:
-        """``headers`` with the current span's context, when there is one to carry."""
-        if not self.propagate_trace:
+        """``headers`` with the current span's context, when there is one to carry
+        (``headers`` itself when not)."""
+        if not self.propagate_trace or self.node in self._untraced:
             return headers
         return with_headers(headers, tracing.context_headers())
 
@@ -392,12 +406,24 @@ class DisqueClient:
 
     def add_jobs(self, jobs: Iterable[tuple[str | bytes, bytes | str]], timeout_ms: int = 0,
                  chunk_size: int = DEFAULT_CHUNK, **options: Any) -> list[str | ResponseError]:
-        """Pipelined ADDJOB for (queue, body) pairs: job IDs, or the error of each failed job."""
-        tail = addjob_options(**{**options, "headers": self._traced(options.get("headers"))})
+        """Pipelined ADDJOB for (queue, body) pairs: job IDs, or the error of each failed
+        job. The trace context goes as in ``add``."""
+        jobs = list(jobs)
+        headers = options.get("headers")
+        traced = self._traced(headers)
         out: list[str | ResponseError] = []
+        tail = addjob_options(**{**options, "headers": traced})
         commands = (("ADDJOB", q, b, timeout_ms) + tail for q, b in jobs)
         for replies in self.pipeline_chunks(commands, chunk_size):
             out.extend(r if isinstance(r, ResponseError) else text(r) for r in replies)
+        refused = [i for i, r in enumerate(out) if isinstance(r, ResponseError)
+                   and is_syntax_error(r)] if traced is not headers else []
+        if refused:  # a node without HEADER: those jobs again, without the context
+            self._untraced.add(self.node)
+            tail = addjob_options(**options)
+            again = [("ADDJOB", *jobs[i], timeout_ms) + tail for i in refused]
+            for i, reply in zip(refused, self.pipeline(again)):
+                out[i] = reply if isinstance(reply, ResponseError) else text(reply)
         return out
 
     def add_many(self, queue: str | bytes, bodies: Iterable[bytes | str], *, timeout_ms: int = 0,

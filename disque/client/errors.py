@@ -18,6 +18,9 @@ NOREPL_LEAVING_TEXT = "I'm leaving the cluster"
 CONNECTION_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
+SYNTAX_ERROR_TEXT = "syntax error"  # after redis-py took the ERR off
+
+
 class DisqueError(Exception):
     """A command failed on every node the client could reach."""
 
@@ -30,6 +33,12 @@ def is_leaving(error: BaseException) -> bool:
     """Whether a server error says the node is leaving, so another node should get the command."""
     text = str(error)
     return text.startswith(LEAVING_PREFIX) or NOREPL_LEAVING_TEXT in text
+
+
+def is_syntax_error(error: BaseException) -> bool:
+    """Whether a server error is ``-ERR syntax error``: how a Disque 1.0 node
+    refuses an option it does not have (HEADER, WITHHEADERS, ...)."""
+    return str(error).removeprefix("ERR ") == SYNTAX_ERROR_TEXT
 
 
 def is_badid(error: BaseException) -> bool:

@@ -203,8 +203,9 @@ class ReplicationCollector:
                        replication.waits)
         yield _counter("replication_wait_failures", "Waits for replicas that failed (timeout, "
                        "disconnection, LEAVING).", replication.wait_failures)
+        # One entry per waiting job: an ADDJOBS's jobs share their producer.
         yield _gauge("replication_waiting_producers", "Producers waiting for replicas now.",
-                     len(self.node.blocked.producers))
+                     len(set(self.node.blocked.producers.values())))
         yield histogram("replication_wait_seconds", "Time from a synchronous ADDJOB to enough "
                         "replicas (successful waits).", replication.wait_latency, MS)
 

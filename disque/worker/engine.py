@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 from disque.client import (DEFAULT_SEED, AuthenticationError, ConnectionSecurity, DisqueClient,
                            DisqueError, Job, NodeAddress, ResponseError)
 from disque.client import tracing
-from disque.client.errors import CONNECTION_ERRORS
+from disque.client.errors import CONNECTION_ERRORS, is_syntax_error
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import emit
 from disque.worker.settler import Settler
@@ -49,7 +49,6 @@ from disque.worker.tasks import Handler, TaskRegistry, refuse_run_during_import
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 FETCH_ERRORS = (DisqueError, ResponseError, *CONNECTION_ERRORS)
-SYNTAX_ERROR = "ERR syntax error"  # a node without GETJOB ... WITHHEADERS
 _NO_SPAN = contextlib.nullcontext()
 
 
@@ -245,8 +244,7 @@ class Worker(abc.ABC):
                     jobs = client.get_jobs(*queues, count=free, timeout_ms=opts.poll_ms,
                                            withcounters=True, withheaders=self._withheaders)
                 except FETCH_ERRORS as exc:
-                    if (self._withheaders and isinstance(exc, ResponseError)
-                            and str(exc).startswith(SYNTAX_ERROR)):
+                    if self._withheaders and is_syntax_error(exc):
                         self._withheaders = False  # a node without headers: fetch without
                         emit(logging.INFO, "worker.no_headers", node=client.node)
                         continue

@@ -288,7 +288,7 @@ class NoHeadersNode:
     def get_jobs(self, *queues, count, timeout_ms, withcounters, withheaders):
         self.asked.append(withheaders)
         if withheaders:
-            raise ResponseError("ERR syntax error")
+            raise ResponseError("syntax error")  # as redis-py gives it
         if len(self.asked) >= 3:
             self.worker.stop()
         return []

@@ -136,6 +136,16 @@ def test_replication_wait_latency():
     assert value(families, "disque_replication_wait_seconds_bucket", le="0.05") == 1
 
 
+def test_an_addjobs_waiting_for_replicas_is_one_producer():
+    node = make_node()
+    add_peer(node)
+    assert Cmd(node).raw("ADDJOBS", "q", 0, "REPLICATE", 2, "BODIES", "a", "b", "c") is None
+    assert Cmd(node).raw("ADDJOB", "q", "x", 0, "REPLICATE", 2) is None
+    families = scrape(node_registry(node))
+    assert value(families, "disque_replication_waiting_producers") == 2
+    assert value(families, "disque_replication_waits_total") == 4
+
+
 def test_histogram_buckets_are_cumulative_and_end_with_inf():
     source = LatencyHistogram((1, 10))
     for duration in (0, 1, 5, 10, 11, 500):
