@@ -526,8 +526,9 @@ def addjobs(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | 
             full = True
             replies.append(errors.OOM)
             continue
-        replies.append(_addjob(node, client, job_argv, priority, token, repl, ttl, retry, delay,
-                               maxlen, async_, extras, batch))
+        reply = _addjob(node, client, job_argv, priority, token, repl, ttl, retry, delay,
+                        maxlen, async_, extras, batch)
+        replies.append(b"" if reply is None else reply)  # None: in batch.waiting
     if batch.waiting:
         node.blocked.block_for_batch(client, batch, deadline)
         return None

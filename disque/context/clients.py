@@ -15,19 +15,20 @@ if TYPE_CHECKING:
 
 class ReplyBatch:
     """An ADDJOBS reply, gathered in the order of its jobs: each job's reply,
-    or None while that job waits for its replicas."""
+    or a placeholder while that job waits for its replicas (``waiting``)."""
 
     __slots__ = ("replies", "waiting")
 
     def __init__(self) -> None:
-        self.replies: list[bytes | None] = []
+        self.replies: list[bytes] = []
         self.waiting: dict[bytes, int] = {}  # job ID -> its position in ``replies``
 
     def reply(self, unanswered: bytes) -> bytes:
         """The array of the jobs' replies; a job still waiting answers ``unanswered``."""
         replies = self.replies
-        return b"*%d\r\n" % len(replies) + b"".join(
-            [unanswered if reply is None else reply for reply in replies])
+        for position in self.waiting.values():
+            replies[position] = unanswered
+        return b"*%d\r\n" % len(replies) + b"".join(replies)
 
 
 class Block:
