@@ -262,3 +262,15 @@ def test_access_is_addjobs_own_and_its_queues():
     Cmd(node).ok("ACL", "SETUSER", "producer", "-addjobs")
     assert cmd.error("ADDJOBS", "orders:a", 0, "BODIES", "x") == (
         "NOPERM User producer has no permissions to run the 'addjobs' command")
+
+
+def test_a_users_quota_refuses_the_jobs_past_it():
+    node = make_node()
+    assert Cmd(node).raw("ACL", "SETUSER", "producer", "on", ">pw", "~*", "+@produce",
+                         "quota-jobs=2") == b"+OK\r\n"
+    cmd = Cmd(node, type(Cmd(node).client)(2, "127.0.0.1:40000"))
+    assert cmd.raw("AUTH", "producer", "pw") == b"+OK\r\n"
+    reply = cmd("ADDJOBS", "q", 0, "BODIES", "a", "b", "c")
+    assert [isinstance(r, bytes) for r in reply] == [True, True, False]
+    assert str(reply[2]).startswith("QUOTA User producer has 2 jobs pending")
+    assert Cmd(node).ok("QLEN", "q") == 2

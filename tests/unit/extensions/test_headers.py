@@ -226,3 +226,15 @@ def test_headers_load_in_the_fast_loop_beside_plain_jobs(tmp_path):
     assert [job_headers(node.jobs.by_id[j]) for j in rich] == [
         (b"i", str(i).encode()) for i in range(5)]
     assert all(node.jobs.by_id[j].ext is None for j in plain)
+
+
+def test_a_schedule_gives_every_ticks_job_its_headers():
+    from tests.unit.helpers import advance
+
+    node = make_node()
+    cmd = Cmd(node)
+    cmd.ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "hello", "HEADER", "tenant", "acme")
+    assert cmd.error("SCHEDULE", "SET", "bad", "EVERY", 1, "q", "b", "HEADER", "a") == SYNTAX
+    advance(node, 2500, step=100, cron=True)
+    jobs = list(node.queues.get(b"q").jobs.iter_from_head())
+    assert len(jobs) == 2 and {job_headers(j) for j in jobs} == {(b"tenant", b"acme")}
