@@ -470,7 +470,7 @@ class Node:
 
     @bus.setter
     def bus(self, transport: BusTransport) -> None:
-        self.outbox.transport = transport
+        self.outbox.use(transport)
 
 
 def _with_run_handler(commands: dict[bytes, Command]) -> dict[bytes, Command]:

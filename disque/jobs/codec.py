@@ -189,9 +189,10 @@ def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] 
     if type(payload) not in (list, tuple) or len(payload) < FIELDS:
         raise BadJobPayload("not a job")
     _check_types(payload)
-    # flags (10) are set below. The ignore: mypy lets a *sequence of unknown
-    # length fill every parameter, so it counts the arguments after it as extra.
-    job = _job(*payload[:10], payload[11], known_nodes, None)  # type: ignore[call-arg]
+    # Each field by index: a call with *payload[:10] would go through the
+    # generic calling convention (argument parsing per call, per job copied).
+    job = _job(payload[0], payload[1], payload[2], payload[3], payload[4], payload[5],
+               payload[6], payload[7], payload[8], payload[9], payload[11], known_nodes, None)
     # Sent as seconds remaining; capped so that it stays a 64-bit number (AOF).
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
     job.flags = payload[10] & ~DELIVERED & 0x7
