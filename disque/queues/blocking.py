@@ -89,9 +89,7 @@ class BlockedClients:
                         self.queues.waiter_left(queue)
         elif block.job_id is not None:
             self.producers.pop(block.job_id, None)
-        if reply is not None:
-            client.send(reply)
-        client.resume()
+        client.unblocked(reply)
 
     def release_producer(self, job_id: bytes, reply: bytes) -> None:
         """Answer the ADDJOB waiting for ``job_id``'s replicas, if one waits."""
