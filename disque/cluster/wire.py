@@ -18,9 +18,21 @@ from typing import Final, Protocol
 
 import msgpack  # type: ignore[import-untyped]  # no stubs; the bus's own encoding
 
+from disque.cluster import messages as m
+
 _LENGTH: Final = struct.Struct(">I")
 _ARRAY32: Final = struct.Struct(">BI")
 _FIXARRAY: Final = [bytes((0x90 | n,)) for n in range(16)]  # msgpack array headers
+
+_pack_value: Final[Callable[[object], bytes]] = msgpack.Packer(use_bin_type=True).pack
+# The packed start of the messages that carry a job ID alone ({type, id}), and
+# of GOTACK ({type, id, known}): the ID (40 bytes, a bin 8) completes them.
+_ID_MESSAGE_HEAD: Final = {
+    kind: b"\x82" + _pack_value(m.TYPE) + _pack_value(kind) + _pack_value(m.ID) + b"\xc4\x28"
+    for kind in (m.GOTJOB, m.DELJOB, m.QUEUED, m.WORKING, m.WILLQUEUE)}
+_GOTACK_HEAD: Final = (b"\x83" + _pack_value(m.TYPE) + _pack_value(m.GOTACK) + _pack_value(m.ID)
+                       + b"\xc4\x28")
+_GOTACK_KNOWN: Final = [_pack_value(m.KNOWN) + _pack_value(known) for known in (0, 1)]
 
 # Why decode_frames stopped before the end of the buffer (besides a partial frame).
 FRAME_OK: Final = 0
@@ -78,7 +90,8 @@ class Wire:
         """``msg`` packed; the same dict sent to several nodes in a row is packed
         once (messages are never modified once sent)."""
         if msg is not self._msg:
-            self._packed = self._pack(msg)
+            packed = pack_job_message(msg)
+            self._packed = packed if packed is not None else self._pack(msg)
             self._msg = msg
         return self._packed
 
@@ -112,6 +125,25 @@ class Wire:
         dirty = self.dirty
         self.dirty = []
         return dirty
+
+
+def pack_job_message(msg: dict) -> bytes | None:
+    """The bytes msgpack makes of a message about one job ID (GOTJOB, DELJOB,
+    QUEUED, WORKING, WILLQUEUE, GOTACK: most of the messages of a job moved),
+    joined from their fixed start and the ID; None for any other message."""
+    job_id = msg.get(m.ID)
+    kind = msg.get(m.TYPE)
+    if not isinstance(job_id, bytes) or len(job_id) != 40 or not isinstance(kind, str):
+        return None
+    n = len(msg)
+    if n == 2:
+        head = _ID_MESSAGE_HEAD.get(kind)
+        return head + job_id if head is not None else None
+    if n == 3 and kind == m.GOTACK:
+        known = msg.get(m.KNOWN)
+        if type(known) is int and (known == 0 or known == 1):
+            return _GOTACK_HEAD + job_id + _GOTACK_KNOWN[known]
+    return None
 
 
 def frame_bytes(out: list[bytes], header: bytes, size: int) -> bytes:

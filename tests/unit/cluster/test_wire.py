@@ -9,7 +9,8 @@ import msgpack
 
 from disque.cluster import messages as m
 from disque.cluster.wire import (FRAME_NOT_ARRAY, FRAME_OK, FRAME_TOO_LARGE, FRAME_UNDECODABLE,
-                                 PeerOutput, Wire, decode_frames, frame_bytes)
+                                 PeerOutput, Wire, decode_frames, frame_bytes,
+                                 pack_job_message)
 
 JOB_ID = b"D-0123abcd-" + b"x" * 24 + b"-05a1"
 NODE_ID = b"0123456789abcdef0123456789abcdef01234567"
@@ -25,6 +26,21 @@ def test_a_message_sent_to_several_peers_in_a_row_is_packed_once():
     packed = wire.pack(msg)
     assert packed == reference(msg) and wire.pack(msg) is packed
     assert wire.pack(dict(msg)) == packed
+
+
+def test_messages_about_one_job_id_are_packed_as_msgpack_packs_them():
+    for kind in (m.GOTJOB, m.DELJOB, m.QUEUED, m.WORKING, m.WILLQUEUE):
+        assert pack_job_message(m.job_message(kind, JOB_ID)) == reference(
+            m.job_message(kind, JOB_ID))
+    for known in (0, 1):
+        msg = {m.TYPE: m.GOTACK, m.ID: JOB_ID, m.KNOWN: known}
+        assert pack_job_message(msg) == reference(msg)
+    wire = Wire({}, lambda: None, lambda output: None, 16)
+    for other in (m.job_message(m.WORKING, JOB_ID, 6), {m.TYPE: m.GOTACK, m.ID: JOB_ID, m.KNOWN: 2},
+                  {m.TYPE: m.SETACK, m.ID: JOB_ID, m.MAY_HAVE: 0}, m.job_message(m.GOTJOB, b"x"),
+                  {m.TYPE: m.ENQUEUE, m.ID: JOB_ID}, {m.TYPE: m.GOTJOB, m.JOB: JOB_ID}):
+        assert pack_job_message(other) is None
+        assert wire.pack(other) == reference(other)
 
 
 def test_messages_queue_per_peer_and_leave_as_one_frame_behind_the_header():
