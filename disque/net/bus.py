@@ -8,7 +8,10 @@ message maps. The messages queued for one peer during a loop turn travel
 in a few frames, so a burst of jobs costs one length prefix, one header,
 one decode call and one dispatch per frame instead of one per message.
 The node core sees decoded frames (``receive_frame``) and link events
-(``link_up`` / ``link_down``); it never touches a socket.
+(``link_up`` / ``link_down``); it never touches a socket. The byte work
+per message (packing, the per-peer queues, framing, decoding) is
+``disque.cluster.wire``'s, compiled with the core: this module runs once
+per read, per frame and per loop turn.
 
 With a cluster secret, a link first runs the handshake of
 ``disque.net.busauth`` and every frame then carries a MAC checked
