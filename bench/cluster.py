@@ -12,6 +12,10 @@
 - ``cluster_secret``: ADDJOB ... REPLICATE 3 on a cluster with a cluster
   secret (a MAC on every bus frame) against a cluster without, same run
   (target ratio >= 0.9).
+- ``original_latency``, ``original_replicate``, ``original_federation``:
+  the same kinds of workloads, three nodes of ours against three of the
+  original C Disque in the same run (``bench.original``); skipped, and
+  listed as such in the report, where the original's binary is absent.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import dataclasses
 import logging
 import secrets
 
-from bench import loadgen, redis_benchmark
+from bench import loadgen, original, redis_benchmark
 from bench.measurement import Measurement, Reference, Section, Target, median
 from bench.servers import Servers
 from bench.settings import Settings
@@ -178,4 +182,8 @@ SECTIONS: dict[str, Section] = {
     "cluster_addjob": cluster_addjob,
     "federation": federation,
     "cluster_secret": cluster_secret,
+    # Against the original C server, when it is present (bench.original).
+    "original_latency": original.original_latency,
+    "original_replicate": original.original_replicate,
+    "original_federation": original.original_federation,
 }

@@ -90,6 +90,11 @@ class Measurement:
         return out
 
 
+class SectionSkipped(Exception):
+    """A section that cannot run on this machine (what it needs is absent):
+    the report lists it with the reason instead of figures."""
+
+
 # A section: runs against the run's servers and returns what it measured.
 Section = Callable[["Servers", "Settings"], list["Measurement"]]
 

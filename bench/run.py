@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import aof, cluster, compare, limits, machine, metrics, single, tls, worker
-from bench.measurement import Measurement, Section
+from bench.measurement import Measurement, Section, SectionSkipped
 from bench.servers import Servers
 from bench.settings import Settings
 
@@ -107,9 +107,11 @@ def make_settings(args: argparse.Namespace) -> Settings:
 
 
 def run_sections(names: list[str], settings: Settings, port_base: int | None,
-                 sections: dict[str, Section] = SECTIONS
+                 sections: dict[str, Section] = SECTIONS,
+                 skipped: list[dict[str, str]] | None = None
                  ) -> tuple[list[Measurement], list[dict[str, str]], dict[str, float | None]]:
-    """Run sections in order; a failing section is recorded and the next one still runs.
+    """Run sections in order; a failing section is recorded and the next one still runs,
+    one that cannot run here is added to ``skipped`` with its reason.
     Also returns each section's share of CPU time stolen by the hypervisor: other
     guests of the host took it, and the ratios of such a section are much noisier."""
     measurements: list[Measurement] = []
@@ -122,6 +124,10 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None,
             ticks = machine.cpu_ticks()
             try:
                 measurements.extend(sections[name](servers, settings))
+            except SectionSkipped as exc:
+                log.warning("section %s skipped: %s", name, exc)
+                if skipped is not None:
+                    skipped.append({"section": name, "reason": str(exc)})
             except Exception as exc:  # report it and keep the other sections' numbers
                 log.exception("section %s failed", name)
                 errors.append({"section": name, "error": "%s: %s" % (type(exc).__name__, exc)})
@@ -136,7 +142,8 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None,
 
 def build_report(measurements: list[Measurement], errors: list[dict[str, str]],
                  settings: Settings, sections: list[str], info: dict[str, object],
-                 elapsed: float, comparison: dict[str, object] | None = None) -> dict[str, Any]:
+                 elapsed: float, comparison: dict[str, object] | None = None,
+                 skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """The JSON document: machine, settings, measurements, a pass/fail summary."""
     judged = [m for m in measurements if m.passed is not None]
     return {
@@ -150,6 +157,7 @@ def build_report(measurements: list[Measurement], errors: list[dict[str, str]],
             "passed": sum(1 for m in judged if m.passed),
             "failed": [m.name for m in judged if not m.passed],
         },
+        "skipped": skipped or [],
         "errors": errors,
         "elapsed_s": round(elapsed, 1),
     }
@@ -188,21 +196,24 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     info = machine.describe()
     started = time.monotonic()
+    skipped: list[dict[str, str]] = []
     try:
         measurements, errors, info["steal_percent_by_section"] = run_sections(
-            names, settings, args.port_base, sections)
+            names, settings, args.port_base, sections, skipped)
     except KeyboardInterrupt:
         log.error("interrupted; servers stopped, no report written")
         return 130
     info["load_average_end"] = machine.load_average()
     report = build_report(measurements, errors, settings, names, info,
-                          time.monotonic() - started, comparison)
+                          time.monotonic() - started, comparison, skipped)
     text = json.dumps(report, indent=2)
     output = args.output or (DEFAULT_OUTPUT if comparison is None else COMPARE_OUTPUT)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(text + "\n")
     print(text)
     log.info("report written to %s", output)
+    for each in skipped:
+        log.warning("skipped %s: %s", each["section"], each["reason"])
     if comparison is not None:
         for build in comparison.items():
             log.info("%-8s %s", *build)

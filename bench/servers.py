@@ -8,7 +8,10 @@ does not leave servers holding ports.
 
 A disque node runs the ``disque`` package of this checkout by default, or
 of another source tree (``tree=``, put first on its PYTHONPATH) when two
-builds are compared in one run (``bench.compare``).
+builds are compared in one run (``bench.compare``). ``ReferenceNode`` is
+the original C Disque 1.0-rc1 (``../shared/reference`` beside the
+checkout, or ``$DISQUE_REFERENCE_SERVER``), which the sections of
+``bench.original`` measure side by side with this project's nodes.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Iterator, TypeVar
 import redis
 
 REPO = Path(__file__).resolve().parents[1]
+REFERENCE_ENV = "DISQUE_REFERENCE_SERVER"  # names another copy of the original server
+REFERENCE_SERVER = REPO.parent / "shared" / "reference" / "disque-server-1.0-rc1"
 BUS_PORT_OFFSET = 10000  # a disque node also listens on port + 10000 for the cluster bus
 PR_SET_PDEATHSIG = 1
 log = logging.getLogger("bench")
@@ -237,6 +242,37 @@ class DisqueNode(ServerProcess):
         return int(self.call("QLEN", queue))
 
 
+def reference_server() -> Path | None:
+    """The original C server's binary, or None when this machine has none."""
+    path = Path(os.environ.get(REFERENCE_ENV) or REFERENCE_SERVER)
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+class ReferenceNode(DisqueNode):
+    """The original C Disque 1.0-rc1: the same commands as a disque node
+    (DEBUG FLUSHALL, QLEN, CLUSTER MEET/INFO), started from its binary."""
+
+    kind = "original disque"
+
+    def __init__(self, name: str, workdir: Path, port: int, binary: Path,
+                 config: str = "") -> None:
+        ServerProcess.__init__(self, name, workdir, port)
+        self.binary = binary
+        self.config_path = self.dir / "disque.conf"
+        self.config_path.write_text(
+            "bind 127.0.0.1\nport %d\ndir %s\nlogfile disque.log\nloglevel notice\n"
+            "appendonly no\n%s" % (port, self.dir, config))
+
+    def command(self) -> list[str]:
+        """The binary with its config file."""
+        return [str(self.binary), str(self.config_path)]
+
+    def client(self) -> redis.Redis:
+        """RESP2 from the start: redis-py's default HELLO 3 is, to Disque 1.0,
+        its own HELLO command given a wrong number of arguments."""
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=60, protocol=2)
+
+
 class Servers:
     """All processes of one run; shared ones start on first use, everything stops on close().
 
@@ -284,12 +320,20 @@ class Servers:
 
     @contextlib.contextmanager
     def cluster(self, size: int, config: str = "cluster-node-timeout 3000\n",
-                name: str = "cluster", tree: Path = REPO) -> Iterator[list[DisqueNode]]:
-        """``size`` fresh nodes joined by a chain of CLUSTER MEETs, stopped afterwards."""
+                name: str = "cluster", tree: Path = REPO,
+                reference: Path | None = None) -> Iterator[list[DisqueNode]]:
+        """``size`` fresh nodes joined by a chain of CLUSTER MEETs, stopped afterwards;
+        with ``reference`` (the original server's binary), nodes of the original."""
         nodes: list[DisqueNode] = []
         try:
             for i in range(size):
-                nodes.append(self._start(self._new_disque("%s%d" % (name, i), config, tree)))
+                node_name = "%s%d" % (name, i)
+                if reference is None:
+                    node = self._new_disque(node_name, config, tree)
+                else:
+                    node = ReferenceNode(node_name, self.root / node_name,
+                                         self.ports.take(with_bus=True), reference, config)
+                nodes.append(self._start(node))
         except BaseException:
             for node in nodes:
                 node.stop()

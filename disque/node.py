@@ -422,12 +422,11 @@ class Node:
         assert header is not None
         self.state.read_clock()
         sender = header[m.SENDER]
-        body_problem = m.body_problem
         membership = self.membership
         routes = self.bus_routes
         for i in range(1, len(frame)):
             msg = frame[i]
-            problem = body_problem(msg)
+            problem = m.body_problem(msg)  # compiled: a direct call (a local alias is not)
             if problem is not None:
                 logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
                 continue
@@ -470,7 +469,7 @@ class Node:
 
     @bus.setter
     def bus(self, transport: BusTransport) -> None:
-        self.outbox.transport = transport
+        self.outbox.use(transport)
 
 
 def _with_run_handler(commands: dict[bytes, Command]) -> dict[bytes, Command]:

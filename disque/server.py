@@ -322,7 +322,7 @@ class Server(Host):
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
         config = self.config
-        bus = ClusterBus(self.node, self._running_loop(), after_bus=self.arm_timer,
+        bus = ClusterBus(self.node, self._running_loop(), after_bus=self._after_bus,
                          before_write=self.flush_aof)
         self.node.bus = bus
         self.bus = bus
@@ -390,6 +390,13 @@ class Server(Host):
         self.timer_at = due
         delay = max(0.0, (due - wall_clock_ms() + TIMER_SLACK_MS) / 1000)
         self.timer_handle = self._running_loop().call_later(delay, self._on_timer)
+
+    def _after_bus(self) -> None:
+        """Bus frames were handled: clients they unblocked go on at once (a
+        pipeline's next synchronous ADDJOB sends its REPLJOBs in this loop
+        turn), then the timer follows the node's next due time."""
+        self.output_batch.run_resumed()
+        self.arm_timer()
 
     def _on_timer(self) -> None:
         self.timer_handle = None

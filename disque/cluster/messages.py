@@ -124,14 +124,13 @@ def _count_field(value: object) -> int:
 def job_state(msg: dict) -> JobState | None:
     """The generation state a QUEUED/WILLQUEUE/WORKING carries (see MOVES),
     checked field by field; None when it carries none or a malformed one."""
-    get = msg.get
-    queue = get(QUEUE)
-    origin = _optional_name(get(ORIGIN))
-    reason = _optional_name(get(REASON))
-    moves = _count_field(get(MOVES))
-    nacks = _count_field(get(NACKS))
-    adeliv = _count_field(get(ADELIV))
-    retry = _count_field(get(RETRY))
+    queue = msg.get(QUEUE)
+    origin = _optional_name(msg.get(ORIGIN))
+    reason = _optional_name(msg.get(REASON))
+    moves = _count_field(msg.get(MOVES))
+    nacks = _count_field(msg.get(NACKS))
+    adeliv = _count_field(msg.get(ADELIV))
+    retry = _count_field(msg.get(RETRY))
     if (type(queue) is not bytes or not queue or origin is False or reason is False
             or moves < 0 or nacks < 0 or adeliv < 0 or retry < 0):
         return None
@@ -233,49 +232,16 @@ def _fields_validator(schema: dict[str, object]) -> Callable[[dict], str | None]
     checks = tuple((key, _CHECKS[what]) for key, what in schema.items())
 
     def validate(body: dict) -> str | None:
-        get = body.get
         for key, check in checks:
-            if not check(get(key)):
+            if not check(body.get(key)):
                 return "bad %s" % key
         return None
     return validate
 
 
-def _job_id_only(body: dict) -> str | None:
-    # Most messages carry just a job ID: one check, no loop, and no call
-    # (the test of _is_job_id, inlined here and below: it runs per message).
-    value = body.get(ID)
-    if (type(value) is bytes and len(value) == 40 and value[0] == 68 and value[1] == 45
-            and value[10] == 45 and value[35] == 45):
-        return None
-    return "bad %s" % ID
-
-
-def _job_id_and_int_validator(key: str) -> Callable[[dict], str | None]:
-    # SETACK and GOTACK: a job ID and one integer, checked inline (once per job moved).
-    def validate(body: dict) -> str | None:
-        value = body.get(ID)
-        if not (type(value) is bytes and len(value) == 40 and value[0] == 68
-                and value[1] == 45 and value[10] == 45 and value[35] == 45):
-            return "bad %s" % ID
-        return None if type(body.get(key)) is int else "bad %s" % key
-    return validate
-
-
-def _validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
-    """The function checking a body of this schema: the shapes of the
-    per-job messages get a dedicated one."""
-    keys = list(schema)
-    if keys[0] == ID and schema[ID] == _JOB_ID:
-        if len(keys) == 1:
-            return _job_id_only
-        if len(keys) == 2 and schema[keys[1]] is int:
-            return _job_id_and_int_validator(keys[1])
-    return _fields_validator(schema)
-
-
 # Per type, one function checking its body fields, made once from BODY_SCHEMAS.
-_BODY_VALIDATORS: Final = {kind: _validator(schema) for kind, schema in BODY_SCHEMAS.items()}
+_BODY_VALIDATORS: Final = {kind: _fields_validator(schema)
+                           for kind, schema in BODY_SCHEMAS.items()}
 
 
 def header_problem(header: object) -> str | None:
@@ -286,39 +252,57 @@ def header_problem(header: object) -> str | None:
     machine. Written for the valid case: ``x >> 16`` is 0 exactly for the
     integers 0..65535.
     """
-    if type(header) is not dict:
+    if not isinstance(header, dict) or type(header) is not dict:
         return "not a map"
-    get = header.get
-    if get(VERSION) != PROTOCOL_VERSION:
-        return "unsupported bus protocol version %r" % (get(VERSION),)
-    sender = get(SENDER)
+    if header.get(VERSION) != PROTOCOL_VERSION:
+        return "unsupported bus protocol version %r" % (header.get(VERSION),)
+    sender = header.get(SENDER)
     if type(sender) is not bytes or (sender not in _VALID_IDS and not _is_node_id(sender)):
         return "bad sender"
-    port = get(PORT)
+    port = header.get(PORT)
     if type(port) is not int or port >> 16:
         return "bad port"
-    if type(get(FLAGS, 0)) is not int:
+    if type(header.get(FLAGS, 0)) is not int:
         return "bad flags"
-    bport = get(BPORT, 0)
+    bport = header.get(BPORT, 0)
     if type(bport) is not int or bport >> 16:
         return "bad bus port"
-    tport = get(TPORT, 0)
+    tport = header.get(TPORT, 0)
     if type(tport) is not int or tport >> 16:
         return "bad TLS port"
     return None
 
 
+# The per-job messages: a job ID alone, or a job ID and one integer. Their
+# check runs once per message of every job moved, so it is written out in
+# body_problem rather than reached through a call of a validator.
+_ID_ONLY: Final = frozenset((GOTJOB, QUEUED, WORKING, WILLQUEUE, DELJOB))
+_ID_AND_INT: Final = {ENQUEUE: DELAY, SETACK: MAY_HAVE, GOTACK: KNOWN}
+
+
 def body_problem(body: object) -> str | None:
-    """Why one message of a frame cannot be processed, or None (runs per message)."""
-    if type(body) is not dict:
+    """Why one message of a frame cannot be processed, or None (runs per message).
+    ``body.get`` is called on the narrowed dict each time: compiled, that is a
+    direct dict lookup, where a bound ``get`` would be a generic call."""
+    if not isinstance(body, dict) or type(body) is not dict:
         return "not a map"
-    get = body.get
-    kind = get(TYPE)
-    validate = _BODY_VALIDATORS.get(kind) if type(kind) is str else None  # maps are unhashable
+    kind = body.get(TYPE)
+    if type(kind) is not str:  # maps are unhashable
+        return "unknown message type %r" % (kind,)
+    if type(body.get(MFLAGS, 0)) is not int:
+        return "bad flags" if kind in _BODY_VALIDATORS else "unknown message type %r" % (kind,)
+    if kind in _ID_ONLY or kind in _ID_AND_INT:
+        value = body.get(ID)
+        if not (type(value) is bytes and len(value) == 40 and value[0] == 68
+                and value[1] == 45 and value[10] == 45 and value[35] == 45):
+            return "bad %s" % ID
+        key = _ID_AND_INT.get(kind)
+        if key is not None and type(body.get(key)) is not int:
+            return "bad %s" % key
+        return None
+    validate = _BODY_VALIDATORS.get(kind)
     if validate is None:
         return "unknown message type %r" % (kind,)
-    if type(get(MFLAGS, 0)) is not int:
-        return "bad flags"
     return validate(body)
 
 

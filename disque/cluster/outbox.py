@@ -11,25 +11,38 @@ from __future__ import annotations
 from disque.cluster import messages as m
 from disque.cluster.membership import Membership
 from disque.cluster.transport import BusTransport, Link
+from disque.cluster.wire import Wire
 from disque.jobs.job import Job
 from disque.context.runtime import Runtime
+
+
+def _wire_of(transport: BusTransport) -> Wire | None:
+    """The transport's Wire; test doubles that only log messages have none."""
+    wire: Wire | None = getattr(transport, "wire", None)
+    return wire
 
 
 class Outbox:
     """Everything the core asks of the cluster bus: messages out, links to
     open and close, and the header the transport puts on each frame."""
 
-    __slots__ = ("transport", "membership", "runtime", "port", "_header", "sent")
+    __slots__ = ("transport", "wire", "membership", "runtime", "port", "_header", "sent")
 
     def __init__(self, runtime: Runtime, membership: Membership, transport: BusTransport,
                  port: int) -> None:
         self.transport = transport
+        self.wire = _wire_of(transport)
         self.membership = membership
         self.runtime = runtime
         self.port = port
         self._header: dict | None = None
         # Messages handed to the transport, by type (the metrics' bus messages out).
         self.sent: dict[str, int] = dict.fromkeys(sorted(m.ALL_TYPES), 0)
+
+    def use(self, transport: BusTransport) -> None:
+        """Send through ``transport`` from now on (and its Wire, if it has one)."""
+        self.transport = transport
+        self.wire = _wire_of(transport)
 
     def has_link(self, node_id: bytes) -> bool:
         """An outbound bus link to ``node_id`` is up."""
@@ -42,7 +55,11 @@ class Outbox:
         if node is not None and node.link and node_id != self.runtime.node_id:
             self.membership.messages_sent += 1
             self.sent[msg[m.TYPE]] += 1
-            self.transport.send(node_id, msg)
+            wire = self.wire
+            if wire is not None:
+                wire.send(node_id, msg)
+            else:
+                self.transport.send(node_id, msg)
 
     def send_to_holders(self, job: Job, msg: dict) -> None:
         """Send to every other node that may hold a copy of ``job``."""

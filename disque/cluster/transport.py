@@ -8,6 +8,8 @@ is ever delivered.
 
 from __future__ import annotations
 
+from disque.cluster.wire import Wire
+
 
 class Link:
     """Where a bus message came from.
@@ -29,6 +31,11 @@ class Link:
 
 class BusTransport:
     """Outbound links and message delivery for one node."""
+
+    # A transport that sends bytes gives the node its Wire: the Outbox
+    # then queues packed messages there, without a call per message into
+    # the transport (``send`` is for transports of decoded messages).
+    wire: Wire | None = None
 
     def connect(self, node_id: bytes, ip: str, port: int) -> None:
         """Open an outbound link to the bus port ``ip:port`` for ``node_id``.

@@ -86,6 +86,13 @@ class ClientState:
     def resume(self) -> None:
         """The client was unblocked: continue with its buffered commands."""
 
+    def unblocked(self, reply: bytes | None) -> None:
+        """Unblocked with ``reply`` (None: none): ``send`` it, then ``resume``
+        (one call: a connection does both in one)."""
+        if reply is not None:
+            self.send(reply)
+        self.resume()
+
     def close(self) -> None:
         """Close the connection as soon as pending output is written."""
         self.close_after_reply = True

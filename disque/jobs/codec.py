@@ -164,8 +164,14 @@ def to_bus(job: Job, now_ms: int) -> list[object]:
 def _check_types(fields: Sequence[object]) -> None:
     """Raise BadJobPayload unless the first 12 decoded fields have the types
     of a job: bytes, a list of node IDs and non-negative integers."""
-    (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
-     delivered) = fields[:FIELDS]
+    if isinstance(fields, list):  # compiled: direct reads, no slice
+        job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags = (
+            fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
+            fields[7], fields[8], fields[9], fields[10])
+        delivered = fields[11]
+    else:
+        (job_id, queue, body, repl, ctime, etime, delay, retry, nacks, adeliv, flags,
+         delivered) = fields[:FIELDS]
     if not (type(job_id) is bytes and type(queue) is bytes and type(body) is bytes
             and type(delivered) in (list, tuple)):
         raise BadJobPayload("bad job fields")
@@ -199,9 +205,13 @@ def _job(job_id: bytes, queue: bytes, body: bytes, repl: int, ctime: int, etime:
             known_nodes is None or delivered[0] in known_nodes):
         job.delivered = (delivered[0],)
     else:
-        job.delivered = tuple(dict.fromkeys([
-            n for n in delivered
-            if type(n) is bytes and (known_nodes is None or n in known_nodes)]))
+        # A few node IDs: a list's own scan drops repeats for less than a dict.
+        holders: list[bytes] = []
+        for n in delivered:
+            if (isinstance(n, bytes) and type(n) is bytes and n not in holders
+                    and (known_nodes is None or n in known_nodes)):
+                holders.append(n)
+        job.delivered = tuple(holders)
     return job
 
 
@@ -209,16 +219,19 @@ def from_bus(payload: Sequence[Any], now_ms: int, known_nodes: Container[bytes] 
     """Decode a bus job; the caller sets qtime. Raises BadJobPayload."""
     if type(payload) not in (list, tuple) or len(payload) < FIELDS:
         raise BadJobPayload("not a job")
-    _check_types(payload)
-    # flags (10) are set below. The ignore: mypy lets a *sequence of unknown
-    # length fill every parameter, so it counts the arguments after it as extra.
-    job = _job(*payload[:10], payload[11], known_nodes, None)  # type: ignore[call-arg]
+    # A list, as msgpack decodes it: compiled, indexing it is a direct read.
+    fields: list[Any] = payload if isinstance(payload, list) else list(payload)
+    _check_types(fields)
+    # Each field by index: a call with *payload[:10] would go through the
+    # generic calling convention (argument parsing per call, per job copied).
+    job = _job(fields[0], fields[1], fields[2], fields[3], fields[4], fields[5], fields[6],
+               fields[7], fields[8], fields[9], fields[11], known_nodes, None)
     # Sent as seconds remaining; capped so that it stays a 64-bit number (AOF).
     job.etime = min(now_ms // 1000 + job.etime, MAX_ETIME)
-    job.flags = payload[10] & ~DELIVERED & 0x7
+    job.flags = fields[10] & ~DELIVERED & 0x7
     job.state = ACTIVE
-    if len(payload) > FIELDS:
-        apply_extension_fields(job, payload[FIELDS])  # later fields: a newer version's
+    if len(fields) > FIELDS:
+        apply_extension_fields(job, fields[FIELDS])  # later fields: a newer version's
     return job
 
 

@@ -75,14 +75,35 @@ class LimitCounters:
 
 class OutputBatch:
     """The replies of one loop turn: the AOF is written once, then every
-    client's collected output, one transport write per client."""
+    client's collected output, one transport write per client. Also the
+    clients unblocked in the turn, whose next commands run together
+    (``run_resumed``) once the input that unblocked them was handled."""
 
-    __slots__ = ("loop", "before_write", "clients")
+    __slots__ = ("loop", "before_write", "clients", "resumed")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, before_write: Callable[[], None]) -> None:
         self.loop = loop
         self.before_write = before_write  # writes pending AOF records
         self.clients: list[ClientConnection] = []
+        self.resumed: list[ClientConnection] = []
+
+    def resume(self, client: "ClientConnection") -> None:
+        """``client`` was unblocked with commands waiting: run them soon."""
+        resumed = self.resumed
+        if not resumed:
+            self.loop.call_soon(self.run_resumed)
+        resumed.append(client)
+
+    def run_resumed(self) -> None:
+        """Run the waiting commands of the clients unblocked so far, in the
+        order they were unblocked. The server calls it after a read of bus
+        frames too, so that a pipeline's next synchronous ADDJOB sends its
+        REPLJOBs in the same loop turn as the GOTJOBs that released the
+        previous one."""
+        while self.resumed:
+            resumed, self.resumed = self.resumed, []
+            for client in resumed:
+                client.resume_pending()
 
     def add(self, client: "ClientConnection") -> None:
         """``client`` has its first reply of this turn."""
@@ -362,10 +383,10 @@ class ClientConnection(asyncio.Protocol, ClientState):
     def _yield_rest(self, rest: list[list[bytes]]) -> None:
         """Let other clients in: run ``rest`` in a later loop turn, reading
         nothing more meanwhile (so what is held stays bounded) and keeping
-        the replies in order (``_resume_pending`` runs it as the next input)."""
+        the replies in order (``resume_pending`` runs it as the next input)."""
         self.pending = rest
         self._set_reading(False)
-        self.batch.loop.call_soon(self._resume_pending)
+        self.batch.loop.call_soon(self.resume_pending)
 
     def _filter_reply(self, mode: int, reply: bytes) -> bytes:
         """CLIENT REPLY OFF / SKIP (``mode`` is the one before the command ran)."""
@@ -391,9 +412,29 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.pending = None  # the usual case: nothing arrived while it waited
             self.read_ahead = 0
             return
-        self.batch.loop.call_soon(self._resume_pending)  # the loop this connection runs on
+        self.batch.resume(self)
 
-    def _resume_pending(self) -> None:
+    def unblocked(self, reply: bytes | None) -> None:
+        """``send`` and ``resume`` in one call (the node's unblocking path)."""
+        if reply and (self.reply_mode != 1 or self.monitor) and not self.closing:
+            self.server.net_output_bytes += len(reply)
+            output = self.output
+            if output is None:
+                self.output = [reply]
+                self.batch.add(self)
+            else:
+                output.append(reply)
+        if self.closing:
+            return
+        if not self.pending and self.reading and self.protocol_error is None:
+            self.pending = None
+            self.read_ahead = 0
+            return
+        self.batch.resume(self)
+
+    def resume_pending(self) -> None:
+        """Run the commands that waited while the client was blocked (or
+        the rest of a pipeline that yielded), then read again."""
         if self.closing or self.blocked is not None:
             return
         pending = self.pending

@@ -107,9 +107,7 @@ class BlockedClients:
                 self.producers.pop(job_id, None)
             if reply is not None:
                 reply = batch.reply(reply)  # the jobs still waiting get the reason
-        if reply is not None:
-            client.send(reply)
-        client.resume()
+        client.unblocked(reply)
 
     def release_producer(self, job_id: bytes, reply: bytes) -> None:
         """Answer the ADDJOB waiting for ``job_id``'s replicas, if one waits;

@@ -18,9 +18,10 @@ from bench.loadgen import (
     stamped_body,
 )
 from bench.machine import parse_cpu_model, parse_cpu_ticks, steal_percent
-from bench.measurement import Measurement, Reference, Target
+from bench import original
+from bench.measurement import Measurement, Reference, SectionSkipped, Target
 from bench.redis_benchmark import BenchmarkError, parse_csv
-from bench.run import select_sections
+from bench.run import build_report, run_sections, select_sections
 from bench.servers import parse_cpu_seconds, parse_vmrss
 from bench.settings import Settings
 from disque.tools.resp_client import ReplyParser, encode_command
@@ -183,13 +184,14 @@ def test_measurement_ratio_target_and_json():
 
 
 def test_select_sections_by_group_name_and_order():
+    cluster = ["cluster_addjob", "federation", "cluster_secret", "original_latency",
+               "original_replicate", "original_federation"]
     assert select_sections(None) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
-                                     "memory", "cluster_addjob", "federation", "cluster_secret",
-                                     "aof_addjob", "aof_load", "metrics", "worker", "tls",
-                                     "limits"]
+                                     "memory", *cluster, "aof_addjob", "aof_load", "metrics",
+                                     "worker", "tls", "limits"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
                                            "memory"]
-    assert select_sections(["cluster"]) == ["cluster_addjob", "federation", "cluster_secret"]
+    assert select_sections(["cluster"]) == cluster
     assert select_sections(["aof"]) == ["aof_addjob", "aof_load"]
     assert select_sections(["metrics"]) == ["metrics"]
     assert select_sections(["tls"]) == ["tls"]
@@ -243,3 +245,25 @@ def test_comparison_interval_and_verdict():
     assert compare.verdict(compare.paired_interval([0.8, 0.81, 0.79, 0.8])) == "regression"
     assert compare.verdict(compare.paired_interval([0.7, 1.3, 0.9, 1.1])) == "inconclusive"
     assert compare.paired_interval([1.0]) is None and compare.verdict(None) == "inconclusive"
+
+
+def test_sections_against_the_original_skip_without_its_binary(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISQUE_REFERENCE_SERVER", str(tmp_path / "absent"))
+    for section in (original.original_latency, original.original_replicate,
+                    original.original_federation):
+        with pytest.raises(SectionSkipped, match="not present"):
+            section(None, Settings.for_quick_run())  # type: ignore[arg-type]
+
+
+def test_a_skipped_section_is_reported_as_skipped_not_as_an_error():
+    def absent(servers, settings):
+        raise SectionSkipped("nothing to compare with")
+
+    skipped: list[dict[str, str]] = []
+    measurements, errors, _ = run_sections(["absent"], Settings.for_quick_run(), None,
+                                           {"absent": absent}, skipped)
+    assert (measurements, errors) == ([], [])
+    assert skipped == [{"section": "absent", "reason": "nothing to compare with"}]
+    report = build_report([], errors, Settings.for_quick_run(), ["absent"], {}, 0.0,
+                          skipped=skipped)
+    assert report["skipped"] == skipped and report["errors"] == []

@@ -1,0 +1,86 @@
+"""cluster/wire.py: messages are packed, queued per peer, framed behind the
+header, and frames are decoded back."""
+
+from __future__ import annotations
+
+import struct
+
+import msgpack
+
+from disque.cluster import messages as m
+from disque.cluster.wire import (FRAME_NOT_ARRAY, FRAME_OK, FRAME_TOO_LARGE, FRAME_UNDECODABLE,
+                                 PeerOutput, Wire, decode_frames, frame_bytes,
+                                 pack_job_message)
+
+JOB_ID = b"D-0123abcd-" + b"x" * 24 + b"-05a1"
+NODE_ID = b"0123456789abcdef0123456789abcdef01234567"
+
+
+def reference(value: object) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)
+
+
+def test_a_message_sent_to_several_peers_in_a_row_is_packed_once():
+    wire = Wire({}, lambda: None, lambda output: None, 16)
+    msg = {m.TYPE: m.REPLJOB, m.JOB: [JOB_ID, b"q", b"x" * 64], m.MFLAGS: 0}
+    packed = wire.pack(msg)
+    assert packed == reference(msg) and wire.pack(msg) is packed
+    assert wire.pack(dict(msg)) == packed
+
+
+def test_messages_about_one_job_id_are_packed_as_msgpack_packs_them():
+    for kind in (m.GOTJOB, m.DELJOB, m.QUEUED, m.WORKING, m.WILLQUEUE):
+        assert pack_job_message(m.job_message(kind, JOB_ID)) == reference(
+            m.job_message(kind, JOB_ID))
+    for known in (0, 1):
+        msg = {m.TYPE: m.GOTACK, m.ID: JOB_ID, m.KNOWN: known}
+        assert pack_job_message(msg) == reference(msg)
+    wire = Wire({}, lambda: None, lambda output: None, 16)
+    for other in (m.job_message(m.WORKING, JOB_ID, 6), {m.TYPE: m.GOTACK, m.ID: JOB_ID, m.KNOWN: 2},
+                  {m.TYPE: m.SETACK, m.ID: JOB_ID, m.MAY_HAVE: 0}, m.job_message(m.GOTJOB, b"x"),
+                  {m.TYPE: m.ENQUEUE, m.ID: JOB_ID}, {m.TYPE: m.GOTJOB, m.JOB: JOB_ID}):
+        assert pack_job_message(other) is None
+        assert wire.pack(other) == reference(other)
+
+
+def test_messages_queue_per_peer_and_leave_as_one_frame_behind_the_header():
+    class Link:
+        def __init__(self) -> None:
+            self.output = PeerOutput(self)
+
+    first: list[int] = []
+    full: list[PeerOutput] = []
+    links = {NODE_ID: Link()}
+    wire = Wire(links, lambda: first.append(1), full.append, 3)
+    msg = m.job_message(m.GOTJOB, JOB_ID)
+    wire.send(NODE_ID, msg)
+    wire.send(NODE_ID[::-1], msg)  # no link: dropped
+    wire.send(NODE_ID, msg)
+    assert first == [1] and full == []
+    wire.send(NODE_ID, {m.TYPE: m.DELJOB, m.ID: JOB_ID})
+    assert full == [links[NODE_ID].output]  # the third message fills the frame
+    assert wire.take_dirty() == [links[NODE_ID].output] and wire.take_dirty() == []
+    output = links[NODE_ID].output
+    size = output.size
+    out = output.take()
+    assert out is not None and output.take() is None and output.size == 0
+    header = {m.VERSION: 1, m.SENDER: NODE_ID, m.PORT: 7711, m.FLAGS: 0}
+    data = frame_bytes(out, reference(header), size)
+    assert struct.unpack(">I", data[:4])[0] == len(data) - 4
+    assert msgpack.unpackb(data[4:], raw=False) == [header, msg, msg,
+                                                    {m.TYPE: m.DELJOB, m.ID: JOB_ID}]
+
+
+def test_decode_frames_takes_whole_frames_and_says_why_it_stopped():
+    header = {m.VERSION: 1, m.SENDER: NODE_ID, m.PORT: 7711, m.FLAGS: 0}
+    one = reference([header, m.job_message(m.GOTJOB, JOB_ID)])
+    two = reference([header])
+    stream = struct.pack(">I", len(one)) + one + struct.pack(">I", len(two)) + two
+    frames, used, problem, _ = decode_frames(bytearray(stream + stream[:6]), 1 << 20)
+    assert (frames, used, problem) == ([[header, m.job_message(m.GOTJOB, JOB_ID)], [header]],
+                                       len(stream), FRAME_OK)
+    for data, expected in ((struct.pack(">I", 1 << 21), FRAME_TOO_LARGE),
+                           (struct.pack(">I", 1) + b"\xc1", FRAME_UNDECODABLE),
+                           (struct.pack(">I", 1) + b"\x01", FRAME_NOT_ARRAY)):
+        frames, used, problem, what = decode_frames(bytearray(stream + data), 1 << 20)
+        assert (len(frames), used, problem) == (2, len(stream), expected) and what
