@@ -183,10 +183,11 @@ def test_measurement_ratio_target_and_json():
 
 
 def test_select_sections_by_group_name_and_order():
-    assert select_sections(None) == ["ping", "addjob", "extensions", "cycle", "memory",
+    assert select_sections(None) == ["startup", "ping", "addjob", "extensions", "cycle", "memory",
                                      "cluster_addjob", "federation", "cluster_secret",
                                      "aof_addjob", "aof_load", "metrics", "worker", "tls",
                                      "limits"]
+    assert select_sections(["startup"]) == ["startup"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "cycle", "memory"]
     assert select_sections(["cluster"]) == ["cluster_addjob", "federation", "cluster_secret"]
     assert select_sections(["aof"]) == ["aof_addjob", "aof_load"]
