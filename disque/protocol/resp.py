@@ -11,7 +11,6 @@ rejects, which it diagnoses with the exact Redis error texts.
 
 from __future__ import annotations
 
-import ctypes
 import re
 from typing import Any, Final
 
@@ -429,6 +428,7 @@ class RequestParser:
         by anyone until it is complete, so filling it in place is safe; it
         is never one of CPython's shared bytes singletons (length > 1).
         """
+        import ctypes  # loaded with the first bulk of 1 MiB or more, not at start
         target = bytes(length)
         self._bulk = target
         self._bulk_addr = ctypes.cast(ctypes.c_char_p(target), ctypes.c_void_p).value or 0
@@ -439,6 +439,7 @@ class RequestParser:
         """Copy what ``data[pos:]`` holds of the cut bulk argument into place;
         when it is complete, add it to its command and return the position
         after it, else -1 (all of ``data`` was taken)."""
+        import ctypes
         target = self._bulk
         assert target is not None
         n = len(data)

@@ -3,9 +3,10 @@
 The modules a real node loaded by the time it answers its first PING are
 read from Python's own import trace (``PYTHONPROFILEIMPORTTIME``, the same
 as ``-X importtime``: one stderr line per module, written as it loads).
-Without metrics-port, TLS, a cluster secret or an AOF to load, none of the
-HTTP side, TLS, the bus secret's code, the AOF loader, nor the worker,
-client and Spark packages beside the node is loaded: each costs start-up
+Without metrics-port, TLS, a cluster secret, an AOF to load or a CRON
+schedule, none of the HTTP side, TLS, the bus secret's code, the AOF
+loader, croniter, nor the worker, client and Spark packages beside the
+node is loaded: each costs start-up
 time (docs/benchmarks.md "Start-up"). ``ssl`` itself is not among them:
 asyncio and uvloop import it whatever the node does.
 """
@@ -20,7 +21,9 @@ NOT_NEEDED_BY_DEFAULT = {
     "disque.net.busauth", "hashlib", "hmac",                 # a cluster secret, ACL passwords
     "disque.aof.loader", "disque.jobs.record_reader",        # an AOF file to load
     "disque.worker", "disque.client", "disque.spark", "redis",  # beside the node
-    "logging.handlers", "platform", "tempfile", "ctypes",    # syslog, INFO, CONFIG REWRITE
+    "logging.handlers", "platform", "tempfile",              # syslog, INFO, CONFIG REWRITE
+    "ctypes",                                                # a bulk of 1 MiB or more, TLS
+    "croniter", "dateutil", "disque.process.cronspec",      # a CRON schedule
 }
 
 
