@@ -428,7 +428,7 @@ class Node:
         known = membership.nodes.get(sender)
         if known is not None:
             known.data_received = self.runtime.now  # a sign of life, whatever the frame
-            if known.flags & PFAIL:
+            if known.flags & PFAIL or not known.link:
                 self.gossip.heard_from(known)
         routes = self.bus_routes
         for i in range(1, len(frame)):

@@ -259,12 +259,13 @@ class Server(Host):
         except AofStartupError as exc:
             raise StartupError(str(exc)) from None
         await self._start_bus()
-        await self._serve_clients()
-        # The node's first cron runs now: links to the known nodes open at once,
-        # so a restarted node is heard from without waiting a cron period.
+        # The node's first cron runs now, before clients are served: links to
+        # the known nodes open at once, so a restarted node is heard from
+        # without waiting a cron period.
         self.node.cron()
         self._schedule_cron()
         self.arm_timer()
+        await self._serve_clients()
         logger.info("Server started, Disque version %s", __version__)
         if config.port:
             logger.info("The server is now ready to accept connections on port %d", config.port)

@@ -216,6 +216,7 @@ class Gossip:
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
                 self.config_dirty = True
+                self.membership.update_reachable()  # a producer may count it at once
         sender.tport = msg.get(m.TPORT, 0)  # optional header field, as LEAVING below
         leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.header_problem)
         if leaving != sender.flags & LEAVING:
@@ -309,14 +310,19 @@ class Gossip:
         self.config_dirty = True
 
     def heard_from(self, node: ClusterNode) -> None:
-        """A frame came from ``node``, which is PFAIL: it is not silent any more.
-        Its ping may still be unanswered (sent to its previous process); FAIL
-        stays until a PONG on this node's own link. The reachable set is
-        refreshed now, not at the next cron, so that a producer does not get
-        NOREPL for a node that has just spoken."""
-        node.flags &= ~PFAIL
-        self.config_dirty = True
-        self.membership.update_reachable()
+        """A frame came from ``node`` while it is PFAIL or has no link from
+        this node: it is up. PFAIL clears (its ping may still be unanswered,
+        sent to its previous process), with the reachable set, at once rather
+        than at the next cron, so that a producer does not get NOREPL for a
+        node that has just spoken. FAIL stays until a PONG on this node's own
+        link, which is opened now rather than at the next cron."""
+        if node.flags & PFAIL:
+            node.flags &= ~PFAIL
+            self.config_dirty = True
+            self.membership.update_reachable()
+        if not node.link and not node.connecting and not node.flags & (MYSELF | NOADDR | HANDSHAKE):
+            node.connecting = True
+            self.outbox.connect(node.id, node.ip, node.bus_port)
 
     def cluster_cron(self) -> None:
         """Connect, ping, detect failures, expire handshakes (every ~100 ms)."""

@@ -90,3 +90,20 @@ def test_a_fail_broadcast_is_ignored_while_the_node_was_heard_from_lately():
     advance(node, TIMEOUT, step=100, cron=True)  # silent since: its own timeout, then FAIL
     deliver(node, OTHER_ID, {m.TYPE: m.FAIL, m.NODE: PEER_ID})
     assert peer.flags & FAIL
+
+
+def test_a_frame_from_a_node_without_a_link_opens_one_at_once():
+    node = make_node(cluster_node_timeout=TIMEOUT)
+    peer = unanswered_ping(node)
+    advance(node, TIMEOUT + 100, step=100, cron=True)
+    peer.flags = (peer.flags & ~PFAIL) | FAIL  # flagged by the majority meanwhile
+    peer.link = peer.connecting = False  # its previous process is gone
+    deliver(node, PEER_ID, ping())  # the restarted process speaks first
+    assert peer.connecting  # not a cron period later
+    own_link = Link(PEER_ID, "127.0.0.1", "127.0.0.1")
+    node.link_up(PEER_ID, own_link)
+    pong = {m.TYPE: m.PONG, m.GOSSIP: []}
+    header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: PEER_ID, m.PORT: 7712, m.FLAGS: 0}
+    node.receive_frame(own_link, [header, pong])
+    # The PONG on its own link clears FAIL, and the reachable set with it.
+    assert not peer.flags & (PFAIL | FAIL) and PEER_ID in node.membership.reachable
