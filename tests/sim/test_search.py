@@ -106,6 +106,9 @@ def test_stall_freezes_a_node_and_keeps_what_reaches_it():
         sim.close()
 
 
+@pytest.mark.skip(reason="seed 1004525 no longer replays its history since failure detection "
+                  "counts any frame as a sign of life (no stall happens in it: the replay's "
+                  "own check below fails); a new seed is needed (make sim-search)")
 def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
     """The ledger marks nothing gone while a node is stalled: a stalled node
     may have a YOURJOBS carrying a job waiting for it while a FASTACK
