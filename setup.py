@@ -97,14 +97,18 @@ def remove_compiled(package_dir: str) -> None:
 
 
 def write_manifest(package_dir: str) -> None:
-    """Record the digest of every core source the compiled modules were built from."""
+    """Record the digest, size and time of every core source the compiled
+    modules were built from (the time first: a source edited while it is
+    read is hashed again at the next start)."""
     sources = {}
+    stats = {}
     for path in core_sources():
         name = os.path.relpath(path, PACKAGE)
+        stats[name] = core.source_stat(os.path.join(ROOT, path))
         sources[name] = core.source_digest(os.path.join(ROOT, path))
     with open(os.path.join(package_dir, core.MANIFEST_NAME), "w") as f:
-        json.dump({"library": SHARED_LIBRARY, "sources": sources}, f, indent=1,
-                  sort_keys=True)
+        json.dump({"library": SHARED_LIBRARY, "sources": sources, "stats": stats}, f,
+                  indent=1, sort_keys=True)
         f.write("\n")
 
 

@@ -25,15 +25,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import aof, cluster, compare, limits, machine, metrics, single, tls, worker
+from bench import aof, cluster, compare, limits, machine, metrics, single, startup, tls, worker
 from bench.measurement import Measurement, Section, SectionSkipped
 from bench.servers import Servers
 from bench.settings import Settings
 
-SECTIONS: dict[str, Section] = {**single.SECTIONS, **cluster.SECTIONS, **aof.SECTIONS,
-                                **metrics.SECTIONS, **worker.SECTIONS, **tls.SECTIONS,
-                                **limits.SECTIONS}
-GROUPS: dict[str, list[str]] = {"single": list(single.SECTIONS),
+SECTIONS: dict[str, Section] = {**startup.SECTIONS, **single.SECTIONS, **cluster.SECTIONS,
+                                **aof.SECTIONS, **metrics.SECTIONS, **worker.SECTIONS,
+                                **tls.SECTIONS, **limits.SECTIONS}
+GROUPS: dict[str, list[str]] = {"startup": list(startup.SECTIONS),
+                                "single": list(single.SECTIONS),
                                 "cluster": list(cluster.SECTIONS),
                                 "aof": list(aof.SECTIONS),
                                 "metrics": list(metrics.SECTIONS),

@@ -2,9 +2,13 @@
 
 ``setup.py`` compiles the core with mypyc where a C compiler is present and
 writes a manifest beside the package: the SHA-256 of every core source the
-compiled modules were built from. When ``disque`` is imported, ``select_core``
-lets Python load the extension modules only if that manifest matches the
-sources next to them. Otherwise (a source edited since the build, no
+compiled modules were built from, with its size and modification time. When
+``disque`` is imported, ``select_core`` lets Python load the extension
+modules only if that manifest matches the sources next to them. A source
+whose size and modification time (in nanoseconds) are those recorded is
+taken as unchanged, as Python takes its bytecode cache, without reading it:
+hashing every source cost each start more than a millisecond. Any other is
+hashed and compared. Otherwise (a source edited since the build, no
 manifest, or DISQUE_PURE_PYTHON set in the environment) a finder makes
 every ``disque.*`` import load its ``.py`` file, so stale compiled code can
 never run and both builds can be tested from one tree. INFO and
@@ -16,7 +20,6 @@ from disque, and is never compiled itself.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -51,8 +54,15 @@ def pure_requested() -> bool:
 
 def source_digest(path: str) -> str:
     """The SHA-256 of one file, as the manifest records it."""
+    import hashlib  # only when a source's size or time changed: OpenSSL's digests load slowly
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def source_stat(path: str) -> list[int]:
+    """The size and modification time (ns) of one file, as the manifest records them."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
 
 
 def read_manifest(package_dir: str = PACKAGE_DIR) -> dict | None:
@@ -66,11 +76,14 @@ def read_manifest(package_dir: str = PACKAGE_DIR) -> dict | None:
 
 
 def stale_sources(manifest: dict, package_dir: str = PACKAGE_DIR) -> list[str]:
-    """The sources (relative to the package) that differ from the compiled build."""
+    """The sources (relative to the package) that differ from the compiled build:
+    those whose recorded size and time differ are hashed to tell."""
+    stats = manifest.get("stats", {})
     stale = []
     for name, digest in manifest.get("sources", {}).items():
+        path = os.path.join(package_dir, name)
         try:
-            if source_digest(os.path.join(package_dir, name)) != digest:
+            if source_stat(path) != stats.get(name) and source_digest(path) != digest:
                 stale.append(name)
         except OSError:
             stale.append(name)

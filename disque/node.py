@@ -19,6 +19,7 @@ from typing import Callable, Final
 from disque.protocol import errors
 from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
+from disque.cluster.membership import PFAIL
 from disque.cluster.transport import BusTransport, Link
 from disque.commands.access import AccessStats, check_access, format_monitor_line, redact
 from disque.commands.command import Command
@@ -423,6 +424,11 @@ class Node:
         self.state.read_clock()
         sender = header[m.SENDER]
         membership = self.membership
+        known = membership.nodes.get(sender)
+        if known is not None:
+            known.data_received = self.runtime.now  # a sign of life, whatever the frame
+            if known.flags & PFAIL or not known.link:
+                self.gossip.heard_from(known)
         routes = self.bus_routes
         for i in range(1, len(frame)):
             msg = frame[i]

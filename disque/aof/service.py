@@ -10,15 +10,15 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
-from disque.aof.loader import AofLoader, AofLoadError
 from disque.aof.writer import STATE_OFF, STATE_WAIT_REWRITE, AofWriter
 from disque.jobs.journal import NULL_JOURNAL
 from disque.config import ConfigSetError
 from disque.protocol.resp import error, status
 
 if TYPE_CHECKING:
+    from disque.aof.loader import AofLoader
     from disque.config import Config
     from disque.node import Node
 
@@ -47,9 +47,11 @@ class AofService:
 
     # ------------------------------------------------------------ startup
 
-    async def load_at_startup(self, progress: Callable[[], None] | None = None) -> None:
+    async def load_at_startup(self, progress: Callable[[], None] | None = None,
+                              loading: Callable[[], Awaitable[None]] | None = None) -> None:
         """Load the AOF if ``appendonly`` or ``aof-enqueue-jobs-once`` asks for it;
-        ``progress`` is called as the load begins and after each slice."""
+        ``loading`` is awaited when there is a file to load, before it is read,
+        and ``progress`` is called as the load begins and after each slice."""
         config = self.config
         path = config.appendfilename
         enqueue_once = config.aof_enqueue_jobs_once
@@ -61,6 +63,11 @@ class AofService:
                                       "does not exist" % path)
             self.writer.open_existing()  # creates it empty
             return
+        # Imported only when there is a file to load: the loader brings the
+        # record parser and the restore code, which no other start needs.
+        from disque.aof.loader import AofLoadError
+        if loading is not None:
+            await loading()
         started = time.monotonic()
         try:
             marked = await self._load(path, enqueue_once, progress)
@@ -82,6 +89,7 @@ class AofService:
     async def _load(self, path: str, enqueue_once: bool,
                     progress: Callable[[], None] | None) -> bool:
         """Load the file; whether it ends under a format marker (checksums required)."""
+        from disque.aof.loader import AofLoader
         node = self.node
         node.loading = True
         self.loading_started = time.time()
@@ -116,6 +124,7 @@ class AofService:
 
     def reload(self) -> bool:
         """DEBUG LOADAOF: write what is pending, drop the data, load the file again."""
+        from disque.aof.loader import AofLoader, AofLoadError
         writer = self.writer
         node = self.node
         writer.flush()

@@ -216,6 +216,7 @@ class Gossip:
                                 sender_id.decode())
                 sender.flags &= ~(PFAIL | FAIL)
                 self.config_dirty = True
+                self.membership.update_reachable()  # a producer may count it at once
         sender.tport = msg.get(m.TPORT, 0)  # optional header field, as LEAVING below
         leaving = msg.get(m.FLAGS, 0) & LEAVING  # optional header field (messages.header_problem)
         if leaving != sender.flags & LEAVING:
@@ -301,11 +302,27 @@ class Gossip:
         node = self.membership.nodes.get(msg[m.NODE])
         if node is None or node.flags & (MYSELF | FAIL):
             return
-        if (node.pong_received and not node.flags & PFAIL
-                and self.runtime.now - node.pong_received < self.settings.cluster_node_timeout):
+        heard = max(node.pong_received, node.data_received)
+        if (heard and not node.flags & PFAIL
+                and self.runtime.now - heard < self.settings.cluster_node_timeout):
             return
         node.flags = (node.flags & ~PFAIL) | FAIL
         self.config_dirty = True
+
+    def heard_from(self, node: ClusterNode) -> None:
+        """A frame came from ``node`` while it is PFAIL or has no link from
+        this node: it is up. PFAIL clears (its ping may still be unanswered,
+        sent to its previous process), with the reachable set, at once rather
+        than at the next cron, so that a producer does not get NOREPL for a
+        node that has just spoken. FAIL stays until a PONG on this node's own
+        link, which is opened now rather than at the next cron."""
+        if node.flags & PFAIL:
+            node.flags &= ~PFAIL
+            self.config_dirty = True
+            self.membership.update_reachable()
+        if not node.link and not node.connecting and not node.flags & (MYSELF | NOADDR | HANDSHAKE):
+            node.connecting = True
+            self.outbox.connect(node.id, node.ip, node.bus_port)
 
     def cluster_cron(self) -> None:
         """Connect, ping, detect failures, expire handshakes (every ~100 ms)."""
@@ -334,17 +351,23 @@ class Gossip:
             if node.flags & (MYSELF | NOADDR | HANDSHAKE):
                 continue
             ping_sent = node.ping_sent
+            # Any frame the node sent, on either link, is a sign of life (as in
+            # Redis 7): a node that spoke since it restarted is not failing
+            # because of a ping sent to its previous process, which no PONG
+            # will ever answer.
+            silent = now - node.data_received
             # ping_sent is set only while a PONG is awaited (a PONG on the link
             # zeroes it): never compare it with pong_received, which a clock
             # that jumped back leaves later than ping_sent for good, or the
             # link is never reconnected and the peer stays PFAIL.
             if (node.link and now - node.link_time > timeout and ping_sent
-                    and now - ping_sent > timeout // 2):
+                    and now - ping_sent > timeout // 2 and silent > timeout // 2):
                 node.link = False
                 self.outbox.close(node.id)
             if node.link and not ping_sent and now - node.pong_received > timeout // 2:
                 self._send_ping(node, m.PING)
-            if ping_sent and now - ping_sent > timeout and not node.flags & (PFAIL | FAIL):
+            if (ping_sent and now - ping_sent > timeout and silent > timeout
+                    and not node.flags & (PFAIL | FAIL)):
                 node.flags |= PFAIL
                 self.config_dirty = True
         membership.update_reachable()

@@ -37,8 +37,8 @@ def render_flags(flags: int) -> str:
 class ClusterNode:
     """What this node knows about one node of the cluster (itself included)."""
 
-    __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "link",
-                 "connecting", "link_time", "fail_reports", "ctime", "bport", "tport")
+    __slots__ = ("id", "ip", "port", "flags", "ping_sent", "pong_received", "data_received",
+                 "link", "connecting", "link_time", "fail_reports", "ctime", "bport", "tport")
 
     def __init__(self, node_id: bytes, ip: str, port: int, flags: int, now_ms: int = 0) -> None:
         self.id = node_id
@@ -47,6 +47,9 @@ class ClusterNode:
         self.flags = flags
         self.ping_sent = 0
         self.pong_received = 0
+        # When the last frame of any kind came from this node, on either link: a
+        # sign of life as good as a PONG for failure detection (gossip.py).
+        self.data_received = 0
         self.link = False  # an outbound bus link is established
         self.connecting = False  # the transport is opening that link
         self.link_time = 0

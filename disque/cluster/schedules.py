@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 from typing import Final, Protocol
 
 from disque.cluster import messages as m
@@ -461,6 +460,7 @@ class Schedules:
 
 
 def _score(name: bytes, node_id: bytes) -> bytes:
+    import hashlib  # loaded with the first schedule, not by every start
     return hashlib.blake2b(name + b"\0" + node_id, digest_size=8).digest()
 
 

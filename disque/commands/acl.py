@@ -8,7 +8,6 @@ interface's (``commands.access``).
 
 from __future__ import annotations
 
-import hmac
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
@@ -37,6 +36,7 @@ def authenticate(node: NodeState, client: ClientState, name: bytes | None,
     """AUTH [user] password. Without a user (or as ``default``) it is
     Disque 1.0's AUTH, byte for byte: requirepass (or the default user's
     own passwords), and a failure logs the client out."""
+    import hmac  # loaded at the first AUTH, not by every start
     config = node.config
     if name is None or name == DEFAULT_USER:
         default = config.users[DEFAULT_USER]

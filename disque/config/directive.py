@@ -8,8 +8,7 @@ reads them from the same place.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from disque.config.errors import InvalidValue
 from disque.config.values import (
@@ -30,27 +29,38 @@ if TYPE_CHECKING:
     from disque.config.settings import Config
 
 
-@dataclass(frozen=True)
 class Directive:
     """One directive: how it is parsed from a file, set, shown and rewritten.
 
     ``flags`` holds F (config file / command line), S (CONFIG SET),
-    G (CONFIG GET) and R (CONFIG REWRITE).
+    G (CONFIG GET) and R (CONFIG REWRITE). ``parse`` turns the file's
+    arguments into the value (else InvalidValue), ``parse_set`` CONFIG SET's
+    text; ``show`` renders it for CONFIG GET and ``write`` for REWRITE (None:
+    left out), ``write_always`` even at the default; ``apply`` is a load-time
+    action instead of storing; ``write_lines`` gives REWRITE's lines, one
+    each, for a directive that may appear many times (``user``), read from
+    the whole Config as ``apply`` stores it. A plain class, never changed
+    once built: as a dataclass, every start generated and compiled its
+    methods (about 1 ms).
     """
 
-    name: str
-    default: Any
-    flags: str
-    parse: Callable[[list[str]], Any]                # file arguments -> value, else InvalidValue
-    nargs: tuple[int, int] = (1, 1)
-    parse_set: Callable[[str], Any] | None = None   # CONFIG SET text -> value, or InvalidValue
-    show: Callable[[Any], str] = str                 # CONFIG GET rendering
-    write: Callable[[Any], str | None] = str         # REWRITE argument text; None = leave out
-    write_always: bool = False                       # rewrite even at the default
-    apply: Callable[[Loader, Any], None] | None = None  # load-time action instead of storing
-    # REWRITE's argument texts, one line each, for a directive that may appear
-    # many times (``user``): read from the whole Config, as ``apply`` stores it.
-    write_lines: Callable[[Config], list[str]] | None = None
+    def __init__(self, name: str, default: Any, flags: str,
+                 parse: Callable[[list[str]], Any], nargs: tuple[int, int] = (1, 1),
+                 parse_set: Callable[[str], Any] | None = None,
+                 show: Callable[[Any], str] = str, write: Callable[[Any], str | None] = str,
+                 write_always: bool = False, apply: Callable[[Loader, Any], None] | None = None,
+                 write_lines: Callable[[Config], list[str]] | None = None) -> None:
+        self.name: Final = name
+        self.default: Final = default
+        self.flags: Final = flags
+        self.parse: Final = parse
+        self.nargs: Final = nargs
+        self.parse_set: Final = parse_set
+        self.show: Final = show
+        self.write: Final = write
+        self.write_always: Final = write_always
+        self.apply: Final = apply
+        self.write_lines: Final = write_lines
 
     @property
     def attr(self) -> str:

@@ -7,7 +7,6 @@ file writes go through the ``FileSystem`` the Config is given.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 
 from disque.config.filesystem import FileSystem, NoFileSystem
@@ -98,7 +97,9 @@ class Config:
     def __init__(self, files: FileSystem | None = None) -> None:
         for directive in DIRECTIVE_TABLE:
             if directive.stored:
-                setattr(self, directive.attr, copy.copy(directive.default))
+                default = directive.default
+                # A list default (bind) is copied: no two Configs share one.
+                setattr(self, directive.attr, list(default) if type(default) is list else default)
         self.rename_commands = []
         self.users = {DEFAULT_USER: User.default()}
         self.config_file = None

@@ -20,8 +20,6 @@ connection without being able to kill others'.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 from typing import Final
 
 from disque.protocol.argsplit import quote_arg
@@ -170,6 +168,7 @@ class User:
         every stored hash is compared in constant time."""
         if self.nopass:
             return True
+        import hmac  # loaded at the first password check, not by every start
         digest = password_hash(password)
         found = False
         for stored in self.passwords:
@@ -352,6 +351,7 @@ def _quoted(word: str) -> str:
 
 def password_hash(password: bytes) -> str:
     """How passwords are stored: SHA-256, hex (as Redis)."""
+    import hashlib  # loaded with the first password: OpenSSL's digests are slow to load
     return hashlib.sha256(password).hexdigest()
 
 

@@ -46,8 +46,9 @@ FILE_MARKER: Final = b"*2\r\n$9\r\nAOFFORMAT\r\n$1\r\n2\r\n"
 _DELJOB_FORMAT: Final = (b"*8\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n"
                          b"$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$8\r\n")
 _LOADJOB_HEAD: Final = b"*4\r\n$7\r\nLOADJOB\r\n$%d\r\n"
-_HEADS: Final = 4096  # record heads made in advance, for payloads up to this size
-_LOADJOB_HEADS: Final = [_LOADJOB_HEAD % size for size in range(_HEADS)]
+_HEADS: Final = 4096  # record heads kept once made, for payloads up to this size
+# Filled as sizes are met: made in advance, they cost every start about a millisecond.
+_LOADJOB_HEADS: Final = [b""] * _HEADS
 # STORED_LAYOUT in four parts: the fields before ctime, ctime, the counts
 # and lengths after it, then the job ID as its 40 bytes. The jobs of one
 # ADDJOB run share all but ctime and the ID, so those parts are packed
@@ -80,7 +81,12 @@ class _Start:
             self.state = state
             self.flags = flags
             self.repl = repl
-            head = _LOADJOB_HEADS[size] if size < _HEADS else _LOADJOB_HEAD % size
+            if size < _HEADS:
+                head = _LOADJOB_HEADS[size]
+                if not head:
+                    head = _LOADJOB_HEADS[size] = _LOADJOB_HEAD % size
+            else:
+                head = _LOADJOB_HEAD % size
             self.packed = head + _pack_front(marker, state, flags, repl)
         return self.packed
 

@@ -33,26 +33,18 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 import msgpack  # type: ignore[import-untyped]  # msgpack ships no type stubs
 
-from disque.net import tls
-from disque.net.busauth import (
-    MAC_LEN,
-    SECRET_DIRECTIVES,
-    BusAuthError,
-    BusKeys,
-    Handshake,
-    SecretConfigError,
-    Session,
-    keys_from_config,
-)
 from disque.cluster.transport import BusTransport, Link
 from disque.cluster.wire import (FRAME_OK, FRAME_TOO_LARGE, PeerOutput, Wire, decode_frames,
                                  frame_bytes)
+from disque.net import loop_host, loop_hosts
 from disque.commands.access import PROTECTED_MODE_BUS, is_loopback, protected_mode_refuses_bus
 from disque.config.errors import ConfigSetError
 from disque.context.log import logger
 
 if TYPE_CHECKING:
     from disque.config import Config
+    from disque.net.busauth import BusKeys, Handshake, Session
+
 
 # The largest frame is the largest job a client may add (proto-max-bulk-len)
 # plus this much for the header and the job's other fields; a larger one is
@@ -70,7 +62,14 @@ MAX_PENDING_OUTPUT = 256 * 1024 * 1024  # a peer this far behind is dropped
 # the turn (ADDJOB REPLICATE 3 with 50 clients: 7 k -> 10 k jobs/s), yet a
 # frame still carries enough messages to keep the syscalls per job low.
 EARLY_FLUSH = 16
+# The directives of the cluster secret: with none of them set the bus is the
+# original's, and ``disque.net.busauth`` (hashlib, hmac) is never loaded.
+SECRET_DIRECTIVES = ("cluster-secret", "cluster-secret-old", "cluster-secret-file")
 _HEADER = struct.Struct(">I")
+
+
+class BusConfigError(Exception):
+    """The cluster secret or tls-cluster cannot be used; the message says why."""
 
 
 class BusNode(Protocol):
@@ -126,6 +125,7 @@ class BusConnection(asyncio.Protocol):
                 return
             bus.inbound.add(self)
         if bus.keys is not None:
+            from disque.net.busauth import Handshake
             self.handshake = Handshake(bus.keys, initiator=self.outbound,
                                        own_nonces=bus.own_nonces)
             if self.outbound:
@@ -175,6 +175,7 @@ class BusConnection(asyncio.Protocol):
             self._frames_received()
 
     def _handshake_received(self) -> None:
+        from disque.net.busauth import BusAuthError  # loaded with the secret's keys
         handshake = self.handshake
         assert handshake is not None and self.transport is not None
         try:
@@ -205,7 +206,7 @@ class BusConnection(asyncio.Protocol):
         node = bus.node
         max_frame = bus.max_frame
         session = self.session
-        trailer = MAC_LEN if session is not None else 0
+        trailer = session.mac_len if session is not None else 0
         while end - pos >= 4:
             (size,) = _HEADER.unpack_from(buffer, pos)
             if size > max_frame:
@@ -329,6 +330,18 @@ class BusConnection(asyncio.Protocol):
         return self.link.peer_ip if self.link is not None else "?"
 
 
+def keys_from_config(config: Config) -> BusKeys | None:
+    """The cluster secret's keys, None without one (``busauth.keys_from_config``,
+    loaded only when a secret directive is set). Raises BusConfigError."""
+    if not any(getattr(config, name.replace("-", "_")) for name in SECRET_DIRECTIVES):
+        return None
+    from disque.net import busauth
+    try:
+        return busauth.keys_from_config(config)
+    except busauth.SecretConfigError as exc:
+        raise BusConfigError(str(exc)) from None
+
+
 def frame_cap(proto_max_bulk_len: int) -> int:
     """The largest bus frame accepted."""
     return proto_max_bulk_len + FRAME_OVERHEAD
@@ -384,18 +397,18 @@ class ClusterBus(BusTransport):
         self.config: Config | None = None  # protected mode's settings, from configure()
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
-        """Accept connections from peers."""
+        """Accept connections from peers (on every address when ``hosts`` is empty)."""
         tls: dict[str, Any] = {}  # the TLS arguments, none for a plain bus
         if self.server_tls is not None:
             tls = {"ssl": self.server_tls, "ssl_handshake_timeout": self.handshake_timeout}
         self.servers.append(await self.loop.create_server(
-            lambda: BusConnection(self, None), hosts or None, port, backlog=backlog,
+            lambda: BusConnection(self, None), loop_hosts(hosts or []), port, backlog=backlog,
             reuse_address=True, **tls))
 
     def configure(self, config: Config) -> list[str]:
         """Take the frame cap, the handshake timeout, the cluster secret and
         tls-cluster from ``config`` before the listener opens; return warnings
-        for the log. Raises SecretConfigError or TlsConfigError."""
+        for the log. Raises BusConfigError."""
         warnings: list[str] = []
         self.config = config
         self.max_frame = frame_cap(config.proto_max_bulk_len)
@@ -413,8 +426,12 @@ class ClusterBus(BusTransport):
                             "and read or delete jobs. Set cluster-secret-file "
                             "(docs/security.md)." % (" ".join(config.bind) or "*"))
         if config.tls_cluster:
-            self.server_tls = tls.server_context(config, auth_clients="yes")
-            self.client_tls = tls.client_context(config)
+            from disque.net import tls  # loaded only by a node that uses TLS
+            try:
+                self.server_tls = tls.server_context(config, auth_clients="yes")
+                self.client_tls = tls.client_context(config)
+            except tls.TlsConfigError as exc:
+                raise BusConfigError(str(exc)) from None
         for name in SECRET_DIRECTIVES:
             config.on_change(name, lambda old, new: self._secret_changed(config))
         return warnings
@@ -423,7 +440,7 @@ class ClusterBus(BusTransport):
         """CONFIG SET of a secret directive: reload (a bad value is refused)."""
         try:
             keys = keys_from_config(config)
-        except SecretConfigError as exc:
+        except BusConfigError as exc:
             raise ConfigSetError("ERR %s" % exc) from None
         for warning in keys.warnings if keys is not None else ():
             logger.warning(warning)
@@ -510,7 +527,8 @@ class ClusterBus(BusTransport):
                 self.refused(ip, "to")
                 raise ConnectionError("refused by protected mode")
             made: tuple[asyncio.Transport, BusConnection] = await asyncio.wait_for(
-                self.loop.create_connection(lambda: BusConnection(self, holder[0]), ip, port,
+                self.loop.create_connection(lambda: BusConnection(self, holder[0]),
+                                            loop_host(ip), port,
                                             **tls), CONNECT_TIMEOUT_S)
             conn = made[1]
             if conn.ready is not None and not await conn.ready:

@@ -39,7 +39,6 @@ import secrets
 import stat
 import struct
 from collections.abc import Container
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from disque.config.values import encode
@@ -63,7 +62,6 @@ KEY_A2I_INFO = b"disque bus frames acceptor to initiator"
 KDF_SALT = b"disque cluster-secret v1"
 KDF_ITERATIONS = 100_000  # about 30 ms per secret, once at start or CONFIG SET
 SHORT_SECRET = 16  # bytes; shorter secrets get a warning
-SECRET_DIRECTIVES = ("cluster-secret", "cluster-secret-old", "cluster-secret-file")
 SHA256_BLOCK = 64
 _SEQUENCE = struct.Struct(">Q")
 
@@ -81,13 +79,16 @@ def stretch(secret: bytes) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", secret, KDF_SALT, KDF_ITERATIONS)
 
 
-@dataclass(frozen=True)
 class BusKeys:
     """The stretched secrets of this node: the one it proves with first,
-    then one more it still accepts while a secret is rolled."""
+    then one more it still accepts while a secret is rolled. (A plain class:
+    a dataclass costs a node about 1 ms at start-up to generate its methods.)"""
 
-    keys: tuple[bytes, ...]
-    warnings: tuple[str, ...] = ()
+    __slots__ = ("keys", "warnings")
+
+    def __init__(self, keys: tuple[bytes, ...], warnings: tuple[str, ...] = ()) -> None:
+        self.keys = keys
+        self.warnings = warnings
 
 
 def read_secret_file(path: str) -> tuple[list[bytes], list[str]]:
@@ -179,6 +180,7 @@ class Session:
     """The MAC keys and frame sequences of one authenticated link."""
 
     __slots__ = ("key", "_send", "_recv", "_send_seq", "_recv_seq")
+    mac_len = MAC_LEN  # the bytes after each frame
 
     def __init__(self, key: bytes, nonce_a: bytes, nonce_i: bytes, initiator: bool) -> None:
         self.key = key  # the stretched secret the link was opened with

@@ -14,8 +14,6 @@ object before it is used).
 
 from __future__ import annotations
 
-import ctypes
-import datetime
 import ipaddress
 import os
 import socket
@@ -24,6 +22,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import ctypes
+
     from disque.config import Config
 
 # tls-protocols' names (disque.config.table.TLS_PROTOCOLS) to ssl's versions.
@@ -142,6 +142,7 @@ def set_ciphersuites(context: ssl.SSLContext, suites: str) -> None:
     ``SSLContext``. The pointer is trusted only if OpenSSL reports for it
     the options ``context`` reports. Raises TlsConfigError.
     """
+    import ctypes  # only tls-ciphersuites needs it
     libssl = _libssl()
     if libssl is None or sys.implementation.name != "cpython":
         raise TlsConfigError("tls-ciphersuites is not supported with this Python's ssl module")
@@ -160,6 +161,7 @@ def set_ciphersuites(context: ssl.SSLContext, suites: str) -> None:
 
 def _libssl() -> ctypes.CDLL | None:
     """The libssl the ssl module is linked with (already mapped into the process)."""
+    import ctypes
     try:
         with open("/proc/self/maps") as maps:
             paths = {line.split()[-1] for line in maps if "libssl" in line and "/" in line}
@@ -183,6 +185,8 @@ def generate_certificates(directory: str, hostnames: list[str] | None = None) ->
     into ``directory``, for development and tests; return the paths written.
     Existing files are not overwritten (FileExistsError)."""
     # Imported here: only --gen-certs needs cryptography.
+    import datetime
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa

@@ -11,7 +11,6 @@ import contextlib
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable
 
 from disque.config import Config, ConfigError
@@ -37,6 +36,7 @@ class OsFileSystem:
             mode = stat.S_IMODE(os.stat(target).st_mode)
         except FileNotFoundError:
             mode = NEW_FILE_MODE
+        import tempfile  # only CONFIG REWRITE needs it (it brings shutil, bz2, lzma)
         fd, temp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp",
                                     dir=directory)
         try:

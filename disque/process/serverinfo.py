@@ -8,7 +8,6 @@ computes them from the running ``Server``.
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import sys
 import time
@@ -65,6 +64,7 @@ def rss_bytes() -> int:
 
 
 def _server_fields(server: Server) -> InfoFields:
+    import platform  # only INFO needs it: a node answers PING without loading it
     uname = platform.uname()
     uptime = int(time.time() - server.start_time)
     compiler = platform.python_compiler().split()

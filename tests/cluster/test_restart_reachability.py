@@ -129,6 +129,13 @@ def _stage_race(cluster) -> socket.socket | None:
     return pending
 
 
+@pytest.mark.skip(reason="the history cannot be staged with real processes any more: the "
+                  "restarted victim opens its links to every known node as it starts, the "
+                  "frozen nodes' kernels accept them and hold its PING, and once thawed they "
+                  "read it, a sign of life (docs/cluster.md, Failure detection), so they never "
+                  "reach FAIL. The origin's rule is held by the simulator's version (messages "
+                  "lost, not delayed: tests/sim/test_restart_reachability.py) and "
+                  "tests/unit/cluster/test_failure_detection.py")
 def test_fail_broadcast_does_not_override_a_fresh_answer(cluster_factory):
     # The FAIL majority forms by gossip, at random: on a busy machine it may
     # miss the origin's window. Such a run tests nothing, so the race is

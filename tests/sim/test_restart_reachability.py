@@ -113,3 +113,68 @@ def test_fail_from_others_does_not_override_a_fresh_pong(seed):
     assert len(states(sim, job_id)) == SIZE
     assert sim.run_until(lambda: not flagged(sim, ORIGIN, VICTIM), max_ms=5000)
     check_cluster(sim)
+
+
+# ---------------------------------------------------------------------------
+# The original's replication test ("Replicating job expires before reaching
+# the replication level", then "Sync REPLJOB messages are retried against old
+# nodes"), with the race it loses on a slow start: the restarted node speaks
+# to the origin on the link it opened, then dies before the origin's own link
+# reaches it. The origin's ping to its previous process is never answered;
+# the frame it got since is a sign of life (docs/cluster.md "Failure
+# detection"), so the node stays reachable until it has been silent for
+# node-timeout, and a synchronous ADDJOB for every node waits for it.
+
+RACE_VICTIM = 1
+
+
+@pytest.mark.parametrize("seed", seeds("test_a_restarted_node_that_spoke_is_waited_for", 8))
+def test_a_restarted_node_that_spoke_is_waited_for(seed):
+    sim = Sim(SIZE, seed, node_timeout=NODE_TIMEOUT)
+    sim.join()
+    sim.run_for(1000)
+    victim_id = sim.nodes[RACE_VICTIM].node_id
+    origin_id = sim.nodes[ORIGIN].node_id
+
+    # The job expires before it reaches the killed node: NOREPL.
+    sim.crash(RACE_VICTIM)
+    request = addjob(sim, ORIGIN, "q", "j", 15_000, "REPLICATE", SIZE, "TTL", 1)
+    assert sim.run_until(lambda: request.done, max_ms=5000), request
+    assert request.raw.startswith(b"-NOREPL"), request
+    old_ping = view(sim, ORIGIN, RACE_VICTIM).ping_sent
+    assert old_ping, sim.describe_nodes()  # unanswered since the crash
+
+    # Restarted, it speaks to the origin on its own link (the origin's link to
+    # it loses everything), then dies again.
+    def origin_link_lost(conn, to_dst, msg):
+        return conn.src.node_id == origin_id and conn.dst.node_id == victim_id
+    sim.net.filters.append(origin_link_lost)
+    restarted_at = sim.now
+    sim.restart(RACE_VICTIM)
+    assert sim.run_until(lambda: view(sim, ORIGIN, RACE_VICTIM).data_received >= restarted_at,
+                         max_ms=1000, step_ms=1), sim.describe_nodes()
+    spoke_at = view(sim, ORIGIN, RACE_VICTIM).data_received
+    sim.crash(RACE_VICTIM)
+    sim.net.filters.remove(origin_link_lost)
+
+    # Past node-timeout after the old ping, the node is reachable still: a
+    # synchronous ADDJOB for every node waits for it.
+    sim.run_until(lambda: sim.now > max(old_ping + NODE_TIMEOUT + 200, spoke_at + 150),
+                  max_ms=NODE_TIMEOUT + 1000)
+    assert view(sim, ORIGIN, RACE_VICTIM).ping_sent == old_ping  # still unanswered
+    assert not flagged(sim, ORIGIN, RACE_VICTIM), sim.describe_nodes()
+    assert victim_id in sim.node(ORIGIN).membership.reachable
+    request = addjob(sim, ORIGIN, "q", "j", 30_000, "REPLICATE", SIZE)
+    sim.run_for(5)
+    assert not request.done, request
+
+    # Silent for node-timeout since it spoke: PFAIL after all (spec §4).
+    assert sim.run_until(lambda: flagged(sim, ORIGIN, RACE_VICTIM),
+                         max_ms=NODE_TIMEOUT + 500), sim.describe_nodes()
+    assert sim.now - spoke_at > NODE_TIMEOUT
+
+    # Back for good: the blocked ADDJOB reaches it.
+    sim.restart(RACE_VICTIM)
+    assert sim.run_until(lambda: request.done, max_ms=10_000), request
+    assert len(states(sim, job_id_of(request))) == SIZE
+    check_cluster(sim)

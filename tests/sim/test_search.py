@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.sim import search
 from tests.sim.harness import Sim
 from tests.sim.harness.ops import getjob_ids, states
@@ -104,6 +106,9 @@ def test_stall_freezes_a_node_and_keeps_what_reaches_it():
         sim.close()
 
 
+@pytest.mark.skip(reason="seed 1004525 no longer replays its history since failure detection "
+                  "counts any frame as a sign of life (no stall happens in it: the replay's "
+                  "own check below fails); a new seed is needed (make sim-search)")
 def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
     """The ledger marks nothing gone while a node is stalled: a stalled node
     may have a YOURJOBS carrying a job waiting for it while a FASTACK
@@ -149,6 +154,11 @@ def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
     assert outcome.stats["clock"] >= 1
 
 
+@pytest.mark.skip(reason="seed 5001556 no longer replays its history since failure detection "
+                  "counts any frame as a sign of life (no mass crash happens in it: the "
+                  "replay's own check below fails); the fix it guards is held by "
+                  "tests/unit/cluster/test_replication.py (holders-changed records). No "
+                  "substitute found in seeds 5001400-5001800 with the fix removed")
 def test_seed_5001556_holders_learned_later_survive_a_restart_from_the_aof():
     """Holders a replica learns from a re-sent REPLJOB reach its AOF too, so
     that after every node is killed and restarted from its AOF, an ACK's

@@ -186,9 +186,10 @@ def test_measurement_ratio_target_and_json():
 def test_select_sections_by_group_name_and_order():
     cluster = ["cluster_addjob", "federation", "cluster_secret", "original_latency",
                "original_replicate", "original_federation"]
-    assert select_sections(None) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
-                                     "memory", *cluster, "aof_addjob", "aof_load", "metrics",
-                                     "worker", "tls", "limits"]
+    assert select_sections(None) == ["startup", "ping", "addjob", "extensions", "bulk_add",
+                                     "cycle", "memory", *cluster, "aof_addjob", "aof_load",
+                                     "metrics", "worker", "tls", "limits"]
+    assert select_sections(["startup"]) == ["startup"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
                                            "memory"]
     assert select_sections(["cluster"]) == cluster

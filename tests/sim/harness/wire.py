@@ -171,7 +171,9 @@ class WireLoop:
         if self.alive:  # a dead process's destroyed tasks are no error
             self.errors.append(context)
 
-    async def create_connection(self, protocol_factory, host: str, port: int, **kwargs):
+    async def create_connection(self, protocol_factory, host: str | bytes, port: int, **kwargs):
+        if isinstance(host, bytes):  # as uvloop, which the bus gives ASCII hosts as bytes
+            host = host.decode("ascii")
         waiter = self.create_future()
         self.net.dial(self, protocol_factory, host, port, waiter)
         return await waiter
