@@ -141,15 +141,22 @@ def check_access(node: NodeState, client: ClientState, cmd: Command,
     return None
 
 
+def _check_producer(node: NodeState, user: User, argv: list[bytes], first: int,
+                    end: int) -> bytes | None:
+    """ADDJOB's and ADDJOBS's queues: ``argv[1]``, and the queue after each
+    DEADLETTER among the option words ``argv[first:end]``."""
+    denied = _check_queue(node, user, argv[1])
+    for i in range(first, end - 1):
+        if denied is None and option_name(argv[i]) == _DEADLETTER:
+            denied = _check_queue(node, user, argv[i + 1])
+    return denied
+
+
 def _check_keys(node: NodeState, user: User, kind: int, argv: list[bytes]) -> bytes | None:
     if kind == KEYS_QUEUE:
         return _check_queue(node, user, argv[1])
     if kind == KEYS_ADDJOB:
-        denied = _check_queue(node, user, argv[1])
-        for i in range(4, len(argv) - 1):
-            if denied is None and option_name(argv[i]) == _DEADLETTER:
-                denied = _check_queue(node, user, argv[i + 1])
-        return denied
+        return _check_producer(node, user, argv, 4, len(argv))
     if kind == KEYS_SCHEDULE:
         for queue in _schedule_queues(node, argv):
             denied = _check_queue(node, user, queue)
@@ -157,13 +164,9 @@ def _check_keys(node: NodeState, user: User, kind: int, argv: list[bytes]) -> by
                 return denied
         return None
     if kind == KEYS_ADDJOBS:
-        denied = _check_queue(node, user, argv[1])
         # Every word before the jobs that follows a DEADLETTER: never fewer
         # queues than the options' parser reads there.
-        for i in range(3, addjobs_options_end(argv) - 1):
-            if denied is None and option_name(argv[i]) == _DEADLETTER:
-                denied = _check_queue(node, user, argv[i + 1])
-        return denied
+        return _check_producer(node, user, argv, 3, addjobs_options_end(argv))
     if kind == KEYS_GETJOB:
         for queue in getjob_queues(argv):
             denied = _check_queue(node, user, queue)

@@ -203,7 +203,6 @@ class BusConnection(asyncio.Protocol):
         pos = 0
         end = len(buffer)
         bus = self.bus
-        node = bus.node
         max_frame = bus.max_frame
         session = self.session
         trailer = session.mac_len if session is not None else 0
@@ -233,15 +232,20 @@ class BusConnection(asyncio.Protocol):
                 return
             if self.deadline is not None:
                 self._handshake_over(True)  # a plain inbound link's first frame
-            link.node_id = self.node_id
-            try:
-                node.receive_frame(link, msgs)
-            except Exception:
-                logger.exception("Error handling bus messages from %s", link.peer_ip)
-            if self.closed:
+            if not self._deliver(link, msgs):
                 return
         del buffer[:pos]
         bus.server_after_bus()
+
+    def _deliver(self, link: Link, msgs: list) -> bool:
+        """Hand one decoded frame to the node; False once the link closed
+        under it (the frames after it are dropped)."""
+        link.node_id = self.node_id
+        try:
+            self.bus.node.receive_frame(link, msgs)
+        except Exception:
+            logger.exception("Error handling bus messages from %s", link.peer_ip)
+        return not self.closed
 
     def _plain_frames_received(self) -> None:
         """The frames of a link without a MAC, past its handshake: cut and
@@ -250,14 +254,8 @@ class BusConnection(asyncio.Protocol):
         assert link is not None  # set by connection_made, before any data
         bus = self.bus
         frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame)
-        node = bus.node
         for msgs in frames:
-            link.node_id = self.node_id
-            try:
-                node.receive_frame(link, msgs)
-            except Exception:
-                logger.exception("Error handling bus messages from %s", link.peer_ip)
-            if self.closed:
+            if not self._deliver(link, msgs):
                 return
         if problem != FRAME_OK:
             if problem == FRAME_TOO_LARGE:
