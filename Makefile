@@ -58,7 +58,7 @@ run: install
 # The core's type check ([tool.mypy] in pyproject.toml: its `files` are the
 # core) runs before the tests, then the same strict check of the adapters that
 # talk to the core through typed seams.
-ADAPTERS_TYPED := disque/net disque/server.py disque/process disque/http disque/aof
+ADAPTERS_TYPED := disque/net disque/launch.py disque/server.py disque/process disque/http disque/aof
 typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy $(ADAPTERS_TYPED)

@@ -40,8 +40,8 @@ CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ]
 # Below everything: the package itself and the build selector it runs first.
 BOOT = ("disque", "disque.build")
-ADAPTERS = ("disque.server", "disque.net", "disque.process", "disque.aof", "disque.http",
-            "disque.spark", "disque.client", "disque.worker", "disque.tools")
+ADAPTERS = ("disque.launch", "disque.server", "disque.net", "disque.process", "disque.aof",
+            "disque.http", "disque.spark", "disque.client", "disque.worker", "disque.tools")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [("boot", BOOT), *CORE_LAYERS,
                                              ("adapters", ADAPTERS)]
 # The core reads time and randomness only through what the node is given,
