@@ -57,6 +57,7 @@ class Round:
 
     value: float
     cpu_us_per_job: float
+    user_us_per_job: float  # the part of cpu_us_per_job spent in user space
     steal_percent: float | None
     extra: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -87,15 +88,23 @@ def _rounds(settings: Settings, clusters: dict[str, list[DisqueNode]], name: str
             for node in nodes:
                 node.flush()
             ticks = machine.cpu_ticks()
-            cpu_before = sum(node.cpu_seconds() for node in nodes)
+            before = _cpu_split(nodes)
             value, jobs, extra = sample(nodes)
-            cpu = (sum(node.cpu_seconds() for node in nodes) - cpu_before) * 1e6 / max(jobs, 1)
+            after = _cpu_split(nodes)
+            user, system = ((a - b) * 1e6 / max(jobs, 1) for a, b in zip(after, before))
             steal = machine.steal_percent(ticks, machine.cpu_ticks())
-            got[side].append(Round(value, cpu, steal, extra))
-            log.info("  %-28s round %d %-8s %10.3f %s  %6.1f CPU us/job  steal %s %%", name,
-                     round_no, side, value,
-                     " ".join("%s %.3f" % item for item in extra.items()), cpu, steal)
+            got[side].append(Round(value, user + system, user, steal, extra))
+            log.info("  %-28s round %d %-8s %10.3f %s  %6.1f CPU us/job (user %.1f)  steal %s %%",
+                     name, round_no, side, value,
+                     " ".join("%s %.3f" % item for item in extra.items()), user + system, user,
+                     steal)
     return got
+
+
+def _cpu_split(nodes: list[DisqueNode]) -> tuple[float, float]:
+    """User and system CPU seconds of ``nodes`` so far, summed."""
+    splits = [node.cpu_split() for node in nodes]
+    return sum(u for u, _ in splits), sum(s for _, s in splits)
 
 
 def _measurement(name: str, description: str, unit: str, rounds: dict[str, list[Round]],
@@ -111,6 +120,8 @@ def _measurement(name: str, description: str, unit: str, rounds: dict[str, list[
             "round_ratios": [round(a / b, 3) if b else None for a, b in zip(ours, original)],
             "cpu_us_per_job": {side: [round(r.cpu_us_per_job, 1) for r in rounds[side]]
                                for side in SIDES},
+            "user_us_per_job": {side: [round(r.user_us_per_job, 1) for r in rounds[side]]
+                                for side in SIDES},
             "steal_percent": {side: [r.steal_percent for r in rounds[side]] for side in SIDES},
             **{"%s_%s" % (key, side): [round(r.extra[key], 3) for r in rounds[side]]
                for side in SIDES for key in (rounds[side][0].extra if rounds[side] else {})},

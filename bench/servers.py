@@ -91,10 +91,15 @@ def parse_vmrss(status: str) -> int:
 
 
 def parse_cpu_seconds(stat: str, ticks_per_second: int) -> float:
-    """User + system CPU seconds of all threads from /proc/<pid>/stat text (fields 14 and 15,
-    counted after the parenthesised command name, which may itself hold spaces)."""
+    """User + system CPU seconds of all threads from /proc/<pid>/stat text."""
+    return sum(parse_cpu_split(stat, ticks_per_second))
+
+
+def parse_cpu_split(stat: str, ticks_per_second: int) -> tuple[float, float]:
+    """User and system CPU seconds of all threads from /proc/<pid>/stat text (fields
+    14 and 15, counted after the parenthesised command name, which may hold spaces)."""
     fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / ticks_per_second
+    return int(fields[11]) / ticks_per_second, int(fields[12]) / ticks_per_second
 
 
 def _die_with_parent() -> None:
@@ -176,8 +181,12 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """CPU time the server process has used so far (user + system)."""
-        return parse_cpu_seconds(Path("/proc/%d/stat" % self.pid).read_text(),
-                                 os.sysconf("SC_CLK_TCK"))
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU time the server process has used so far."""
+        return parse_cpu_split(Path("/proc/%d/stat" % self.pid).read_text(),
+                               os.sysconf("SC_CLK_TCK"))
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if the process does not exit in time."""

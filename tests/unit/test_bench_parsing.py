@@ -22,7 +22,7 @@ from bench import original
 from bench.measurement import Measurement, Reference, SectionSkipped, Target
 from bench.redis_benchmark import BenchmarkError, parse_csv
 from bench.run import build_report, run_sections, select_sections
-from bench.servers import parse_cpu_seconds, parse_vmrss
+from bench.servers import parse_cpu_seconds, parse_cpu_split, parse_vmrss
 from bench.settings import Settings
 from disque.tools.resp_client import ReplyParser, encode_command
 
@@ -206,6 +206,7 @@ def test_cpu_seconds_from_proc_stat_with_spaces_in_the_name():
     stat = ("4242 (python -m x) S 1 4242 4242 0 -1 4194560 1000 0 0 0 "
             "250 50 0 0 20 0 3 0 100 1000000 500 18446744073709551615")
     assert parse_cpu_seconds(stat, 100) == 3.0
+    assert parse_cpu_split(stat, 100) == (2.5, 0.5)
 
 
 def test_select_comparison_sections():
