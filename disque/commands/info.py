@@ -50,6 +50,8 @@ EXTRA_SECTIONS: Final = (
                        "getjob_max_queues_refused",
                        "addjob_quota_refused")),  # docs/security.md "Limits", rate-limits.md
            ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)
+           ("Schedules", ("schedules", "schedule_ticks_fired", "schedule_ticks_refused",
+                          "schedule_ticks_skipped")),  # docs/schedules.md
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
 _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
@@ -82,6 +84,12 @@ def _node_fields(node: NodeState, section: str) -> dict:
     if section == "limits":
         return {"getjob_max_queues_refused": node.stats.getjob_queues_refused,
                 "addjob_quota_refused": node.stats.quota_refused}
+    if section == "schedules":
+        schedules = node.schedules
+        return {"schedules": len(schedules.listing()),
+                "schedule_ticks_fired": schedules.fired,
+                "schedule_ticks_refused": schedules.refused,
+                "schedule_ticks_skipped": schedules.skipped}
     if section == "stats":
         return {"total_commands_processed": node.stats.commands_processed,
                 "instantaneous_ops_per_sec": node.stats.ops_per_sec()}

@@ -42,6 +42,11 @@ def _ticks(cluster, nodes) -> dict[int, set[bytes]]:
     return ticks
 
 
+def _info_schedules(cluster, i: int) -> dict[str, int]:
+    """Node ``i``'s INFO schedules fields (redis-py parses INFO's text)."""
+    return {key: int(value) for key, value in cluster.call(i, "INFO", "schedules").items()}
+
+
 def _check_once_each(ticks: dict[int, set[bytes]], first: int, last: int) -> None:
     missing = [t for t in range(first, last + 1, 1000) if t not in ticks]
     doubled = {t: ids for t, ids in ticks.items() if len(ids) > 1}
@@ -79,6 +84,12 @@ def test_one_job_per_tick_takeover_and_restart(cluster_factory, redis_cli):
     wait_until(lambda: _entry(cluster, survivors[0])[b"last"] >= entry[b"last"] + 3000, 10)
     last = _entry(cluster, survivors[0])[b"last"]
     _check_once_each(_ticks(cluster, survivors), first, last)
+    # INFO schedules: the new firer counts the ticks it fired (the late ones
+    # and the four since), the other survivor none since the kill.
+    new_firer = cluster.index_of(_entry(cluster, survivors[0])[b"firedby"])
+    counts = _info_schedules(cluster, new_firer)
+    assert counts["schedules"] == 1 and counts["schedule_ticks_fired"] >= 4, counts
+    assert counts["schedule_ticks_refused"] == 0, counts
 
     # The killed node restarts from its nodes.conf: the schedule is there at
     # once, and it fires no tick the others fired meanwhile.
