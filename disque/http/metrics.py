@@ -210,6 +210,24 @@ class ReplicationCollector:
                         "replicas (successful waits).", replication.wait_latency, MS)
 
 
+class ScheduleCollector:
+    """Periodic jobs (docs/schedules.md): the schedules known and their ticks."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def collect(self) -> Iterator[Metric]:
+        schedules = self.node.schedules
+        yield _gauge("schedules", "Live schedules this node knows (SCHEDULE LIST).",
+                     len(schedules.listing()))
+        yield _counter("schedule_ticks_fired", "Ticks whose job this node made.",
+                       schedules.fired)
+        yield _counter("schedule_ticks_refused", "Ticks whose ADDJOB this node refused "
+                       "(retried).", schedules.refused)
+        yield _counter("schedule_ticks_skipped", "Ticks older than the catch-up window, "
+                       "never fired.", schedules.skipped)
+
+
 class ProcessCollector:
     """What the process around the node knows: clients, RSS, the network,
     the AOF, the build."""
@@ -265,7 +283,7 @@ def node_registry(node: Node) -> CollectorRegistry:
     """A registry of the collectors that read the node alone."""
     registry = CollectorRegistry(auto_describe=False)
     for collector in (JobsCollector(node), QueuesCollector(node), BusCollector(node),
-                      ReplicationCollector(node)):
+                      ReplicationCollector(node), ScheduleCollector(node)):
         registry.register(collector)
     return registry
 

@@ -117,6 +117,18 @@ def test_bus_messages_by_type_and_nodes_by_state():
     assert states == {"up": 2, "pfail": 1, "fail": 2, "handshake": 1, "leaving": 1}
 
 
+def test_schedules_and_their_ticks():
+    node = make_node()
+    assert value(scrape(node_registry(node)), "disque_schedules") == 0
+    Cmd(node)("SCHEDULE", "SET", "beat", "EVERY", "1", "beats", "ping")
+    node.schedules.fired, node.schedules.refused, node.schedules.skipped = 3, 2, 1
+    families = scrape(node_registry(node))
+    assert value(families, "disque_schedules") == 1
+    assert value(families, "disque_schedule_ticks_fired_total") == 3
+    assert value(families, "disque_schedule_ticks_refused_total") == 2
+    assert value(families, "disque_schedule_ticks_skipped_total") == 1
+
+
 def test_replication_wait_latency():
     node = make_node()
     add_peer(node)
