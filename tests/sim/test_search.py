@@ -18,6 +18,7 @@ from tests.sim.harness import Sim
 from tests.sim.harness.ops import getjob_ids, states
 from tests.sim.harness.seeds import seeds
 from tests.sim.harness.start import add_ok
+from tests.sim.harness.workload import GONE_AFTER_MS, WATCH_GONE_EVERY_MS, JobRecord, Ledger
 
 SEARCH_SEEDS = 200
 
@@ -106,18 +107,63 @@ def test_stall_freezes_a_node_and_keeps_what_reaches_it():
         sim.close()
 
 
-@pytest.mark.skip(reason="seed 1004525 no longer replays its history since failure detection "
-                  "counts any frame as a sign of life (no stall happens in it: the replay's "
-                  "own check below fails); a new seed is needed (make sim-search)")
-def test_seed_1004525_job_in_flight_to_a_stalled_node_is_not_gone():
+@pytest.mark.parametrize("seed", seeds("test_job_in_flight_to_a_stalled_node_is_not_gone", 3))
+def test_job_in_flight_to_a_stalled_node_is_not_gone(seed):
     """The ledger marks nothing gone while a node is stalled: a stalled node
     may have a YOURJOBS carrying a job waiting for it while a FASTACK
     elsewhere deletes every other copy, and its delivery of that job on
-    resuming (before the DELJOB that waits behind it on another link) is
-    not a resurrection. Seed 1004525 replays that schedule."""
-    outcome = search.run_seed(1004525)
-    assert outcome.ok, search.failure_report(outcome)
-    assert outcome.stats["stall"] >= 1
+    resuming (before the DELJOB that waits behind it on the same link) is
+    not a resurrection. The history of seed 1004525 (which no longer
+    replays it), staged: n2's consumer asked for jobs before n2 froze; n0
+    pushes it the job it queues next, then FASTACKs it while n2 is frozen
+    for longer than the ledger's GONE_AFTER_MS."""
+    # A node timeout longer than the stall: the others keep their links to n2.
+    sim = Sim(3, seed, node_timeout=10_000)
+    try:
+        sim.join()
+        sim.run_for(500)
+        ledger = Ledger(sim)
+
+        def watch() -> None:
+            ledger.watch_gone()
+            sim.after(WATCH_GONE_EVERY_MS, watch)
+        sim.after(WATCH_GONE_EVERY_MS, watch)
+
+        # n2's consumer waits: n2 asks the others for jobs (NEEDJOBS), and n0,
+        # with none, remembers it wants some.
+        got = sim.command(2, "GETJOB", "TIMEOUT", 10_000, "FROM", "q")
+        sim.run_for(50)
+        assert not got.done, got
+        stall_ms = 2 * GONE_AFTER_MS + 1000
+        sim.stall(2, stall_ms)
+        stalled_at = sim.now
+
+        # n0 queues a job and pushes it to n2 at once (YOURJOBS, waiting for n2).
+        record = JobRecord(b"in-flight", b"q", 1, 30, False, 0, sim.now)
+        ledger.produced(record)
+        added = sim.command(0, "ADDJOB", "q", "in-flight", 0, "REPLICATE", 1, "RETRY", 30)
+        assert sim.run_until(lambda: added.done, 1000), added
+        ledger.added(record, added)
+        job_id = record.job_id
+        assert sim.run_until(lambda: states(sim, job_id) == {0: "active"}, 500), \
+            states(sim, job_id)
+
+        # FASTACK on n0: its copy goes, the DELJOB queues behind the YOURJOBS.
+        assert sim.call(0, "FASTACK", job_id) == 1
+        ledger.acked(job_id, fast=True)
+        assert states(sim, job_id) == {}
+        sim.run_until(lambda: not sim.stalled(2), stall_ms)
+        assert sim.now - stalled_at >= 2 * GONE_AFTER_MS  # held nowhere that long
+
+        # n2 resumes: the YOURJOBS first (its consumer gets the job), then the
+        # DELJOB. The ledger must take that delivery for what it is.
+        assert sim.run_until(lambda: got.done, 1000), got
+        assert getjob_ids(got.value) == [job_id]
+        for entry in got.value:
+            ledger.delivered(2, entry, False)
+        assert sim.run_until(lambda: states(sim, job_id) == {}, 1000), states(sim, job_id)
+    finally:
+        sim.close()
 
 
 def test_simulated_aof_is_the_servers_format():
