@@ -15,6 +15,7 @@ import pytest
 
 from tests.sim import search
 from tests.sim.harness import Sim
+from tests.sim.harness.checks import check_cluster
 from tests.sim.harness.ops import getjob_ids, states
 from tests.sim.harness.seeds import seeds
 from tests.sim.harness.start import add_ok
@@ -200,17 +201,54 @@ def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
     assert outcome.stats["clock"] >= 1
 
 
-@pytest.mark.skip(reason="seed 5001556 no longer replays its history since failure detection "
-                  "counts any frame as a sign of life (no mass crash happens in it: the "
-                  "replay's own check below fails); the fix it guards is held by "
-                  "tests/unit/cluster/test_replication.py (holders-changed records). No "
-                  "substitute found in seeds 5001400-5001800 with the fix removed")
-def test_seed_5001556_holders_learned_later_survive_a_restart_from_the_aof():
+@pytest.mark.parametrize("seed", seeds("test_holders_learned_later_survive_a_restart_from_the_aof", 3))
+def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
     """Holders a replica learns from a re-sent REPLJOB reach its AOF too, so
-    that after every node is killed and restarted from its AOF, an ACK's
-    SETACKs reach every holder and no copy comes back by federation to be
-    delivered again after the ACK. Seed 5001556 replays a REPLICATE 3 job
-    whose re-sent REPLJOBs named a fourth holder before a mass crash."""
-    outcome = search.run_seed(5001556)
-    assert outcome.ok, search.failure_report(outcome)
-    assert outcome.stats["mass_crash"] >= 1
+    that after every node is killed and restarted from its AOF, an ACK there
+    reaches every holder and no copy stays behind to be delivered again.
+    The history of seed 5001556 (which no longer replays it), staged: a
+    REPLICATE 3 job's first REPLJOBs go to replicas a and b; b's is lost,
+    so the origin re-sends REPLJOB to a wider list (a, b, c) and c confirms.
+    Then every node is killed; the origin (no AOF) comes back without the
+    job, a and c from their AOFs. An ACKJOB on a must reach c."""
+    sim = Sim(4, seed, aof=[1, 2, 3])
+    try:
+        sim.join()
+        sim.run_for(500)
+        ids = {sn.node_id: sn.index for sn in sim.nodes}
+        first_targets: list[int] = []
+
+        def lose_second_replica(conn, to_dst, msg):
+            if msg.get("type") != "REPLJOB":
+                return False
+            target = ids[(conn.dst if to_dst else conn.src).node_id]
+            if len(first_targets) < 2 and target not in first_targets:
+                first_targets.append(target)
+            return len(first_targets) == 2 and target == first_targets[1]
+        sim.net.filters.append(lose_second_replica)
+        job_id = add_ok(sim, 0, "q", "widened", 5000, "REPLICATE", 3, "RETRY", 2)
+        sim.net.filters.remove(lose_second_replica)
+        a, b = first_targets
+        c = ({1, 2, 3} - {a, b}).pop()
+        assert set(states(sim, job_id)) == {0, a, c}, states(sim, job_id)
+        # a learned of c from the re-sent REPLJOB (in memory).
+        everyone = {sn.node_id for sn in sim.nodes}
+        assert set(sim.node(a).jobs[job_id].delivered) == everyone
+
+        for i in range(4):
+            sim.crash(i)
+        for i in range(4):
+            sim.restart(i)
+        assert set(states(sim, job_id)) == {a, c}, states(sim, job_id)
+        assert sim.run_until(sim.is_full_mesh, 10_000), sim.describe_nodes()
+
+        # a's copy, loaded from its AOF, still lists c: its ACK reaches c's copy
+        # (left behind, c would queue it again and deliver an acked job).
+        listed = sorted("n%d" % ids[n] for n in sim.node(a).jobs[job_id].delivered)
+        assert sim.call(a, "ACKJOB", job_id) == 1
+        assert sim.run_until(lambda: states(sim, job_id) == {}, 5000), (
+            "copies left after the ACK on n%d, whose copy listed %s: %s"
+            % (a, listed, states(sim, job_id)))
+        check_cluster(sim)
+    finally:
+        sim.close()
