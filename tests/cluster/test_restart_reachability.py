@@ -10,8 +10,10 @@ History (7 nodes, node-timeout 5 s): the victim and three helpers are killed
 at once, so the three survivors mark the victim PFAIL but can never reach
 the FAIL majority; the helpers restart; every node but the origin is frozen
 while the victim restarts, answers the origin and is killed again, so they
-never hear from it; thawed, they reach the majority (the helpers' pings to
-the victim are unanswered since their restart; the origin's failure report
+never hear from it (their bus ports' accept queues are full: the victim's
+connections to them never open, so no frame of it, a sign of life, waits
+for them); thawed, they reach the majority (the helpers' pings to the
+victim are unanswered since their restart; the origin's failure report
 from before the victim answered it still counts) and broadcast FAIL. The
 origin heard from the victim less than node-timeout ago: it must keep it
 reachable, so that ADDJOB REPLICATE 7 waits for the victim instead of
@@ -24,6 +26,7 @@ import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -46,6 +49,14 @@ FROZEN = SURVIVORS + HELPERS
 # answers, which leaves the gossip the rest of the origin's window.
 HELPER_HEAD_START_MS = 3500
 RACE_ATTEMPTS = 3
+# The frozen nodes' bus listeners take this many pending connections (plus
+# one, on Linux): the test fills their accept queues so that a connection
+# from the restarted victim never opens (its SYN is dropped) while they are
+# stopped. A loopback connect to a listener with room completes at once.
+BUS_BACKLOG = 1
+BUS_PORT_OFFSET = 10000
+FILL_CONNECT_TIMEOUT_S = 0.25
+MAX_FILLERS = 64
 NOREPL = b"-NOREPL Not enough reachable nodes for the requested replication level\r\n"
 
 
@@ -54,6 +65,43 @@ def _signal_all(cluster, indexes, sig) -> None:
         proc = cluster.nodes[i].proc
         if proc is not None and proc.poll() is None:
             os.kill(proc.pid, sig)
+
+
+def _fill_accept_queue(port: int) -> list[socket.socket]:
+    """Connect to a stopped node's listener until a connect is not answered
+    (its accept queue is full, the SYN dropped); return the connections."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(MAX_FILLERS):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.settimeout(FILL_CONNECT_TIMEOUT_S)
+            try:
+                sock.connect(("127.0.0.1", port))
+            except socket.timeout:
+                sock.close()
+                return held
+            held.append(sock)
+        raise AssertionError("port %d accepted %d connections while stopped"
+                             % (port, MAX_FILLERS))
+    except BaseException:
+        for sock in held:
+            sock.close()
+        raise
+
+
+def _fill_bus_accept_queues(cluster, indexes) -> list[socket.socket]:
+    """Fill the bus accept queue of every (stopped) node of ``indexes``."""
+    ports = [cluster.port(i) + BUS_PORT_OFFSET for i in indexes]
+    with ThreadPoolExecutor(len(ports)) as pool:
+        futures = [pool.submit(_fill_accept_queue, port) for port in ports]
+    held = [sock for future in futures if future.exception() is None
+            for sock in future.result()]
+    for future in futures:
+        if future.exception() is not None:
+            for sock in held:
+                sock.close()
+            raise future.exception()
+    return held
 
 
 def _stage_race(cluster) -> socket.socket | None:
@@ -90,9 +138,15 @@ def _stage_race(cluster) -> socket.socket | None:
     assert cluster.flags(ORIGIN, VICTIM) == {"fail?"}
 
     # 3. Only the origin hears from the restarted victim before it dies again.
+    #    It opens its links to every node as it starts: the stopped nodes'
+    #    kernels would accept them and keep its PING for them to read once
+    #    resumed, a sign of life. Their accept queues are full instead, so the
+    #    victim's connections to them stay unopened until it is killed.
     _signal_all(cluster, FROZEN, signal.SIGSTOP)
+    fillers: list[socket.socket] = []
     try:
         frozen_at = time.monotonic()
+        fillers = _fill_bus_accept_queues(cluster, FROZEN)
         cluster.restart(VICTIM)
         wait_until(lambda: origin_view().flags == {"noflags"}, 5, interval=0.01,
                    message="victim answering the origin")
@@ -100,6 +154,8 @@ def _stage_race(cluster) -> socket.socket | None:
         cluster.kill(VICTIM)
     finally:
         _signal_all(cluster, FROZEN, signal.SIGCONT)
+        for sock in fillers:
+            sock.close()
     assert answered_at - frozen_at < NODE_TIMEOUT_S - 0.5, "frozen nodes would look failing"
 
     # 4. The thawed nodes broadcast FAIL; the origin keeps the victim reachable
@@ -129,21 +185,16 @@ def _stage_race(cluster) -> socket.socket | None:
     return pending
 
 
-@pytest.mark.skip(reason="the history cannot be staged with real processes any more: the "
-                  "restarted victim opens its links to every known node as it starts, the "
-                  "frozen nodes' kernels accept them and hold its PING, and once thawed they "
-                  "read it, a sign of life (docs/cluster.md, Failure detection), so they never "
-                  "reach FAIL. The origin's rule is held by the simulator's version (messages "
-                  "lost, not delayed: tests/sim/test_restart_reachability.py) and "
-                  "tests/unit/cluster/test_failure_detection.py")
 def test_fail_broadcast_does_not_override_a_fresh_answer(cluster_factory):
     # The FAIL majority forms by gossip, at random: on a busy machine it may
     # miss the origin's window. Such a run tests nothing, so the race is
     # staged again on a fresh cluster (the origin's rule is checked in each).
-    for _ in range(RACE_ATTEMPTS):
-        cluster = cluster_factory(7, node_timeout=int(NODE_TIMEOUT_S * 1000))
+    for attempt in range(1, RACE_ATTEMPTS + 1):
+        cluster = cluster_factory(7, config="tcp-backlog %d\n" % BUS_BACKLOG,
+                                  node_timeout=int(NODE_TIMEOUT_S * 1000))
         pending = _stage_race(cluster)
         if pending is not None:
+            print("race staged in run %d of %d" % (attempt, RACE_ATTEMPTS))
             break
         cluster.stop_all()
     else:

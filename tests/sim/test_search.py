@@ -201,7 +201,8 @@ def test_seed_5008750_clock_jumped_back_does_not_wedge_failure_detection():
     assert outcome.stats["clock"] >= 1
 
 
-@pytest.mark.parametrize("seed", seeds("test_holders_learned_later_survive_a_restart_from_the_aof", 3))
+@pytest.mark.parametrize("seed",
+                         seeds("test_holders_learned_later_survive_a_restart_from_the_aof", 3))
 def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
     """Holders a replica learns from a re-sent REPLJOB reach its AOF too, so
     that after every node is killed and restarted from its AOF, an ACK there
