@@ -232,9 +232,11 @@ def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
         a, b = first_targets
         c = ({1, 2, 3} - {a, b}).pop()
         assert set(states(sim, job_id)) == {0, a, c}, states(sim, job_id)
-        # a learned of c from the re-sent REPLJOB (in memory).
+        # a learns of c from the re-sent REPLJOB (in memory), which may land
+        # after c's GOTJOB completed the ADDJOB.
         everyone = {sn.node_id for sn in sim.nodes}
-        assert set(sim.node(a).jobs[job_id].delivered) == everyone
+        assert sim.run_until(lambda: set(sim.node(a).jobs[job_id].delivered) == everyone,
+                             1000, step_ms=1), sim.node(a).jobs[job_id].delivered
 
         for i in range(4):
             sim.crash(i)
