@@ -188,7 +188,8 @@ def test_select_sections_by_group_name_and_order():
                "original_replicate", "original_federation"]
     assert select_sections(None) == ["startup", "ping", "addjob", "extensions", "bulk_add",
                                      "cycle", "memory", *cluster, "aof_addjob", "aof_load",
-                                     "metrics", "worker", "tls", "limits"]
+                                     "metrics", "worker", "tls", "limits",
+                                     "schedule_unused"]
     assert select_sections(["startup"]) == ["startup"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
                                            "memory"]
