@@ -37,6 +37,16 @@ Sections: ``ping``, ``addjob`` (-P 1 and -P 16), ``cluster_addjob`` (ADDJOB
 REPLICATE 3 -P 1 on a 3-node cluster of each build, both clusters up all
 along) and ``aof_addjob``; the groups ``single``, ``cluster`` and ``aof``
 select among them. The log ends with a table of the figures.
+
+``corecost`` counts instructions instead (callgrind, needs valgrind): this
+checkout's ``bench/corecost.py`` runs each of ``CORECOST_WORKLOADS`` with
+each build's tree as the only PYTHONPATH, so both builds run the same
+harness; value = the current build's instructions per job, reference = the
+baseline's (callgrind repeats to the instruction: one run each, no
+rounds). A workload the baseline's ``disque`` cannot run (a harness newer
+than the tree) keeps the current figure and says why under
+``details["baseline"]``; ``details["core_build"]`` says whether each tree
+ran its compiled core.
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench import machine, redis_benchmark
+from bench import limits, machine, redis_benchmark
 from bench.aof import AOF_CONFIG
 from bench.cluster import CLUSTER_SIZE
 from bench.measurement import Measurement, Reference, Section, Target, median
@@ -258,8 +268,74 @@ def cluster_addjob(servers: Servers, settings: Settings, builds: list[Build]) ->
         return [_round_robin(servers, settings, workload, nodes)]
 
 
+# bench.corecost workloads compared by ``corecost``: the per-job paths and a cron pass.
+CORECOST_WORKLOADS = ("addjob", "addjob-run", "getjob", "cycle", "cron")
+CORECOST_JOBS = 4800  # whole runs of 16 for addjob-run and cycle
+CORECOST_QUICK_JOBS = 960
+PROBE_JOBS = 16  # a run without valgrind that tells whether a tree can run a workload
+
+
+def _tree_env(tree: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(tree), PYTHONHASHSEED="0")
+
+
+def core_build(tree: Path) -> str:
+    """``compiled-mypyc`` or ``pure...``: what a process of ``tree`` loads."""
+    done = subprocess.run([sys.executable, "-P", "-c",
+                           "import disque.build; print(disque.build.core_build())"],
+                          env=_tree_env(tree), cwd="/", capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else "unknown: " + limits.last_error(
+        done.stderr)
+
+
+def corecost_problem(workload: str, tree: Path) -> str | None:
+    """Why this checkout's ``bench.corecost`` cannot run ``workload`` with the
+    ``disque`` of ``tree`` (its last error line), None when it can."""
+    done = subprocess.run([sys.executable, "-P", str(limits.CORECOST), workload,
+                           str(PROBE_JOBS)], env=_tree_env(tree), cwd="/", capture_output=True,
+                          text=True)
+    return None if done.returncode == 0 else limits.last_error(done.stderr)
+
+
+def corecost_measurement(workload: str, jobs: int, current: float, baseline: float | None,
+                         core_builds: dict[str, str], baseline_problem: str | None) -> Measurement:
+    """Current instructions per job against the baseline's (None: it could not run)."""
+    details: dict[str, Any] = {"core_build": core_builds}
+    if baseline is None:
+        details["baseline"] = "skipped: this harness cannot run %s on the baseline tree (%s)" % (
+            workload, baseline_problem)
+    return Measurement(
+        name="corecost_" + workload.replace("-", "_"),
+        description="callgrind, bench.corecost %s %d --callgrind (this checkout's harness, "
+                    "each build's disque): instructions per job, current build vs baseline "
+                    "build" % (workload, jobs),
+        value=round(current, 1), unit="instructions/job",
+        reference=None if baseline is None else Reference("baseline build", round(baseline, 1)),
+        details=details)
+
+
+def corecost(servers: Servers, settings: Settings, builds: list[Build]) -> list[Measurement]:
+    """Instructions per job of bench.corecost's paths and per cron pass, each build."""
+    limits.require_valgrind()
+    jobs = CORECOST_QUICK_JOBS if settings.quick else CORECOST_JOBS
+    trees = {b.label: b.tree for b in builds}
+    built = {label: core_build(tree) for label, tree in trees.items()}
+    out = []
+    for workload in CORECOST_WORKLOADS:
+        problem = corecost_problem(workload, trees["baseline"])
+        if problem is not None:
+            log.warning("  corecost %s: the baseline tree cannot run it: %s", workload, problem)
+        baseline = (None if problem is not None
+                    else limits.instructions_per_job(workload, jobs, trees["baseline"]))
+        current = limits.instructions_per_job(workload, jobs, trees["current"])
+        log.info("  corecost %-12s baseline %10s current %10.1f instructions/job", workload,
+                 "-" if baseline is None else "%.1f" % baseline, current)
+        out.append(corecost_measurement(workload, jobs, current, baseline, built, problem))
+    return out
+
+
 COMPARISONS = {"ping": ping, "addjob": addjob, "cluster_addjob": cluster_addjob,
-               "aof_addjob": aof_addjob}
+               "aof_addjob": aof_addjob, "corecost": corecost}
 GROUPS: dict[str, list[str]] = {"single": ["ping", "addjob"], "cluster": ["cluster_addjob"],
                                 "aof": ["aof_addjob"]}
 
@@ -270,16 +346,30 @@ def sections(build_list: list[Build]) -> dict[str, Section]:
 
 
 def summary(measurements: list[Measurement]) -> list[str]:
-    """A table of the comparison for the log."""
-    lines = ["%-26s %9s %9s %8s %9s %9s  %-31s %-31s" % (
-        "workload (req/s)", "baseline", "current", "cur/base", "redis", "cur/redis",
-        "paired rounds [95 %] verdict", "CPU/request [95 %] verdict")]
-    for m in measurements:
+    """Tables of the comparison for the log: the wall-clock workloads, then the
+    instruction counts."""
+    timed = [m for m in measurements if "redis" in m.details]
+    counted = [m for m in measurements if "core_build" in m.details]
+    lines = []
+    if timed:
+        lines.append("%-26s %9s %9s %8s %9s %9s  %-31s %-31s" % (
+            "workload (req/s)", "baseline", "current", "cur/base", "redis", "cur/redis",
+            "paired rounds [95 %] verdict", "CPU/request [95 %] verdict"))
+    for m in timed:
         assert m.reference is not None
         lines.append("%-26s %9.0f %9.0f %8.3f %9.0f %9.3f  %-31s %-31s" % (
             m.name, m.reference.value, m.value, m.ratio or 0.0, m.details["redis"]["value"],
             m.details["current_vs_redis"], _interval_text(m.details["paired"], m.details["verdict"]),
             _interval_text(m.details["cpu_paired"], m.details["cpu_verdict"])))
+    if counted:
+        lines.append("%-26s %9s %9s %8s" % ("workload (instr./job)", "baseline", "current",
+                                            "cur/base"))
+    for m in counted:
+        if m.reference is None:
+            lines.append("%-26s %9s %9.0f %8s  baseline skipped" % (m.name, "-", m.value, "-"))
+        else:
+            lines.append("%-26s %9.0f %9.0f %8.4f" % (m.name, m.reference.value, m.value,
+                                                      m.ratio or 0.0))
     return lines
 
 

@@ -31,7 +31,13 @@ Workloads:
 * ``addjob-quota``: the same user with a quota it never reaches;
 * ``addjobs``: ``ADDJOBS q 0 BODIES <64 bytes> ...``, 100 bodies a command, through
   ``Node.call``;
-* ``addjobs-dedupids``: the same with ``DEDUPIDS <n> <64 bytes> ...``, n counting up.
+* ``addjobs-dedupids``: the same with ``DEDUPIDS <n> <64 bytes> ...``, n counting up;
+* ``cron``: ``Node.cron()`` passes (JOBS of them) on the lone node with no
+  schedule, the clock 100 ms later at each (the server's ``hz 10``); one
+  pass first (setup) so the counted ones are the steady ones;
+* ``cron-schedules``: the same with 100 ``SCHEDULE SET sN EVERY 3600 q
+  <64 bytes>`` set first (setup), none due during the counted passes (the
+  next tick is 2,800 s away: up to 28,000 passes).
 
 ``DISQUE_PURE_PYTHON=1`` measures the pure-Python core of a compiled tree.
 """
@@ -63,6 +69,12 @@ BULK = 100  # bodies per ADDJOBS
 GETJOB_ONE = [b"GETJOB", b"FROM", b"q"]
 USER_RULES = [b"ACL", b"SETUSER", b"producer", b"on", b"nopass", b"~*", b"+@all"]
 QUOTA = b"quota-jobs=1000000000"
+START_MS = 1_700_000_000_000  # the clock at the start: 800 s past an hour
+CRON_PERIOD_MS = 100  # between two cron passes of a server at hz 10
+SCHEDULES = 100
+WORKLOADS = ("addjob", "addjob-run", "addjob-options-run", "addjob-priority-run",
+             "addjob-dedupid-run", "cycle", "getjob", "getjob-limited", "addjob-user",
+             "addjob-quota", "addjobs", "addjobs-dedupids", "cron", "cron-schedules")
 
 
 def _callgrind(switch: str) -> None:
@@ -73,8 +85,10 @@ def _callgrind(switch: str) -> None:
 
 def main(argv: list[str]) -> int:
     workload, jobs = argv[0], int(argv[1])
+    if workload not in WORKLOADS:
+        raise SystemExit("unknown workload %r (choose from %s)" % (workload, ", ".join(WORKLOADS)))
     measure_only = argv[2:] == ["--callgrind"]
-    now = [1_700_000_000_000]
+    now = [START_MS]
     node = Node(Config(), b"a" * 40, clock=lambda: now[0], rng=random.Random(1))
     client = ClientState(1)
     if workload in ("addjob-user", "addjob-quota"):
@@ -86,6 +100,13 @@ def main(argv: list[str]) -> int:
         fill = node.run_commands[b"ADDJOB"]
         for _ in range(jobs // RUN + 1):
             node.call_run(client, fill, [ADDJOB] * RUN, 0, [])
+    if workload == "cron-schedules":
+        for n in range(SCHEDULES):
+            reply = node.call(client, [b"SCHEDULE", b"SET", b"s%d" % n, b"EVERY", b"3600",
+                                       b"q", BODY])
+            assert reply == b"+OK\r\n", reply
+    if workload.startswith("cron"):
+        _cron(node, now)
     if measure_only:
         gc.disable()
         _callgrind("on")
@@ -96,8 +117,21 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _cron(node: Node, now: list[int]) -> None:
+    """One cron pass, the clock advanced first as between two passes of a server."""
+    now[0] += CRON_PERIOD_MS
+    node.cron()
+
+
 def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[int]) -> None:
     """The measured commands of ``workload``."""
+    if workload.startswith("cron"):
+        for _ in range(jobs):  # _cron's body, without a Python call's cost per pass
+            now[0] += CRON_PERIOD_MS
+            node.cron()
+        if workload == "cron-schedules":
+            assert not node.jobs, "a schedule fired during the measured passes"
+        return
     if workload in ("addjob", "addjob-user", "addjob-quota"):
         for _ in range(jobs):
             node.call(client, ADDJOB)

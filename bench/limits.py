@@ -28,6 +28,7 @@ from bench.settings import Settings
 log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parent.parent
+CORECOST = ROOT / "bench" / "corecost.py"
 JOBS = 5000
 QUICK_JOBS = 1000
 # (measurement, workload, reference workload, what is compared)
@@ -40,16 +41,38 @@ PAIRS = (
 )
 
 
-def instructions_per_job(workload: str, jobs: int) -> float:
+def require_valgrind() -> None:
+    """An error naming the package when valgrind (with callgrind_control) is absent."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise RuntimeError("this section counts instructions with valgrind: "
+                           "apt-get install valgrind")
+
+
+def corecost_command(workload: str, jobs: int, out: str) -> list[str]:
+    """valgrind running this checkout's ``bench.corecost`` file: ``-P`` keeps its
+    directory off the path, so ``disque`` comes from PYTHONPATH alone."""
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            "--callgrind-out-file=" + out, sys.executable, "-P", str(CORECOST),
+            workload, str(jobs), "--callgrind"]
+
+
+def last_error(stderr: str) -> str:
+    """The last line of a failed run's output that is not valgrind's (``==pid==``)."""
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("==")]
+    return lines[-1] if lines else "no output"
+
+
+def instructions_per_job(workload: str, jobs: int, tree: Path = ROOT) -> float:
     """Instructions per command of a ``bench.corecost`` workload, counted by
-    callgrind over the measured commands only."""
+    callgrind over the measured commands only, with the ``disque`` of ``tree``."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
-        subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
-                        "--callgrind-out-file=" + out, sys.executable, "-m", "bench.corecost",
-                        workload, str(jobs), "--callgrind"],
-                       cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"}, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run(corecost_command(workload, jobs, out), cwd=tmp,
+                              env={**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(tree)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            raise RuntimeError("bench.corecost %s failed with the disque of %s: %s"
+                               % (workload, tree, last_error(done.stderr)))
         for line in Path(out).read_text().splitlines():
             if line.startswith("totals:"):
                 return int(line.split()[1]) / jobs
@@ -59,9 +82,7 @@ def instructions_per_job(workload: str, jobs: int) -> float:
 def limits(servers: Servers, settings: Settings) -> list[Measurement]:
     """Instructions per GETJOB with a queue limit, and per ADDJOB with a user
     quota, against the same commands without (callgrind; needs valgrind)."""
-    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
-        raise RuntimeError("this section counts instructions with valgrind: "
-                           "apt-get install valgrind")
+    require_valgrind()
     jobs = QUICK_JOBS if settings.quick else JOBS
     out = []
     for name, workload, bare, label in PAIRS:

@@ -188,7 +188,8 @@ def test_select_sections_by_group_name_and_order():
                "original_replicate", "original_federation"]
     assert select_sections(None) == ["startup", "ping", "addjob", "extensions", "bulk_add",
                                      "cycle", "memory", *cluster, "aof_addjob", "aof_load",
-                                     "metrics", "worker", "tls", "limits"]
+                                     "metrics", "worker", "tls", "limits",
+                                     "schedule_unused"]
     assert select_sections(["startup"]) == ["startup"]
     assert select_sections(["single"]) == ["ping", "addjob", "extensions", "bulk_add", "cycle",
                                            "memory"]
@@ -212,7 +213,7 @@ def test_cpu_seconds_from_proc_stat_with_spaces_in_the_name():
 def test_select_comparison_sections():
     sections, groups = compare.COMPARISONS, compare.GROUPS
     assert select_sections(None, sections, groups) == ["ping", "addjob", "cluster_addjob",
-                                                       "aof_addjob"]
+                                                       "aof_addjob", "corecost"]
     assert select_sections(["addjob,cluster"], sections, groups) == ["addjob", "cluster_addjob"]
     with pytest.raises(ValueError, match="unknown section 'federation'"):
         select_sections(["federation"], sections, groups)
