@@ -524,10 +524,13 @@ class ClusterBus(BusTransport):
             if self.refuses(ip):  # a node learnt by gossip, or met before protected mode
                 self.refused(ip, "to")
                 raise ConnectionError("refused by protected mode")
-            made: tuple[asyncio.Transport, BusConnection] = await asyncio.wait_for(
-                self.loop.create_connection(lambda: BusConnection(self, holder[0]),
-                                            loop_host(ip), port,
-                                            **tls), CONNECT_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the
+            # connection when it is cancelled (set_keys, CLUSTER FORGET) just as
+            # the connection completes, and a link made with a dropped secret
+            # would come up.
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                made: tuple[asyncio.Transport, BusConnection] = await self.loop.create_connection(
+                    lambda: BusConnection(self, holder[0]), loop_host(ip), port, **tls)
             conn = made[1]
             if conn.ready is not None and not await conn.ready:
                 raise ConnectionError("the bus handshake did not complete")

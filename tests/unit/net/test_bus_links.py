@@ -258,3 +258,35 @@ def test_a_node_relayed_to_itself_is_refused():
         server.close()
         a.shutdown()
     run(test)
+
+
+class SecretChangesAsConnected:
+    """A loop whose create_connection lets the node's secret change just as
+    the connection is made, before the task that asked for it resumes."""
+
+    def __init__(self, loop, change) -> None:
+        self.loop = loop
+        self.change = change
+
+    def __getattr__(self, name: str):
+        return getattr(self.loop, name)
+
+    async def create_connection(self, *args, **kwargs):
+        made = await self.loop.create_connection(*args, **kwargs)
+        self.change()
+        return made
+
+
+def test_a_link_being_made_with_a_dropped_secret_never_comes_up():
+    async def test(loop):
+        a = await make_bus(loop, A_ID, keys(SECRET, NEW_SECRET))  # A accepts either
+        b = ClusterBus(StubNode(B_ID), SecretChangesAsConnected(
+            loop, lambda: b.set_keys(keys(NEW_SECRET))))
+        b.keys = keys(SECRET)
+        b.connect(A_ID, "127.0.0.1", bus_port(a))
+        await until(lambda: b.node.down, "B's attempt reported down")
+        await asyncio.sleep(0.2)  # time for a handshake with the dropped secret to finish
+        assert b.node.up == [] and not b.outbound, "a link made with a dropped secret came up"
+        a.shutdown()
+        b.shutdown()
+    run(test)
