@@ -5,11 +5,14 @@ a span, or without OpenTelemetry, jobs carry no header."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
 
+import hiredis
 import pytest
 
 from disque.client import DisqueClient
@@ -119,6 +122,81 @@ def test_a_failing_handler_marks_its_span(server, spans):
         (span,) = _worker_spans(spans, 1)
     assert span.status.status_code == StatusCode.ERROR
     assert [e.name for e in span.events] == ["exception"]
+
+
+class HeaderRefusingProxy:
+    """A node as Disque 1.0 answers the client: every request goes through to
+    a real node, except that one with a HEADER word gets 1.0's reply to an
+    unknown ADDJOB option, ``-ERR syntax error`` (the node itself is asked
+    ``PAUSE q bogus`` in its place, which answers those bytes, so the
+    replies stay in order). ``refused`` counts those requests."""
+
+    def __init__(self, port: int) -> None:
+        self.port_to = port
+        self.refused = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = [self.listener]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.port_to))
+                self.sockets += [client, upstream]
+                threading.Thread(target=self._requests, args=(client, upstream),
+                                 daemon=True).start()
+                threading.Thread(target=self._replies, args=(upstream, client),
+                                 daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        reader = hiredis.Reader()
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                reader.feed(data)
+                out = []
+                while (argv := reader.gets()) is not False:
+                    if any(arg.upper() == b"HEADER" for arg in argv[1:]):
+                        self.refused += 1
+                        argv = [b"PAUSE", b"q", b"bogus"]
+                    out.append(b"*%d\r\n" % len(argv) + b"".join(
+                        b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in argv))
+                upstream.sendall(b"".join(out))
+
+    @staticmethod
+    def _replies(upstream: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                client.sendall(data)
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
+def test_a_node_that_refuses_header_gets_the_jobs_without_the_context(server, spans):
+    proxy = HeaderRefusingProxy(server.port)
+    tracer = trace.get_tracer("test.producer")
+    try:
+        with DisqueClient("127.0.0.1:%d" % proxy.port) as client:
+            with tracer.start_as_current_span("produce"):
+                first = client.add("q", b"a")
+                assert proxy.refused == 1  # refused with the context, added without
+                second = client.add("q", b"b")
+                assert proxy.refused == 1  # that node is not asked again
+        with DisqueClient("127.0.0.1:%d" % proxy.port) as client:
+            with tracer.start_as_current_span("produce"):
+                batch = client.add_jobs([("q", b"c"), ("q", b"d")])
+        assert proxy.refused == 3  # both pipelined ADDJOBs refused, sent again without
+    finally:
+        proxy.close()
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        assert client.qlen("q") == 4
+        for job_id in (first, second, *batch):
+            assert "headers" not in client.show(job_id)
 
 
 def test_outside_a_span_no_header_is_added(server, spans):
