@@ -39,6 +39,7 @@ FRAME_OK: Final = 0
 FRAME_TOO_LARGE: Final = 1
 FRAME_UNDECODABLE: Final = 2
 FRAME_NOT_ARRAY: Final = 3
+FRAME_BAD_MAC: Final = 4
 
 
 class PeerOutput:
@@ -158,11 +159,14 @@ def frame_bytes(out: list[bytes], header: bytes, size: int) -> bytes:
     return b"".join(out)
 
 
-def decode_frames(buffer: bytearray, max_frame: int
+def decode_frames(buffer: bytearray, max_frame: int, trailer: int = 0,
+                  check: Callable[[bytearray, int, int], bool] | None = None
                   ) -> tuple[list[list[object]], int, int, str]:
     """The whole frames at the start of ``buffer``, decoded: (their message
     arrays, the bytes they took, FRAME_OK or why the next frame is refused,
-    what is wrong with it). A partial frame at the end waits for more bytes."""
+    what is wrong with it). A partial frame at the end waits for more bytes.
+    With a cluster secret each frame is followed by ``trailer`` bytes of MAC,
+    which ``check(buffer, start, end)`` verifies before the frame is decoded."""
     frames: list[list[object]] = []
     pos = 0
     end = len(buffer)
@@ -171,8 +175,10 @@ def decode_frames(buffer: bytearray, max_frame: int
         if size > max_frame:
             return frames, pos, FRAME_TOO_LARGE, "frame of %d bytes (at most %d)" % (
                 size, max_frame)
-        if end - pos - 4 < size:
+        if end - pos - 4 - trailer < size:
             break
+        if check is not None and not check(buffer, pos, pos + 4 + size):
+            return frames, pos, FRAME_BAD_MAC, "frame with a bad MAC dropped"
         view = memoryview(buffer)[pos + 4:pos + 4 + size]
         try:
             msgs = msgpack.unpackb(view, raw=False, strict_map_key=False)
@@ -184,5 +190,5 @@ def decode_frames(buffer: bytearray, max_frame: int
         if type(msgs) is not list:
             return frames, pos, FRAME_NOT_ARRAY, "frame is not an array of messages"
         frames.append(msgs)
-        pos += 4 + size
+        pos += 4 + size + trailer
     return frames, pos, FRAME_OK, ""

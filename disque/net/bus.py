@@ -27,15 +27,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import ssl
-import struct
 import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-import msgpack  # type: ignore[import-untyped]  # msgpack ships no type stubs
-
 from disque.cluster.transport import BusTransport, Link
-from disque.cluster.wire import (FRAME_OK, FRAME_TOO_LARGE, PeerOutput, Wire, decode_frames,
-                                 frame_bytes)
+from disque.cluster.wire import (FRAME_BAD_MAC, FRAME_OK, FRAME_TOO_LARGE, PeerOutput, Wire,
+                                 decode_frames, frame_bytes)
 from disque.net import loop_host, loop_hosts
 from disque.commands.access import PROTECTED_MODE_BUS, is_loopback, protected_mode_refuses_bus
 from disque.config.errors import ConfigSetError
@@ -65,7 +62,6 @@ EARLY_FLUSH = 16
 # The directives of the cluster secret: with none of them set the bus is the
 # original's, and ``disque.net.busauth`` (hashlib, hmac) is never loaded.
 SECRET_DIRECTIVES = ("cluster-secret", "cluster-secret-old", "cluster-secret-file")
-_HEADER = struct.Struct(">I")
 
 
 class BusConfigError(Exception):
@@ -194,72 +190,33 @@ class BusConnection(asyncio.Protocol):
                 self._frames_received()
 
     def _frames_received(self) -> None:
-        if self.session is None and self.deadline is None:
-            self._plain_frames_received()
-            return
+        """The frames of a link past its handshake: cut, checked against their
+        MAC with a cluster secret, and decoded by ``wire.decode_frames``
+        (compiled), then handed to the node one by one."""
         link = self.link
         assert link is not None  # set by connection_made, before any data
-        buffer = self.buffer
-        pos = 0
-        end = len(buffer)
         bus = self.bus
-        max_frame = bus.max_frame
         session = self.session
-        trailer = session.mac_len if session is not None else 0
-        while end - pos >= 4:
-            (size,) = _HEADER.unpack_from(buffer, pos)
-            if size > max_frame:
-                bus.frames_too_large += 1
-                bus.protocol_error(self, "frame of %d bytes (at most %d)" % (size, max_frame))
-                return
-            if end - pos - 4 - trailer < size:
-                break
-            if session is not None and not session.check(buffer, pos, pos + 4 + size):
-                bus.mac_failures += 1
-                bus.protocol_error(self, "frame with a bad MAC dropped")
-                return
-            frame = memoryview(buffer)[pos + 4:pos + 4 + size]
-            try:
-                msgs = msgpack.unpackb(frame, raw=False, strict_map_key=False)
-            except Exception as exc:  # msgpack raises several exception types
-                frame.release()
-                bus.protocol_error(self, "undecodable frame (%s)" % exc.__class__.__name__)
-                return
-            frame.release()  # the buffer may be resized only once no view is left
-            pos += 4 + size + trailer
-            if type(msgs) is not list:
-                bus.protocol_error(self, "frame is not an array of messages")
-                return
-            if self.deadline is not None:
-                self._handshake_over(True)  # a plain inbound link's first frame
-            if not self._deliver(link, msgs):
-                return
-        del buffer[:pos]
-        bus.server_after_bus()
-
-    def _deliver(self, link: Link, msgs: list) -> bool:
-        """Hand one decoded frame to the node; False once the link closed
-        under it (the frames after it are dropped)."""
-        link.node_id = self.node_id
-        try:
-            self.bus.node.receive_frame(link, msgs)
-        except Exception:
-            logger.exception("Error handling bus messages from %s", link.peer_ip)
-        return not self.closed
-
-    def _plain_frames_received(self) -> None:
-        """The frames of a link without a MAC, past its handshake: cut and
-        decoded by ``wire.decode_frames`` (compiled), then handed over."""
-        link = self.link
-        assert link is not None  # set by connection_made, before any data
-        bus = self.bus
-        frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame)
+        if session is None:
+            frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame)
+        else:
+            frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame,
+                                                       session.mac_len, session.check)
+        if frames and self.deadline is not None:
+            self._handshake_over(True)  # a plain inbound link's first frame
         for msgs in frames:
-            if not self._deliver(link, msgs):
-                return
+            link.node_id = self.node_id
+            try:
+                bus.node.receive_frame(link, msgs)
+            except Exception:
+                logger.exception("Error handling bus messages from %s", link.peer_ip)
+            if self.closed:
+                return  # the frames after it are dropped
         if problem != FRAME_OK:
             if problem == FRAME_TOO_LARGE:
                 bus.frames_too_large += 1
+            elif problem == FRAME_BAD_MAC:
+                bus.mac_failures += 1
             bus.protocol_error(self, what)
             return
         del self.buffer[:pos]

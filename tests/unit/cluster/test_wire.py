@@ -8,8 +8,8 @@ import struct
 import msgpack
 
 from disque.cluster import messages as m
-from disque.cluster.wire import (FRAME_NOT_ARRAY, FRAME_OK, FRAME_TOO_LARGE, FRAME_UNDECODABLE,
-                                 PeerOutput, Wire, decode_frames, frame_bytes,
+from disque.cluster.wire import (FRAME_BAD_MAC, FRAME_NOT_ARRAY, FRAME_OK, FRAME_TOO_LARGE,
+                                 FRAME_UNDECODABLE, PeerOutput, Wire, decode_frames, frame_bytes,
                                  pack_job_message)
 
 JOB_ID = b"D-0123abcd-" + b"x" * 24 + b"-05a1"
@@ -84,3 +84,26 @@ def test_decode_frames_takes_whole_frames_and_says_why_it_stopped():
                            (struct.pack(">I", 1) + b"\x01", FRAME_NOT_ARRAY)):
         frames, used, problem, what = decode_frames(bytearray(stream + data), 1 << 20)
         assert (len(frames), used, problem) == (2, len(stream), expected) and what
+
+
+def test_decode_frames_checks_each_frames_mac_before_decoding_it():
+    header = {m.VERSION: 1, m.SENDER: NODE_ID, m.PORT: 7711, m.FLAGS: 0}
+    frame = reference([header])
+    good, bad = b"G" * 16, b"B" * 16
+    stream = bytearray()
+    for trailer in (good, good, bad, good):
+        stream += struct.pack(">I", len(frame)) + frame + trailer
+    checked = []
+
+    def check(buffer, start, end):
+        checked.append((start, end))
+        return buffer[end:end + 16] == good
+    whole = 4 + len(frame) + 16
+    frames, used, problem, what = decode_frames(stream[:-3], 1 << 20, 16, check)
+    assert (frames, used, problem) == ([[header], [header]], 2 * whole, FRAME_BAD_MAC)
+    assert "MAC" in what
+    assert checked == [(i * whole, i * whole + 4 + len(frame)) for i in range(3)]
+    # A frame whose MAC has not all arrived waits, unchecked.
+    checked.clear()
+    frames, used, problem, _ = decode_frames(stream[:whole - 1], 1 << 20, 16, check)
+    assert (frames, used, problem, checked) == ([], 0, FRAME_OK, [])
