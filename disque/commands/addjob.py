@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
 from disque.commands.access import DEDUPIDS, addjobs_options_end
-from disque.commands.args import option_name, parse_float, parse_int
+from disque.commands.args import option_name, parse_float, parse_int, parse_timeout
 from disque.config.users import DEFAULT_USER
 from disque.context.clients import ReplyBatch
 from disque.jobs.job import (DEFAULT_PRIORITY, HEADER_NAME_SIZE, HEADER_REPEATED, HEADERS_TOO_LARGE,
@@ -309,11 +309,9 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
     timeout = 0
     arg = argv[3]
     if arg != b"0":  # the usual timeout needs no parsing
-        value = parse_int(arg)
-        if value is None:
-            return errors.TIMEOUT_NOT_INTEGER
-        if value < 0:
-            return errors.TIMEOUT_NEGATIVE
+        value = parse_timeout(arg)
+        if isinstance(value, bytes):
+            return value
         timeout = value
     name = argv[1]
     membership = node.membership
@@ -493,11 +491,9 @@ def addjobs(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | 
     timeout = argv[2]
     deadline = 0
     if timeout != b"0":
-        value = parse_int(timeout)
-        if value is None:
-            return errors.TIMEOUT_NOT_INTEGER
-        if value < 0:
-            return errors.TIMEOUT_NEGATIVE
+        value = parse_timeout(timeout)
+        if isinstance(value, bytes):
+            return value
         if value:
             deadline = node.runtime.now + value
     if paired:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from disque.protocol import errors
+
 _INT64_MAX: Final = (1 << 63) - 1
 _INT64_MIN: Final = -(1 << 63)
 _UINT64: Final = 1 << 64
@@ -41,6 +43,18 @@ def parse_int(arg: bytes) -> int | None:
         value = int(arg)
         return value if _INT64_MIN <= value <= _INT64_MAX else None
     return None
+
+
+def parse_timeout(arg: bytes) -> int | bytes:
+    """A timeout in milliseconds (ADDJOB's and ADDJOBS's, GETJOB's TIMEOUT):
+    its value, or the error reply for one that is not an integer or is
+    negative."""
+    value = parse_int(arg)
+    if value is None:
+        return errors.TIMEOUT_NOT_INTEGER
+    if value < 0:
+        return errors.TIMEOUT_NEGATIVE
+    return value
 
 
 def option_name(arg: bytes) -> bytes:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Callable, Final
 
 from disque.protocol import errors
 from disque.cluster import messages as m
-from disque.commands.args import option_name, parse_int
+from disque.commands.args import option_name, parse_int, parse_timeout
 from disque.commands.deadletter import nack_delayed
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
@@ -50,12 +50,10 @@ def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | N
             withheaders = True
         elif opt == _TIMEOUT and i + 1 < n:
             i += 1
-            value = parse_int(argv[i])
-            if value is None:
-                return errors.TIMEOUT_NOT_INTEGER
-            if value < 0:
-                return errors.TIMEOUT_NEGATIVE
-            timeout = value
+            parsed = parse_timeout(argv[i])
+            if isinstance(parsed, bytes):
+                return parsed
+            timeout = parsed
         elif opt == _COUNT and i + 1 < n:
             i += 1
             value = parse_int(argv[i])
