@@ -21,7 +21,9 @@ from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import PFAIL
 from disque.cluster.transport import BusTransport, Link
-from disque.commands.access import AccessStats, check_access, format_monitor_line, redact
+from disque.commands.access import (CROSS_PROTOCOL_NAMES, check_access, format_monitor_line,
+                                    redact, refuse_cross_protocol)
+from disque.context.stats import AccessStats
 from disque.commands.command import Command
 from disque.commands.schedule import fire_due
 from disque.commands.table import build_command_table
@@ -236,9 +238,12 @@ class Node:
         if cmd is None:
             cmd = self.commands.get(name.upper())
             if cmd is None:
-                if name.upper() == _QUIT:
+                upper = name.upper()
+                if upper == _QUIT:
                     client.close_after_reply = True
                     return OK
+                if upper in CROSS_PROTOCOL_NAMES:
+                    return refuse_cross_protocol(state, client)
                 return errors.unknown_command(name)
         if not cmd.min_args <= len(argv) <= cmd.max_args:
             return cmd.arity_error

@@ -17,6 +17,7 @@ from disque.protocol import errors
 from disque.protocol.argsplit import quote_arg
 from disque.commands.args import option_name
 from disque.config.users import ALL_UNITS, DEFAULT_USER, User
+from disque.context.log import logger
 from disque.jobs.ids import is_valid_job_id
 from disque.protocol.resp import error
 
@@ -85,24 +86,32 @@ PROTECTED_MODE_BUS: Final = (
     "cluster-secret (or cluster-secret-file) on every node, or turn protected-mode off on "
     "nodes no one else can reach (docs/security.md)")
 MEET_PROTECTED: Final = error("ERR Cannot meet a node beyond loopback: " + PROTECTED_MODE_BUS)
-
-
-class AccessStats:
-    """INFO security's counters, and the rate limit of the failed-AUTH log."""
-
-    __slots__ = ("auth_failures", "denied_commands", "denied_queues", "protected_mode_denied",
-                 "last_auth_log", "unlogged_failures")
-
-    def __init__(self) -> None:
-        self.auth_failures = 0
-        self.denied_commands = 0
-        self.denied_queues = 0
-        self.protected_mode_denied = 0
-        self.last_auth_log = 0  # unix ms
-        self.unlogged_failures = 0
+# An HTTP request's first line is "POST / HTTP/1.1" and a browser's first
+# header "Host: ...": a command by that name is a web page or a proxy
+# speaking to the node (cross-protocol scripting), and the connection is
+# closed before the rest of the request runs, as Redis does.
+CROSS_PROTOCOL_NAMES: Final = frozenset((b"POST", b"HOST:"))
+CROSS_PROTOCOL_LOG: Final = (
+    "Possible SECURITY ATTACK detected from %s. It looks like somebody is sending POST or "
+    "Host: commands to Disque. This is likely due to an attacker attempting to use Cross "
+    "Protocol Scripting to compromise your Disque instance. Connection aborted. "
+    "(%d more not logged since the last report)")
 
 
 # ------------------------------------------------------------- the check
+
+def refuse_cross_protocol(node: NodeState, client: ClientState) -> bytes:
+    """Close a connection that sent HTTP (``CROSS_PROTOCOL_NAMES``) without
+    a reply or running what follows; counted in INFO security and logged
+    at most once a minute."""
+    stats = node.access_stats
+    stats.cross_protocol += 1
+    client.close_after_reply = True
+    held = stats.cross_protocol_log.admit(node.runtime.now)
+    if held >= 0:
+        logger.warning(CROSS_PROTOCOL_LOG, client.addr, held)
+    return b""
+
 
 def check_access(node: NodeState, client: ClientState, cmd: Command,
                  argv: list[bytes]) -> bytes | None:

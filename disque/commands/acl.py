@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from disque.state.nodestate import NodeState
 
 MAX_PASSWORD_LEN: Final = 512
-AUTH_LOG_INTERVAL_MS: Final = 1000  # failed AUTHs are logged at most this often
 
 WRONGPASS: Final = error("WRONGPASS invalid username-password pair or user is disabled.")
 CANT_DELETE_DEFAULT: Final = error("ERR The 'default' user cannot be removed")
@@ -67,15 +66,11 @@ def _auth_failed(node: NodeState, client: ClientState, name: bytes) -> None:
     second so that guessing cannot flood the log."""
     stats = node.access_stats
     stats.auth_failures += 1
-    now = node.runtime.now
-    if now - stats.last_auth_log < AUTH_LOG_INTERVAL_MS:
-        stats.unlogged_failures += 1
-        return
-    logger.warning("AUTH failed for user '%s' from %s (%d more failures not logged since "
-                   "the last report)", name.decode("utf-8", "backslashreplace"), client.addr,
-                   stats.unlogged_failures)
-    stats.last_auth_log = now
-    stats.unlogged_failures = 0
+    held = stats.auth_log.admit(node.runtime.now)
+    if held >= 0:
+        logger.warning("AUTH failed for user '%s' from %s (%d more failures not logged since "
+                       "the last report)", name.decode("utf-8", "backslashreplace"),
+                       client.addr, held)
 
 
 # ------------------------------------------------------------------- ACL

@@ -43,7 +43,8 @@ EXTRA_SECTIONS: Final = (
            ("Build", ("core_build",)),  # which build of the core the process loaded
            ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
                          "acl_access_denied_cmd", "acl_access_denied_queue",
-                         "protected_mode_denied_connections")),  # docs/security.md
+                         "protected_mode_denied_connections",
+                         "cross_protocol_closed_connections")),  # docs/security.md
            ("Limits", ("client_query_buffer_limit_closed", "unauthenticated_buffer_limit_closed",
                        "client_request_timeout_closed", "output_buffer_limit_closed_normal",
                        "output_buffer_limit_closed_monitor", "maxclients_rejected_connections",
@@ -80,7 +81,8 @@ def _node_fields(node: NodeState, section: str) -> dict:
                 "acl_access_denied_auth": access.auth_failures,
                 "acl_access_denied_cmd": access.denied_commands,
                 "acl_access_denied_queue": access.denied_queues,
-                "protected_mode_denied_connections": access.protected_mode_denied}
+                "protected_mode_denied_connections": access.protected_mode_denied,
+                "cross_protocol_closed_connections": access.cross_protocol}
     if section == "limits":
         return {"getjob_max_queues_refused": node.stats.getjob_queues_refused,
                 "addjob_quota_refused": node.stats.quota_refused}

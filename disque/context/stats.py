@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
+from disque.context.log import LogThrottle
+
 if TYPE_CHECKING:
     from disque.commands.command import Command
 
@@ -17,6 +19,26 @@ LATENCY_HISTORY: Final = 160
 # Upper bounds (ms) of the buckets of a synchronous ADDJOB's wait for its replicas.
 REPLICATION_WAIT_BUCKETS_MS: Final = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
                                       10000)
+# A peer repeating a refused request is logged at most this often.
+SECURITY_LOG_INTERVAL_MS: Final = 1000
+# Cross-protocol attempts are logged at most this often (Redis logs them once a minute).
+CROSS_PROTOCOL_LOG_INTERVAL_MS: Final = 60_000
+
+
+class AccessStats:
+    """INFO security's counters, and the throttles of their log lines."""
+
+    __slots__ = ("auth_failures", "denied_commands", "denied_queues", "protected_mode_denied",
+                 "cross_protocol", "auth_log", "cross_protocol_log")
+
+    def __init__(self) -> None:
+        self.auth_failures = 0
+        self.denied_commands = 0
+        self.denied_queues = 0
+        self.protected_mode_denied = 0
+        self.cross_protocol = 0  # connections closed for sending HTTP (POST, Host:)
+        self.auth_log = LogThrottle(SECURITY_LOG_INTERVAL_MS)
+        self.cross_protocol_log = LogThrottle(CROSS_PROTOCOL_LOG_INTERVAL_MS)
 
 
 class SlowlogEntry:

@@ -36,7 +36,7 @@ from disque.cluster.wire import (FRAME_BAD_MAC, FRAME_OK, FRAME_TOO_LARGE, PeerO
 from disque.net import loop_host, loop_hosts
 from disque.commands.access import PROTECTED_MODE_BUS, is_loopback, protected_mode_refuses_bus
 from disque.config.errors import ConfigSetError
-from disque.context.log import logger
+from disque.context.log import LogThrottle, logger
 
 if TYPE_CHECKING:
     from disque.config import Config
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 FRAME_OVERHEAD = 1024 * 1024
 DEFAULT_MAX_BULK_LEN = 512 * 1024 * 1024  # proto-max-bulk-len's default
 CONNECT_TIMEOUT_S = 5.0
-ERROR_LOG_INTERVAL_S = 1.0  # protocol errors are logged at most this often
+ERROR_LOG_INTERVAL_MS = 1000  # protocol errors are logged at most this often
 # A link finishes its handshake within cluster-node-timeout (at start), bounded to these.
 HANDSHAKE_TIMEOUT_MIN_S = 1.0
 HANDSHAKE_TIMEOUT_MAX_S = 5.0
@@ -345,10 +345,8 @@ class ClusterBus(BusTransport):
         self.messages_too_large = 0
         self.handshake_timeouts = 0
         self.rejected_connections = 0  # links refused by protected mode, either way
-        self._last_error_log = -ERROR_LOG_INTERVAL_S
-        self._unlogged_errors = 0
-        self._last_refusal_log = -ERROR_LOG_INTERVAL_S
-        self._unlogged_refusals = 0
+        self._error_log = LogThrottle(ERROR_LOG_INTERVAL_MS)
+        self._refusal_log = LogThrottle(ERROR_LOG_INTERVAL_MS)
         self.config: Config | None = None  # protected mode's settings, from configure()
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
@@ -414,15 +412,10 @@ class ClusterBus(BusTransport):
         """Count a link protected mode refused; logged at most once a second, so
         that a peer retrying (or a stranger scanning) cannot fill the log."""
         self.rejected_connections += 1
-        now = time.monotonic()
-        if now - self._last_refusal_log >= ERROR_LOG_INTERVAL_S:
-            unlogged = self._unlogged_refusals
+        held = self._refusal_log.admit(time.monotonic_ns() // 1_000_000)
+        if held >= 0:
             logger.warning("Bus link %s %s refused: %s%s", direction, host, PROTECTED_MODE_BUS,
-                           " (%d more since the last report)" % unlogged if unlogged else "")
-            self._last_refusal_log = now
-            self._unlogged_refusals = 0
-        else:
-            self._unlogged_refusals += 1
+                           " (%d more since the last report)" % held if held else "")
 
     def set_keys(self, keys: BusKeys | None) -> None:
         """Use new secrets (CONFIG SET): links opened with a secret no longer
@@ -567,16 +560,11 @@ class ClusterBus(BusTransport):
     def protocol_error(self, conn: BusConnection, what: str) -> None:
         """Close a link that broke the protocol; logged at most once a second,
         so that a peer retrying (or a rogue flooding) cannot fill the log."""
-        now = time.monotonic()
-        if now - self._last_error_log >= ERROR_LOG_INTERVAL_S:
-            unlogged = self._unlogged_errors
+        held = self._error_log.admit(time.monotonic_ns() // 1_000_000)
+        if held >= 0:
             logger.warning("Bus protocol error from %s: %s; closing the link%s",
                            conn.peer_ip(), what,
-                           " (%d more since the last report)" % unlogged if unlogged else "")
-            self._last_error_log = now
-            self._unlogged_errors = 0
-        else:
-            self._unlogged_errors += 1
+                           " (%d more since the last report)" % held if held else "")
         conn.close()
 
     def shutdown(self) -> None:

@@ -261,6 +261,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self._set_reading(True)
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return  # what a closed connection had in flight runs nothing (QUIT, POST)
         server = self.server
         if server.clients_paused:
             # A connection made during CLIENT PAUSE reads once before the

@@ -30,7 +30,7 @@ from disque.config import Config
 from disque.config.users import users_have_quotas, users_restrict
 from disque.context.memory import MemoryAccount
 from disque.context.runtime import Runtime
-from disque.context.stats import JobCounters, Stats
+from disque.context.stats import AccessStats, JobCounters, Stats
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
@@ -44,7 +44,6 @@ from disque.state.eviction import MemoryPolicy
 from disque.state.host import Host
 
 if TYPE_CHECKING:
-    from disque.commands.access import AccessStats
     from disque.commands.command import Command
 
 

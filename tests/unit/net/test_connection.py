@@ -108,6 +108,31 @@ def test_quit_writes_the_pending_replies_before_closing(server):
     assert transport.writes == [b"+PONG\r\n+OK\r\n"]
 
 
+@pytest.mark.parametrize("request_head", [
+    b"POST / HTTP/1.1\r\nHost: 127.0.0.1:7711\r\n",
+    b"GET / HTTP/1.1\r\nhost: 127.0.0.1:7711\r\n",  # the first line is only unknown
+    b"post /x HTTP/1.0\r\n",
+])
+def test_an_http_request_closes_the_connection_before_its_body_runs(server, request_head):
+    client, transport = connect(server)
+    client.data_received(request_head + b"Content-Type: text/plain\r\n\r\n"
+                         b"ADDJOB q x 0\r\nCONFIG SET protected-mode no\r\n")
+    server.loop.end_turn()
+    assert transport.closed
+    assert b"".join(transport.writes) in (b"", b"-ERR unknown command 'GET'\r\n")
+    assert len(server.node.jobs) == 0 and server.config.protected_mode
+    assert server.node.access_stats.cross_protocol == 1
+
+
+def test_an_http_request_split_across_reads_runs_nothing_after_post(server):
+    client, transport = connect(server)
+    client.data_received(b"POST / HTTP/1.1\r\n")
+    assert transport.closed
+    client.data_received(b"ADDJOB q x 0\r\n")  # bytes already in flight
+    server.loop.end_turn()
+    assert transport.writes == [] and len(server.node.jobs) == 0
+
+
 def test_protocol_error_reply_precedes_the_close(server):
     client, transport = connect(server)
     client.data_received(PING + b"*1\r\n#4\r\n")
