@@ -135,16 +135,16 @@ class Cluster:
         self.cpu = [0.0] * NODES
         buses = [ClusterBus(node, self.loops[i]) for i, node in enumerate(self.nodes)]
         for node, bus in zip(self.nodes, buses):
-            node.bus = bus
+            node.state.outbox.use(bus)
         for i, node in enumerate(self.nodes):
             for j, peer in enumerate(self.nodes):
                 if i != j:
-                    node.membership.add(ClusterNode(peer.id, ADDRESS, BASE_PORT + j, 0,
+                    node.state.membership.add(ClusterNode(peer.state.id, ADDRESS, BASE_PORT + j, 0,
                                                     self.now))
         for i, node in enumerate(self.nodes):
             for j, peer in enumerate(self.nodes):
                 if i != j:
-                    self._link(buses[i], i, buses[j], j, peer.id)
+                    self._link(buses[i], i, buses[j], j, peer.state.id)
         self.next_cron = [self.now + 37 * i for i in range(NODES)]
 
     def _link(self, bus: ClusterBus, i: int, peer_bus: ClusterBus, j: int,
@@ -158,13 +158,13 @@ class Cluster:
         bus.outbound[peer_id] = outbound
         assert outbound.link is not None
         self.nodes[i].link_up(peer_id, outbound.link)
-        self.nodes[i].membership.update_reachable()
+        self.nodes[i].state.membership.update_reachable()
 
     def turn(self) -> None:
         """One loop turn of every node, then one millisecond passes."""
         for i, node in enumerate(self.nodes):
             started = time.process_time()
-            node.runtime.now = self.now
+            node.state.runtime.now = self.now
             inbox = self.inbox[i]
             while inbox:
                 conn, data = inbox.popleft()
@@ -176,7 +176,7 @@ class Cluster:
                 reply = node.call(client, argv)
                 if reply is not None:
                     client.send(reply)
-            node.after_input()
+            node.state.after_input()
             if node.next_timer() <= self.now:
                 node.run_timers()
             if self.now >= self.next_cron[i]:
@@ -258,13 +258,13 @@ def main() -> None:
     cycle.run(2000, args.per_turn)  # warm-up: queues, timers and caches in place
     cluster.cpu = [0.0] * NODES
     frames = cluster.frames
-    messages = [node.membership.messages_sent for node in cluster.nodes]
+    messages = [node.state.membership.messages_sent for node in cluster.nodes]
     if args.callgrind:
         _callgrind("on")
     cycle.run(args.jobs, args.per_turn)
     if args.callgrind:
         _callgrind("off")
-    messages = [node.membership.messages_sent - m for node, m in zip(cluster.nodes, messages)]
+    messages = [node.state.membership.messages_sent - m for node, m in zip(cluster.nodes, messages)]
     per_job = args.jobs
     print("%s cycle, %d ADDJOB REPLICATE 3 per turn: %d jobs" % (
         "local" if args.local else "federation", args.per_turn, args.jobs))

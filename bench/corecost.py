@@ -130,7 +130,7 @@ def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[in
             now[0] += CRON_PERIOD_MS
             node.cron()
         if workload == "cron-schedules":
-            assert not node.jobs, "a schedule fired during the measured passes"
+            assert not node.state.jobs, "a schedule fired during the measured passes"
         return
     if workload in ("addjob", "addjob-user", "addjob-quota"):
         for _ in range(jobs):
@@ -164,7 +164,7 @@ def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[in
                    for i in range(RUN)]
             node.call(client, [b"ACKJOB", *ids])
     if workload == "cycle":
-        assert not node.jobs, "the cycle left %d jobs" % len(node.jobs)
+        assert not node.state.jobs, "the cycle left %d jobs" % len(node.state.jobs)
 
 
 if __name__ == "__main__":

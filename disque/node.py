@@ -24,14 +24,12 @@ from disque.cluster.transport import BusTransport, Link
 from disque.commands.access import (CROSS_PROTOCOL_NAMES, check_access, format_monitor_line,
                                     redact, refuse_cross_protocol)
 from disque.context.stats import AccessStats
-from disque.commands.command import Command
+from disque.state.command import Command
 from disque.commands.schedule import fire_due
 from disque.commands.table import build_command_table
 from disque.config import Config
 from disque.state.host import Host
 from disque.state.nodestate import NodeState
-from disque.jobs.ids import JobIdGenerator
-from disque.jobs.journal import Journal
 from disque.context.log import logger
 from disque.protocol.resp import NIL_ARRAY, OK
 
@@ -60,12 +58,12 @@ class BusRoute:
 class Node:
     """A Disque node: the entry points over one ``NodeState`` (``state``).
 
-    Handlers are called with ``state``. For the adapters and tests, the
-    node's parts (``jobs``, ``queues``, ``config``, ``lifecycle``, ...) are
-    also attributes here: the same objects as the state's, assigned once.
-    The state's fields that change (``loading``, ``aof_error``, ``guarded``,
-    ``clock``, the journal) are properties that read and write the state's,
-    so each value lives in one place.
+    The state owns the node's parts and fields (``state.jobs``,
+    ``state.queues``, ``state.loading``, ...): handlers are called with it,
+    and adapters and tests reach the parts through it, the one way there
+    is. The node holds only what routing needs: the command table's
+    pipelined-run entries, the bus routes and the time source of the
+    statistics.
     """
 
     def __init__(self, config: Config, node_id: bytes, *, clock: Callable[[], int],
@@ -73,45 +71,20 @@ class Node:
                  bus: BusTransport | None = None,
                  perf_ns: Callable[[], int] | None = None) -> None:
         commands = build_command_table()
-        state = self.state = NodeState(
+        self.state = NodeState(
             config, node_id, clock=clock, rng=rng,
             host=host if host is not None else Host(),
             bus=bus if bus is not None else BusTransport(),
             commands=commands, access_stats=AccessStats())
         self.perf_ns = perf_ns if perf_ns is not None else (lambda: 0)
-        self.config = config
-        self.host = state.host
-        self.runtime = state.runtime
-        self.memory = state.memory
-        self.membership = state.membership
-        self.counters = state.counters
-        self.outbox = state.outbox
-        self.jobs = state.jobs
-        self.dedup = state.dedup
-        self.queues = state.queues
-        self.timers = state.timers
-        self.blocked = state.blocked
-        self.interest = state.interest
-        self.lifecycle = state.lifecycle
-        self.replication = state.replication
-        self.federation = state.federation
-        self.consumers = state.consumers
-        self.acks = state.acks
-        self.requeue = state.requeue
-        self.gossip = state.gossip
-        self.eviction = state.eviction
-        self.schedules = state.schedules
-        self.stats = state.stats
-        self.monitors = state.monitors
-        self.access_stats = state.access_stats
-        self.commands: dict[bytes, Command] = commands
         self.run_commands = _with_run_handler(commands)
         self.bus_routes = self._bus_routes()
 
     def _bus_routes(self) -> dict[str, BusRoute]:
         """The one table from bus message type to handler."""
-        gossip, repl, acks = self.gossip, self.replication, self.acks
-        requeue, federation = self.requeue, self.federation
+        state = self.state
+        gossip, repl, acks = state.gossip, state.replication, state.acks
+        requeue, federation, schedules = state.requeue, state.federation, state.schedules
         return {
             m.PING: BusRoute(gossip.on_ping, True),
             m.PONG: BusRoute(gossip.on_ping, True),
@@ -129,102 +102,9 @@ class Node:
             m.DELJOB: BusRoute(acks.on_deljob, False),
             m.NEEDJOBS: BusRoute(federation.on_needjobs, False),
             m.YOURJOBS: BusRoute(federation.on_yourjobs, False),
-            m.SCHEDULE: BusRoute(self.schedules.on_schedule, False),
-            m.SCHEDFIRED: BusRoute(self.schedules.on_fired, False),
+            m.SCHEDULE: BusRoute(schedules.on_schedule, False),
+            m.SCHEDFIRED: BusRoute(schedules.on_fired, False),
         }
-
-    # ---------------------------------------------- the state, for adapters
-
-    @property
-    def id(self) -> bytes:
-        """This node's ID."""
-        return self.state.runtime.node_id
-
-    @property
-    def now(self) -> int:
-        """The time of the input being handled (unix ms)."""
-        return self.state.runtime.now
-
-    @property
-    def used_memory(self) -> int:
-        """The dataset's estimated size in bytes."""
-        return self.state.memory.used
-
-    @property
-    def clock(self) -> Callable[[], int]:
-        """The injected clock (unix ms)."""
-        return self.state.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], int]) -> None:
-        self.state.clock = clock
-
-    @property
-    def ids(self) -> JobIdGenerator:
-        """The job ID generator."""
-        return self.state.ids
-
-    @property
-    def loading(self) -> bool:
-        """The AOF is being loaded: commands without the loading flag get LOADING."""
-        return self.state.loading
-
-    @loading.setter
-    def loading(self, loading: bool) -> None:
-        self.state.loading = loading
-
-    @property
-    def aof_error(self) -> str | None:
-        """The last failed AOF write (writes get MISCONF while set), or None."""
-        return self.state.aof_error
-
-    @aof_error.setter
-    def aof_error(self, error: str | None) -> None:
-        self.state.aof_error = error
-
-    @property
-    def guarded(self) -> bool:
-        """Every command goes through the access check (NodeState.guarded)."""
-        return self.state.guarded
-
-    @guarded.setter
-    def guarded(self, guarded: bool) -> None:
-        self.state.guarded = guarded
-
-    @property
-    def journal(self) -> Journal:
-        """Where persistence events go."""
-        return self.state.journal
-
-    @property
-    def journaling(self) -> bool:
-        """Persistence events go somewhere (the journal is not the null one)."""
-        return self.state.journaling
-
-    def set_journal(self, journal: Journal) -> None:
-        """Report persistence events to ``journal`` from now on."""
-        self.state.set_journal(journal)
-
-    def read_clock(self) -> int:
-        """Read the injected clock for an input handled outside the entry
-        points below (the AOF loader's batches); return the time."""
-        return self.state.read_clock()
-
-    def update_memory_limits(self) -> None:
-        """Recompute the memory thresholds after maxmemory changed."""
-        self.state.update_memory_limits()
-
-    def free_memory(self) -> bool:
-        """Evict what is safe to evict until under 95 %; False if still above."""
-        return self.state.free_memory()
-
-    def after_input(self) -> None:
-        """Serve waiting consumers and other nodes' open requests."""
-        self.state.after_input()
-
-    def flush_all(self) -> None:
-        """Delete every job and queue (cluster view untouched)."""
-        self.state.flush_all()
 
     # ------------------------------------------------------------ commands
 
@@ -234,9 +114,10 @@ class Node:
         runtime = state.runtime
         runtime.now = state.clock()
         name = argv[0]
-        cmd = self.commands.get(name)
+        commands = state.commands
+        cmd = commands.get(name)
         if cmd is None:
-            cmd = self.commands.get(name.upper())
+            cmd = commands.get(name.upper())
             if cmd is None:
                 upper = name.upper()
                 if upper == _QUIT:
@@ -273,7 +154,7 @@ class Node:
         stats = state.stats
         stats.commands_processed += 1
         if usec >= stats.notice_us:
-            stats.command_slow(cmd, redact(cmd, argv) if cmd.redacts else argv, usec,
+            stats.command_slow(cmd.fast, redact(cmd, argv) if cmd.redacts else argv, usec,
                                runtime.now)
         if state.ready_queues or state.wanted_queues:
             state.after_input()
@@ -320,26 +201,30 @@ class Node:
             stats.commands_processed += count
             client.last_cmd = cmd.lname
             if usec >= stats.notice_us:
-                stats.command_slow(cmd, commands[end - 1], usec, runtime.now)
+                stats.command_slow(cmd.fast, commands[end - 1], usec, runtime.now)
         return end
 
     def feed_monitors(self, client: ClientState, argv: list[bytes]) -> None:
         """Stream a command to every MONITOR client."""
-        line = format_monitor_line(self.host.time_us(self.runtime.now), client, argv)
-        for monitor in list(self.monitors):
+        state = self.state
+        line = format_monitor_line(state.host.time_us(state.runtime.now), client, argv)
+        for monitor in list(state.monitors):
             monitor.send(line)
 
     def rename_command(self, old: str, new: str) -> None:
         """rename-command: ``new`` empty disables the command."""
-        cmd = self.commands.pop(old.lower().encode(), None)
-        self.commands.pop(old.upper().encode(), None)
+        commands = self.state.commands
+        cmd = commands.pop(old.lower().encode(), None)
+        commands.pop(old.upper().encode(), None)
         if cmd is not None and new:
-            self.commands[new.lower().encode()] = cmd
-            self.commands[new.upper().encode()] = cmd
-        self.run_commands = _with_run_handler(self.commands)
+            commands[new.lower().encode()] = cmd
+            commands[new.upper().encode()] = cmd
+        self.run_commands = _with_run_handler(commands)
 
     def client_gone(self, client: ClientState) -> None:
-        """The connection closed: drop its block (and a waiting ADDJOB's job)."""
+        """The connection closed: drop its block (and a waiting ADDJOB's job)
+        and its MONITOR feed."""
+        self.state.monitors.pop(client, None)
         self._let_go(client, None)
 
     def _let_go(self, client: ClientState, reply: bytes | None) -> None:
@@ -347,26 +232,29 @@ class Node:
         block = client.blocked
         if block is None:
             return
-        self.blocked.unblock(client, reply)
+        state = self.state
+        state.blocked.unblock(client, reply)
         if block.kind == Block.ADDJOB:
-            self.replication.producer_gone(block)
+            state.replication.producer_gone(block)
 
     # ---------------------------------------------------------------- time
 
     def run_timers(self) -> None:
         """Fire due job timers and blocked-client timeouts (called every few ms)."""
-        self.state.read_clock()
-        self.lifecycle.process_job_timers()
-        self.timers.next_due()
-        if self.blocked.deadlines:
+        state = self.state
+        state.read_clock()
+        state.lifecycle.process_job_timers()
+        state.timers.next_due()
+        if state.blocked.deadlines:
             self._expire_blocked_clients()
-        if self.queues.throttled:
-            self.queues.wake_throttled()
-        self.state.after_input()
+        queues = state.queues
+        if queues.throttled:
+            queues.wake_throttled()
+        state.after_input()
 
     def _expire_blocked_clients(self) -> None:
         """Answer blocked clients whose timeout elapsed."""
-        for client, block in self.blocked.expired():
+        for client, block in self.state.blocked.expired():
             if client.blocked is not block:
                 continue  # released by an earlier one of these
             self._let_go(client, NIL_ARRAY if block.kind == Block.GETJOB
@@ -375,40 +263,45 @@ class Node:
     def next_timer(self) -> int:
         """A lower bound of the next ms at which ``run_timers`` has work
         (NEVER when idle); cheap enough to ask after every request."""
-        due = self.timers.earliest
-        deadline = self.blocked.next_deadline()
+        state = self.state
+        due = state.timers.earliest
+        deadline = state.blocked.next_deadline()
         if deadline is not None and deadline < due:
             due = deadline
-        if self.queues.throttled:
-            wake = self.queues.next_wake()
+        queues = state.queues
+        if queues.throttled:
+            wake = queues.next_wake()
             if wake is not None and wake < due:
                 due = wake
         return due
 
     def cron(self) -> None:
         """Periodic housekeeping, ``hz`` times per second."""
-        self.state.read_clock()
-        self.gossip.cluster_cron()
-        if self.membership.leaving and self.blocked.clients:
+        state = self.state
+        state.read_clock()
+        state.gossip.cluster_cron()
+        blocked = state.blocked
+        if state.membership.leaving and blocked.clients:
             self._release_blocked(errors.LEAVING)  # spec: cluster-bus.md §7
-        if self.blocked.producers:
-            self.replication.retry_pending()
-        if self.blocked.clients:
-            self.federation.ask_jobs_for_blocked()
-        if self.interest.wants:
-            self.federation.expire_interest()
-        self.queues.collect_idle()
-        if self.dedup:
-            self.dedup.expire(self.runtime.now, self.config.dedup_window * 1000)
-        if self.memory.used > self.memory.evict_threshold:
-            self.eviction.free_memory()
-        if self.schedules.table:
-            fire_due(self.state)
+        if blocked.producers:
+            state.replication.retry_pending()
+        if blocked.clients:
+            state.federation.ask_jobs_for_blocked()
+        if state.interest.wants:
+            state.federation.expire_interest()
+        state.queues.collect_idle()
+        if state.dedup:
+            state.dedup.expire(state.runtime.now, state.config.dedup_window * 1000)
+        memory = state.memory
+        if memory.used > memory.evict_threshold:
+            state.eviction.free_memory()
+        if state.schedules.table:
+            fire_due(state)
         self.run_timers()
 
     def _release_blocked(self, reply: bytes) -> None:
         """Answer every blocked client with ``reply``; waiting producers' jobs go."""
-        for client in self.blocked:
+        for client in self.state.blocked:
             self._let_go(client, reply)
 
     # ----------------------------------------------------------------- bus
@@ -426,14 +319,15 @@ class Node:
             logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
             return
         assert header is not None
-        self.state.read_clock()
+        state = self.state
+        state.read_clock()
         sender = header[m.SENDER]
-        membership = self.membership
+        membership = state.membership
         known = membership.nodes.get(sender)
         if known is not None:
-            known.data_received = self.runtime.now  # a sign of life, whatever the frame
+            known.data_received = state.runtime.now  # a sign of life, whatever the frame
             if known.flags & PFAIL or not known.link:
-                self.gossip.heard_from(known)
+                state.gossip.heard_from(known)
         routes = self.bus_routes
         for i in range(1, len(frame)):
             msg = frame[i]
@@ -450,7 +344,7 @@ class Node:
             elif sender not in membership.nodes:
                 continue
             route.handler(sender, msg, link)
-        self.state.after_input()
+        state.after_input()
 
     def receive_bus(self, link: Link, msg: object) -> None:
         """Handle one decoded message that carries its own header (the
@@ -459,30 +353,24 @@ class Node:
 
     def link_up(self, node_id: bytes, link: Link) -> None:
         """The transport connected the outbound link of ``node_id``."""
-        self.state.read_clock()
-        self.gossip.link_up(node_id, link)
-        self.schedules.link_up(node_id)
+        state = self.state
+        state.read_clock()
+        state.gossip.link_up(node_id, link)
+        state.schedules.link_up(node_id)
 
     def link_down(self, node_id: bytes) -> None:
         """The outbound link of ``node_id`` closed or could not be opened."""
-        self.state.read_clock()
-        self.gossip.link_down(node_id)
-        self.schedules.link_down(node_id)
+        state = self.state
+        state.read_clock()
+        state.gossip.link_down(node_id)
+        state.schedules.link_down(node_id)
 
     def bus_header(self) -> dict:
         """The header the transport puts on each frame."""
-        return self.outbox.header()
-
-    @property
-    def bus(self) -> BusTransport:
-        """The transport behind the outbox."""
-        return self.outbox.transport
-
-    @bus.setter
-    def bus(self, transport: BusTransport) -> None:
-        self.outbox.use(transport)
+        return self.state.outbox.header()
 
 
 def _with_run_handler(commands: dict[bytes, Command]) -> dict[bytes, Command]:
     """The entries of the command table whose command can run pipelined in a batch."""
     return {name: cmd for name, cmd in commands.items() if cmd.run_handler is not None}
+

@@ -121,10 +121,10 @@ class Server(Host):
         node_id = myself.id if myself is not None else random_node_id(rng)
         node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
                     perf_ns=time.perf_counter_ns)
-        nodesconf.restore(node.membership, nodes, self.config.port)
-        node.schedules.restore(schedules)
+        nodesconf.restore(node.state.membership, nodes, self.config.port)
+        node.state.schedules.restore(schedules)
         for queue, rate, burst in limits:
-            node.queues.set_limit(queue, RateLimit(rate, burst, node.now))
+            node.state.queues.set_limit(queue, RateLimit(rate, burst, node.state.now))
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
@@ -166,8 +166,8 @@ class Server(Host):
         """Rewrite nodes.conf atomically; return the error text on failure."""
         try:
             atomic_write(self.config.cluster_config_file,
-                         nodesconf.render(self.node.membership, self.node.schedules)
-                         + ratelimit.conf_lines(self.node.queues.limits))
+                         nodesconf.render(self.node.state.membership, self.node.state.schedules)
+                         + ratelimit.conf_lines(self.node.state.queues.limits))
         except OSError as exc:
             logger.warning("Could not save the cluster config file: %s", exc)
             return exc.strerror or str(exc)
@@ -184,7 +184,7 @@ class Server(Host):
         return cronspec.cron_next(expr, after_ms)
 
     def _apply_stats_config(self, node: Node) -> None:
-        stats = node.stats
+        stats = node.state.stats
         stats.slowlog_threshold_us = self.config.slowlog_log_slower_than
         stats.slowlog_max_len = self.config.slowlog_max_len
         stats.latency_threshold_ms = self.config.latency_monitor_threshold
@@ -204,9 +204,9 @@ class Server(Host):
                          lambda old, new: setattr(self, "output_limited", any(new)))
 
     def _maxmemory_changed(self, old: int, new: int) -> None:
-        self.node.update_memory_limits()
+        self.node.state.update_memory_limits()
         if new:
-            self.node.free_memory()
+            self.node.state.free_memory()
 
     def _maxclients_changed(self, old: int, new: int) -> None:
         allowed = raise_fd_limit(new)
@@ -350,7 +350,7 @@ class Server(Host):
         config = self.config
         bus = ClusterBus(self.node, self._running_loop(), after_bus=self._after_bus,
                          before_write=self.flush_aof)
-        self.node.bus = bus
+        self.node.state.outbox.use(bus)
         self.bus = bus
         if not config.port:
             return
@@ -359,7 +359,7 @@ class Server(Host):
             raise StartupError("Port %d is too high: the cluster bus would need port %d. Use a "
                                "port <= 55535 or set cluster-bus-port." % (config.port, port))
         if port != config.port + BUS_PORT_OFFSET:
-            self.node.membership.myself.bport = port
+            self.node.state.membership.myself.bport = port
         try:
             for warning in bus.configure(config):
                 logger.warning(warning)
@@ -440,8 +440,8 @@ class Server(Host):
         node = self.node
         try:
             node.cron()
-            now = node.now
-            node.stats.sample_ops(now)
+            now = node.state.now
+            node.state.stats.sample_ops(now)
             self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
             self._close_idle_clients(now)
             if now >= self.next_request_scan:
@@ -555,9 +555,8 @@ class Server(Host):
         self.net_output_bytes = 0
         self.net_rate.clear()
 
-    def client_list(self, node: NodeState) -> bytes:
-        now = node.now
-        return "".join(c.describe(now) + "\n" for c in self.clients.values()).encode()
+    def client_list(self, now_ms: int) -> bytes:
+        return "".join(c.describe(now_ms) + "\n" for c in self.clients.values()).encode()
 
     def kill_clients(self, caller: ClientState, *, addr: str | None = None,
                      client_id: int | None = None, skip_caller: bool = True) -> int:

@@ -144,7 +144,7 @@ def build() -> Target:
         verdict = check(contents)
         node = make_node(seed=mode)
         add_peer(node)
-        node.read_clock()
+        node.state.read_clock()
         loader_module.READ_CHUNK = 16 + (mode >> 3) * 61
         loader = AofLoader(node, path, enqueue_once=enqueue_once,
                            truncate_allowed=truncate_allowed, logger=quiet)

@@ -176,7 +176,7 @@ def aof_round_trip(examples: int) -> None:
             f.write(out)
         assert check_aof(bytes(out)).problem is None
         node = make_node()
-        node.read_clock()
+        node.state.read_clock()
         loader_module.READ_CHUNK = chunk
         loader = AofLoader(node, path, enqueue_once=False, truncate_allowed=False, logger=log)
         try:
@@ -185,17 +185,17 @@ def aof_round_trip(examples: int) -> None:
         finally:
             loader.close()
             loader_module.READ_CHUNK = read_chunk
-        assert set(node.jobs) == {job.id for job in jobs} - gone
+        assert set(node.state.jobs) == {job.id for job in jobs} - gone
         for job in jobs:
             if job.id in gone:
                 continue
-            copy = node.jobs[job.id]
+            copy = node.state.jobs[job.id]
             assert (copy.queue, copy.body, copy.repl, copy.ctime, copy.etime, copy.delay,
                     copy.retry, copy.nacks, copy.adeliv, copy.priority) == (
                 job.queue, job.body, job.repl, job.ctime, job.etime, job.delay, job.retry,
                 job.nacks, job.adeliv, job.priority)
             # Holders the loading node does not know are left out.
-            known = node.membership.nodes
+            known = node.state.membership.nodes
             assert list(copy.delivered) == [n for n in job.delivered if n in known]
 
     check()

@@ -53,7 +53,7 @@ class AofLoader:
         self.eof = False
         self.truncated_at: int | None = None
         self._strict_records = 0
-        self.restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes,
+        self.restore = JobRestore(node.state.lifecycle, node.state.jobs, node.state.runtime, node.state.membership.nodes,
                                   enqueue_once)
 
     @property
@@ -142,8 +142,8 @@ class AofLoader:
         if name == LOADJOB and len(argv) >= 2:
             node = self.node
             try:
-                job, queued = load_job(argv[1], node.membership.nodes,
-                                       node.runtime.self_delivered)
+                job, queued = load_job(argv[1], node.state.membership.nodes,
+                                       node.state.runtime.self_delivered)
             except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
                 raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                    % (offset, exc)) from None

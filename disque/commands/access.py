@@ -22,7 +22,7 @@ from disque.jobs.ids import is_valid_job_id
 from disque.protocol.resp import error
 
 if TYPE_CHECKING:
-    from disque.commands.command import Command
+    from disque.state.command import Command
     from disque.config import Config
     from disque.context.clients import ClientState
     from disque.state.nodestate import NodeState

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Final
 from disque.protocol import errors
 from disque.commands.access import DEDUPIDS, addjobs_options_end
 from disque.commands.args import option_name, parse_float, parse_int, parse_timeout
+from disque.config.table import MAX_DELIVERIES
 from disque.config.users import DEFAULT_USER
 from disque.context.clients import ReplyBatch
 from disque.jobs.job import (DEFAULT_PRIORITY, HEADER_NAME_SIZE, HEADER_REPEATED, HEADERS_TOO_LARGE,
-                             HEADERS_TOO_MANY, HEADERS_VALID, MAX_DELIVERIES, MAX_PRIORITY,
+                             HEADERS_TOO_MANY, HEADERS_VALID, MAX_PRIORITY,
                              WAIT_REPL, Job, JobExtras, check_headers, set_extras)
 from disque.jobs.quotas import QuotaAccount
 from disque.protocol.resp import error

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
-from disque.commands.command import Command, unique_commands
+from disque.state.command import Command, unique_commands
 from disque.commands.access import DEBUG_NOT_ALLOWED, allowed_from
 from disque.commands.acl import authenticate
 from disque.commands.args import parse_float, parse_int
@@ -129,7 +129,7 @@ def client_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes
     sub = argv[1].upper()
     n = len(argv)
     if sub == b"LIST" and n == 2:
-        return bulk(node.host.client_list(node))
+        return bulk(node.host.client_list(node.now))
     if sub == b"KILL" and n >= 3:
         return _client_kill(node, client, argv)
     if sub == b"SETNAME" and n == 3:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
-from disque.commands.command import unique_commands
+from disque.state.command import unique_commands
 from disque.context.memory import format_human
 from disque.protocol.resp import bulk
 

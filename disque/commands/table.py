@@ -11,7 +11,7 @@ from __future__ import annotations
 from disque.commands import (acl, addjob, admin, cluster, deadletter, info, jobs, monitor, queues,
                              schedule)
 from disque.commands.access import KEY_SPECS, KEYS_NONE
-from disque.commands.command import Command
+from disque.state.command import Command
 
 
 def build_command_table() -> dict[bytes, Command]:

@@ -25,8 +25,7 @@ from disque.config.values import (
 )
 
 if TYPE_CHECKING:
-    from disque.config.loader import Loader
-    from disque.config.settings import Config
+    from disque.config.fields import Settings
 
 
 class Directive:
@@ -36,10 +35,11 @@ class Directive:
     G (CONFIG GET) and R (CONFIG REWRITE). ``parse`` turns the file's
     arguments into the value (else InvalidValue), ``parse_set`` CONFIG SET's
     text; ``show`` renders it for CONFIG GET and ``write`` for REWRITE (None:
-    left out), ``write_always`` even at the default; ``apply`` is a load-time
-    action instead of storing; ``write_lines`` gives REWRITE's lines, one
-    each, for a directive that may appear many times (``user``), read from
-    the whole Config as ``apply`` stores it. A plain class, never changed
+    left out), ``write_always`` even at the default; ``applied`` marks a
+    directive the loader acts on instead of storing its value (``Loader``'s
+    actions: ``dir``, ``include``, ``rename-command``, ``user``);
+    ``write_lines`` gives REWRITE's lines, one each, for a directive that may
+    appear many times (``user``), read from the settings its action fills. A plain class, never changed
     once built: as a dataclass, every start generated and compiled its
     methods (about 1 ms).
     """
@@ -48,8 +48,8 @@ class Directive:
                  parse: Callable[[list[str]], Any], nargs: tuple[int, int] = (1, 1),
                  parse_set: Callable[[str], Any] | None = None,
                  show: Callable[[Any], str] = str, write: Callable[[Any], str | None] = str,
-                 write_always: bool = False, apply: Callable[[Loader, Any], None] | None = None,
-                 write_lines: Callable[[Config], list[str]] | None = None) -> None:
+                 write_always: bool = False, applied: bool = False,
+                 write_lines: Callable[[Settings], list[str]] | None = None) -> None:
         self.name: Final = name
         self.default: Final = default
         self.flags: Final = flags
@@ -59,7 +59,7 @@ class Directive:
         self.show: Final = show
         self.write: Final = write
         self.write_always: Final = write_always
-        self.apply: Final = apply
+        self.applied: Final = applied
         self.write_lines: Final = write_lines
 
     @property
@@ -70,7 +70,7 @@ class Directive:
     @property
     def stored(self) -> bool:
         """True when the value lives in a Config attribute."""
-        return self.apply is None
+        return not self.applied
 
 
 def single_argument(args: list[str]) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from disque.protocol.argsplit import UnbalancedQuotes, quote_arg, split_args
 from disque.config.errors import ConfigError, InvalidValue
@@ -23,18 +23,18 @@ from disque.config.values import ascii_lower, decode, encode, printable
 if TYPE_CHECKING:
     from disque.config.directive import Directive
     from disque.config.filesystem import FileSystem
-    from disque.config.settings import Config
+    from disque.config.fields import Settings
 
 MAX_INCLUDE_DEPTH: Final = 32
 
 
 class Loader:
-    """Applies config lines to a Config; one instance per file (include nests).
+    """Applies config lines to the settings; one instance per file (include nests).
 
     ``files`` reads included files and changes directory for ``dir``.
     """
 
-    def __init__(self, config: Config, directives: Mapping[str, Directive],
+    def __init__(self, config: Settings, directives: Mapping[str, Directive],
                  commands: set[str] | None, files: FileSystem, depth: int = 0) -> None:
         self.config = config
         self.directives = directives
@@ -66,10 +66,21 @@ class Loader:
                 or not directive.nargs[0] <= len(args) <= directive.nargs[1]):
             raise InvalidValue(BAD_DIRECTIVE)
         value = directive.parse(args)
-        if directive.apply is not None:
-            directive.apply(self, value)
+        if directive.applied:
+            self._act(directive.name, value)
         else:
             setattr(self.config, directive.attr, value)
+
+    def _act(self, name: str, value: Any) -> None:
+        """The loader's actions, for the directives that are not stored values."""
+        if name == "dir":
+            self.chdir(value)
+        elif name == "include":
+            self.include(value)
+        elif name == "rename-command":
+            self.rename(value)
+        else:
+            self.user(value)
 
     def chdir(self, path: str) -> None:
         """`dir` takes effect immediately so later relative paths resolve against it."""

@@ -12,12 +12,12 @@ from disque.config.table import DIRECTIVES, GETTABLE
 from disque.config.values import decode, encode, printable
 
 if TYPE_CHECKING:
-    from disque.config.settings import Config
+    from disque.config.fields import Settings
 
 Listener = Callable[[Any, Any], None]
 
 
-def get_values(config: Config, pattern: bytes) -> list[bytes]:
+def get_values(config: Settings, pattern: bytes) -> list[bytes]:
     """[name, value, ...] for every visible parameter matching the glob."""
     reply: list[bytes] = []
     for directive in GETTABLE:
@@ -28,7 +28,7 @@ def get_values(config: Config, pattern: bytes) -> list[bytes]:
     return reply
 
 
-def set_value(config: Config, listeners: Mapping[str, Listener], name: bytes,
+def set_value(config: Settings, listeners: Mapping[str, Listener], name: bytes,
               value: bytes) -> None:
     """Validate, store, notify the directive's listener; raise ConfigSetError."""
     directive = DIRECTIVES.get(decode(name.lower()))

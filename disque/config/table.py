@@ -18,9 +18,7 @@ from disque.config.directive import (
     string,
 )
 from disque.config.errors import InvalidValue
-from disque.config.loader import Loader
 from disque.config.users import DEFAULT_USER, User
-from disque.jobs.job import MAX_DELIVERIES
 from disque.config.messages import (
     APPENDFILENAME_PATH,
     INVALID_BACKLOG,
@@ -80,7 +78,7 @@ from disque.config.values import (
 )
 
 if TYPE_CHECKING:
-    from disque.config.settings import Config
+    from disque.config.fields import Settings
 
 MIN_HZ: Final = 1
 MAX_HZ: Final = 500
@@ -204,13 +202,16 @@ def _parse_tls_protocols(args: list[str]) -> str:
 ENABLE_CHOICES: Final = ("no", "local", "yes")
 
 
-def _write_users(config: Config) -> list[str]:
+def _write_users(config: Settings) -> list[str]:
     """One ``user`` line per user; the default user only when changed."""
     untouched = User.default().describe()
     return [user.describe() for user in config.users.values()
             if user.name != DEFAULT_USER or user.describe() != untouched]
 
 
+# MAXDELIVER's limit (maxdeliver-default's, and ADDJOB's option): a job's
+# delivery counters are 16-bit.
+MAX_DELIVERIES: Final = 65535
 MAX_DEDUP_WINDOW: Final = 30 * 86400
 # Per-queue metric series are bounded (docs/metrics.md): at most this many queues.
 MAX_METRICS_QUEUES: Final = 100_000
@@ -238,9 +239,9 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            choice("syslog-facility", "local0", "FGR", ("user",) + tuple(f"local{i}" for i in range(8)),
                    INVALID_FACILITY),
            Directive("dir", None, "FSGR", single_argument, parse_set=str, write=quoted_if_set,
-                     write_always=True, apply=Loader.chdir),
+                     write_always=True, applied=True),
            integer("databases", 16, "FG", INVALID_DATABASES, low=1),
-           Directive("include", None, "F", single_argument, apply=Loader.include),
+           Directive("include", None, "F", single_argument, applied=True),
            integer("maxclients", 10000, "FSGR", INVALID_MAXCLIENTS, low=1),
            memory("maxmemory", GB, "FSGR", MAXMEMORY_NOT_POSITIVE, low=1, set_low=0),
            choice("maxmemory-policy", "acks", "FSGR", ("acks", "noeviction"), INVALID_POLICY),
@@ -258,7 +259,7 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            boolean("aof-load-truncated", True, "FSGR"),
            boolean("aof-enqueue-jobs-once", False, "FSGR"),
            string("requirepass", "", "FSGR", check=_check_password, optional=True),
-           Directive("rename-command", None, "F", tuple, nargs=(2, 2), apply=Loader.rename),
+           Directive("rename-command", None, "F", tuple, nargs=(2, 2), applied=True),
            string("cluster-config-file", "nodes.conf", "FR"),
            integer("cluster-node-timeout", 15000, "FSGR", NODE_TIMEOUT_TOO_SMALL, low=1, set_low=0),
            integer("cluster-bus-port", 0, "FGR", INVALID_BUS_PORT, high=65535),
@@ -304,7 +305,7 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            boolean("protected-mode", True, "FSGR"),
            choice("enable-debug-command", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
            choice("enable-protected-configs", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
-           Directive("user", None, "FR", list, nargs=(1, sys.maxsize), apply=Loader.user,
+           Directive("user", None, "FR", list, nargs=(1, sys.maxsize), applied=True,
                      write_lines=_write_users),
            # The cluster bus's shared secret (docs/security.md "Cluster bus"):
            # secrets are never shown by CONFIG GET.

@@ -6,12 +6,10 @@ spec: commands.md INFO (Stats, Commandstats), SLOWLOG, LATENCY.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from disque.context.log import LogThrottle
 
-if TYPE_CHECKING:
-    from disque.commands.command import Command
 
 SLOWLOG_MAX_ARGS: Final = 32
 SLOWLOG_MAX_ARG_LEN: Final = 128
@@ -161,13 +159,14 @@ class Stats:
             limits.append(self._latency_threshold_ms * 1000)
         self.notice_us = min(limits) if limits else float("inf")
 
-    def command_slow(self, cmd: Command, argv: list[bytes], usec: int, now_ms: int) -> None:
-        """Slow log and latency monitor for a command that may deserve them."""
+    def command_slow(self, fast: bool, argv: list[bytes], usec: int, now_ms: int) -> None:
+        """Slow log and latency monitor for a command that may deserve them
+        (``fast``: a command flagged fast, which the latency monitor names apart)."""
         threshold = self.slowlog_threshold_us
         if threshold >= 0 and usec >= threshold:
             self.log_slow(argv, usec, now_ms)
         if self.latency_threshold_ms and usec >= self.latency_threshold_ms * 1000:
-            self.add_latency("fast-command" if cmd.fast else "command", usec // 1000, now_ms)
+            self.add_latency("fast-command" if fast else "command", usec // 1000, now_ms)
 
     def log_slow(self, argv: list[bytes], usec: int, now_ms: int) -> None:
         """Add a slow log entry, keeping at most slowlog-max-len."""

@@ -285,7 +285,7 @@ class DashboardActions:
         except UnicodeError:
             return _json({"error": LOGIN_FAILED}, 400)
         server = self.server
-        client = ClientState(server.next_client_id(), _address(request), server.node.now)
+        client = ClientState(server.next_client_id(), _address(request), server.node.state.now)
         client.local = is_loopback(peer)
         reply = self._run(client, argv)
         # A user that takes any password (nopass) is no login: the page acts with rights.
@@ -325,7 +325,7 @@ class DashboardActions:
             make_argv = ACTIONS.get(action)
             if make_argv is None:
                 raise ActionError(404, NO_SUCH_ACTION % action)
-            argv = make_argv(body, self.server.node.queues.by_name)
+            argv = make_argv(body, self.server.node.state.queues.by_name)
         except ActionError as exc:
             return _refused(exc)
         client = session.client

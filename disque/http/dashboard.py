@@ -63,7 +63,7 @@ RATE_WINDOW_S = 5.0         # rates are averaged over at least this long once sa
 STALE_AFTER_S = 10.0        # a longer gap between polls starts the history afresh
 SCAN_COST_RATIO = 50        # a sample costing t waits at least 50 t for the next: <= 2 % of the loop
 DEAD_LETTER_SUFFIX = b":dead"  # the default dead-letter queue of <queue> (docs/dead-letters.md)
-# node.counters (stats.JobCounters), in the order the sampler keeps them.
+# state.counters (stats.JobCounters), in the order the sampler keeps them.
 JOB_COUNTERS = ("added", "delivered", "acked", "nacked", "requeued", "expired", "evicted",
                 "dead_lettered")
 # The counters whose per-interval rates the page draws as sparklines.
@@ -158,9 +158,9 @@ class Sampler:
         if at < self.next_sample_at:
             return
         started = self.timer()
-        counters = node.counters
+        counters = node.state.counters
         self.counters.append((at, tuple(getattr(counters, name) for name in JOB_COUNTERS)))
-        queues = node.queues.by_name
+        queues = node.state.queues.by_name
         longest = heapq.nlargest(self.limit, queues.values(), key=len)
         tracks: dict[bytes, QueueTrack] = {}
         for queue in longest:
@@ -204,7 +204,7 @@ def nodes_entries(server: ObservedServer, own_host: str) -> list[dict[str, Any]]
 
     A node learns its own IP from its peers; until then it is shown at
     ``own_host``, the host the page was loaded from."""
-    nodes = sorted(server.node.membership.nodes.values(),
+    nodes = sorted(server.node.state.membership.nodes.values(),
                    key=lambda node: (not node.flags & MYSELF, node.ip, node.port))
     return [{
         "id": node.id.decode("ascii", "replace"),
@@ -223,7 +223,7 @@ def _info(server: ObservedServer, section: str) -> dict[str, object]:
 
 def memory_entry(server: ObservedServer) -> dict[str, Any]:
     """The dataset's estimated size, its limit and the process RSS."""
-    account = server.node.memory
+    account = server.node.state.memory
     peak = account.update_peak()
     return {
         "used": account.used,
@@ -256,11 +256,11 @@ def aof_entry(server: ObservedServer) -> dict[str, Any]:
 
 def jobs_entry(node: Node, sampler: Sampler) -> dict[str, Any]:
     """Registered jobs, what happened to jobs since start, and how fast lately."""
-    counters = node.counters
+    counters = node.state.counters
     points = sampler.counters
     rates = window_rates(points)
     return {
-        "registered": len(node.jobs),
+        "registered": len(node.state.jobs),
         "counters": {name: getattr(counters, name) for name in JOB_COUNTERS},
         "rates": (dict.fromkeys(JOB_COUNTERS) if rates is None
                   else {name: round(rate, 2) for name, rate in zip(JOB_COUNTERS, rates)}),
@@ -273,18 +273,18 @@ def build_stats(server: ObservedServer, sampler: Sampler, at: float,
                 own_host: str = "") -> dict[str, Any]:
     """The whole /api/stats document, sampled at monotonic time ``at``."""
     node = server.node
-    queues = node.queues.by_name
+    queues = node.state.queues.by_name
     sampler.sample(node, at)
     return {
         "time_ms": int(time.time() * 1000),
         "node": {
-            "id": node.id.decode("ascii", "replace"),
+            "id": node.state.id.decode("ascii", "replace"),
             "version": __version__,
             "port": server.config.port,
             "uptime_s": int(time.time() - server.start_time),
             "connected_clients": len(server.clients),
-            "blocked_clients": len(node.blocked),
-            "ops_per_sec": node.stats.ops_per_sec(),
+            "blocked_clients": len(node.state.blocked),
+            "ops_per_sec": node.state.stats.ops_per_sec(),
         },
         "jobs": jobs_entry(node, sampler),
         "nodes": nodes_entries(server, own_host),

@@ -1,6 +1,6 @@
 """Prometheus collectors: the node's counters read at scrape time.
 
-The core keeps plain ints where things happen (``node.counters``, the bus
+The core keeps plain ints where things happen (``state.counters``, the bus
 dispatch table, ``Replication``, ``Federation``, the AOF writer); nothing
 here runs until Prometheus asks for /metrics, and then each collector
 reads those ints and builds its families in one pass. The registry is the
@@ -36,7 +36,7 @@ MS = 1e-3
 US = 1e-6
 NS = 1e-9
 
-# The job counters of node.counters: attribute, series name (before
+# The job counters of state.counters: attribute, series name (before
 # _total), help text.
 JOB_COUNTERS = (
     ("added", "jobs_added", "Jobs created by ADDJOB on this node."),
@@ -99,24 +99,24 @@ class JobsCollector:
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
-        counters = node.counters
+        counters = node.state.counters
         for attr, suffix, documentation in JOB_COUNTERS:
             yield _counter(suffix, documentation, getattr(counters, attr))
-        federation = node.federation
+        federation = node.state.federation
         yield _counter("jobs_imported", "Jobs queued here from other nodes (federation, "
                        "YOURJOBS).", federation.jobs_imported)
         yield _counter("jobs_exported", "Jobs this node gave to other nodes asking for "
                        "them (federation, NEEDJOBS).", federation.jobs_exported)
         held = GaugeMetricFamily(_name("jobs"), "Jobs registered on this node, by state.",
                                  labels=["state"])
-        for state, count in enumerate(node.jobs.count_states()):
+        for state, count in enumerate(node.state.jobs.count_states()):
             held.add_metric([STATE_NAMES[state].decode()], count)
         yield held
         yield _gauge("memory_used_bytes", "The dataset's estimated size (INFO used_memory).",
-                     node.used_memory)
-        yield _gauge("memory_max_bytes", "maxmemory.", node.config.maxmemory)
+                     node.state.used_memory)
+        yield _gauge("memory_max_bytes", "maxmemory.", node.state.config.maxmemory)
         yield _counter("commands_processed", "Commands executed.",
-                       node.stats.commands_processed)
+                       node.state.stats.commands_processed)
 
 
 class QueuesCollector:
@@ -129,9 +129,9 @@ class QueuesCollector:
 
     def collect(self) -> Iterator[Metric]:
         node = self.node
-        queues = node.queues.by_name
+        queues = node.state.queues.by_name
         yield _gauge("queues", "Queues on this node.", len(queues))
-        limit = node.config.metrics_max_queues
+        limit = node.state.config.metrics_max_queues
         shown: list[Queue] = heapq.nlargest(limit, queues.values(), key=len) if limit else []
         labels = ["queue"]
         length = GaugeMetricFamily(_name("queue_length"), "Jobs queued in the queue.",
@@ -145,7 +145,7 @@ class QueuesCollector:
         oldest = GaugeMetricFamily(_name("queue_oldest_job_age_seconds"),
                                    "Age of the job at the head of the queue (its oldest job "
                                    "when its jobs share one priority).", labels=labels)
-        now_ns = node.now * 1_000_000  # job ctimes are ms * 10^6 (JobRegistry.new_ctime)
+        now_ns = node.state.now * 1_000_000  # job ctimes are ms * 10^6 (JobRegistry.new_ctime)
         for queue in shown:
             label = [queue.name.decode("utf-8", "backslashreplace")]
             length.add_metric(label, len(queue.jobs))
@@ -176,11 +176,11 @@ class BusCollector:
         yield received
         sent = CounterMetricFamily(_name("bus_messages_sent"), "Bus messages sent, by type.",
                                    labels=["type"])
-        for kind, count in node.outbox.sent.items():
+        for kind, count in node.state.outbox.sent.items():
             sent.add_metric([kind], count)
         yield sent
         states = dict.fromkeys(ALL_NODE_STATES, 0)
-        for member in node.membership.nodes.values():
+        for member in node.state.membership.nodes.values():
             states[node_state(member.flags)] += 1
         nodes = GaugeMetricFamily(_name("cluster_nodes"), "Nodes this node knows (itself "
                                   "included), by state as it sees them.", labels=["state"])
@@ -188,7 +188,7 @@ class BusCollector:
             nodes.add_metric([state], count)
         yield nodes
         yield _gauge("cluster_reachable_nodes", "Other nodes this node can replicate to.",
-                     len(node.membership.reachable))
+                     len(node.state.membership.reachable))
 
 
 class ReplicationCollector:
@@ -198,14 +198,14 @@ class ReplicationCollector:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
-        replication = self.node.replication
+        replication = self.node.state.replication
         yield _counter("replication_waits", "Synchronous ADDJOBs that waited for replicas.",
                        replication.waits)
         yield _counter("replication_wait_failures", "Waits for replicas that failed (timeout, "
                        "disconnection, LEAVING).", replication.wait_failures)
         # One entry per waiting job: an ADDJOBS's jobs share their producer.
         yield _gauge("replication_waiting_producers", "Producers waiting for replicas now.",
-                     len(set(self.node.blocked.producers.values())))
+                     len(set(self.node.state.blocked.producers.values())))
         yield histogram("replication_wait_seconds", "Time from a synchronous ADDJOB to enough "
                         "replicas (successful waits).", replication.wait_latency, MS)
 
@@ -217,7 +217,7 @@ class ScheduleCollector:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
-        schedules = self.node.schedules
+        schedules = self.node.state.schedules
         yield _gauge("schedules", "Live schedules this node knows (SCHEDULE LIST).",
                      len(schedules.listing()))
         yield _counter("schedule_ticks_fired", "Ticks whose job this node made.",
@@ -240,13 +240,13 @@ class ProcessCollector:
         node = server.node
         info = InfoMetricFamily(_name("build"), "Version and core build of this node.")
         info.add_metric([], {"version": __version__, "core_build": core_build(),
-                             "node_id": node.id.decode()})
+                             "node_id": node.state.id.decode()})
         yield info
         yield _gauge("start_time_seconds", "When the process started (unix time).",
                      server.start_time)
         yield _gauge("connected_clients", "Client connections open.", len(server.clients))
         yield _gauge("blocked_clients", "Clients blocked in GETJOB or a synchronous ADDJOB.",
-                     len(node.blocked))
+                     len(node.state.blocked))
         yield _counter("connections_received", "Client connections accepted.",
                        server.connections_received)
         yield _counter("rejected_connections", "Client connections refused (maxclients).",

@@ -14,9 +14,10 @@ import struct
 from collections.abc import Container, Sequence
 from typing import Any, Final
 
-from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, HEADERS_VALID, MAX_DELIVERIES,
-                             MAX_PRIORITY, QUEUED, Job, JobExtras, check_headers, dedup_token,
-                             extras_of, set_extras)
+from disque.config.table import MAX_DELIVERIES
+from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, HEADERS_VALID, MAX_PRIORITY,
+                             QUEUED, Job, JobExtras, check_headers, dedup_token, extras_of,
+                             set_extras)
 
 MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the

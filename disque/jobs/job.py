@@ -38,7 +38,6 @@ HEADER_REPEATED: Final = 4
 
 DEFAULT_PRIORITY: Final = 5
 MAX_PRIORITY: Final = 9
-MAX_DELIVERIES: Final = 65535  # MAXDELIVER's limit: the counters it compares are 16-bit
 
 
 class JobExtras:

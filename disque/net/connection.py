@@ -181,7 +181,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
                  "held_input", "read_ahead")
 
     def __init__(self, server: ConnectionServer) -> None:
-        ClientState.__init__(self, server.next_client_id(), "", server.node.now)
+        ClientState.__init__(self, server.next_client_id(), "", server.node.state.now)
         self.server = server
         self.node = server.node
         self.batch: OutputBatch = server.output_batch
@@ -219,7 +219,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.local = True
         self.tls = stream.get_extra_info("ssl_object") is not None
         if protected_mode_refuses(server.config, self.local):
-            self.node.access_stats.protected_mode_denied += 1
+            self.node.state.access_stats.protected_mode_denied += 1
             stream.write(PROTECTED_MODE_DENIED)
             stream.close()
             self.closing = True
@@ -243,7 +243,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.transport = None
             return
         node = self.node
-        node.monitors.pop(self, None)
+        node.state.monitors.pop(self, None)
         node.client_gone(self)
         server.arm_timer()
         self.transport = None  # break the protocol <-> transport cycle (the GC may not)
@@ -273,7 +273,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
             transport.pause_reading()
             return
         server.net_input_bytes += len(data)
-        self.atime = self.node.now
+        self.atime = self.node.state.now
         commands: list[list[bytes]] = []
         try:
             self.parser.feed(data, commands)
@@ -513,11 +513,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
                 soft, soft_seconds = m_soft, m_seconds
         over_soft = soft and size > soft
         if over_soft and not self.soft_limit_since:
-            self.soft_limit_since = self.node.now
+            self.soft_limit_since = self.node.state.now
         elif not over_soft:
             self.soft_limit_since = 0
         if (hard and size > hard) or (
-                over_soft and self.node.now - self.soft_limit_since > soft_seconds * 1000):
+                over_soft and self.node.state.now - self.soft_limit_since > soft_seconds * 1000):
             logger.warning("Client %s closed for overcoming of output buffer limits.", self.addr)
             if self.monitor:
                 self.server.limits.output_monitor += 1

@@ -12,7 +12,7 @@ import sys
 
 from disque import __version__
 from disque.build import core_build
-from disque.commands.command import unique_commands
+from disque.state.command import unique_commands
 from disque.commands.table import build_command_table
 from disque.config import Config, ConfigError
 from disque.process import configfile

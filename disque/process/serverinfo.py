@@ -98,7 +98,7 @@ def _clients_fields(server: Server) -> InfoFields:
 
 def _memory_fields(server: Server) -> InfoFields:
     rss = rss_bytes()
-    used = server.node.used_memory
+    used = server.node.state.used_memory
     return [("used_memory_rss", rss),
             ("mem_fragmentation_ratio", "%.2f" % (rss / used if used else 0)),
             ("mem_allocator", MEM_ALLOCATOR)]

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
-    from disque.state.nodestate import NodeState
 
 
 class Host:
@@ -30,8 +29,8 @@ class Host:
     def reset_stats(self) -> None:
         """CONFIG RESETSTAT: reset process-level counters."""
 
-    def client_list(self, node: NodeState) -> bytes:
-        """CLIENT LIST text."""
+    def client_list(self, now_ms: int) -> bytes:
+        """CLIENT LIST text (ages and idle times at ``now_ms``)."""
         return b""
 
     def kill_clients(self, caller: ClientState, *, addr: str | None = None,

@@ -44,7 +44,7 @@ from disque.state.eviction import MemoryPolicy
 from disque.state.host import Host
 
 if TYPE_CHECKING:
-    from disque.commands.command import Command
+    from disque.state.command import Command
 
 
 class NodeState:

@@ -29,7 +29,7 @@ def _addjobs(sim, i: int, timeout: int, *options):
 
 
 def _held(sim) -> set[bytes]:
-    return {job_id for sn in sim.nodes if sn.node is not None for job_id in sn.node.jobs.by_id}
+    return {job_id for sn in sim.nodes if sn.node is not None for job_id in sn.node.state.jobs.by_id}
 
 
 @pytest.mark.parametrize("seed", seeds("test_every_job_answered_has_its_copies", 6))
@@ -44,7 +44,7 @@ def test_every_job_answered_has_its_copies(seed):
         holders = states(sim, job_id)
         assert len(holders) >= 3, (job_id, holders)
         for i in holders:
-            assert job_headers(sim.node(i).jobs.by_id[job_id]) == (b"traceparent", b"tp")
+            assert job_headers(sim.node(i).state.jobs.by_id[job_id]) == (b"traceparent", b"tp")
     sim.net.params.calm()
     sim.run_for(1000)
     check_cluster(sim)
@@ -59,7 +59,7 @@ def test_a_partition_fails_every_job_and_leaves_none(seed):
     assert len(request.value) == JOBS
     assert all(str(r).startswith("NOREPL Timeout") for r in request.value), request.value
     sim.run_for(100)
-    assert not sim.node(0).blocked.producers
+    assert not sim.node(0).state.blocked.producers
     sim.net.heal()
     # DELJOB reached node 1 during the partition; copies asked of the far side
     # never arrived. Nothing is left anywhere.
@@ -75,7 +75,7 @@ def test_healing_in_time_replicates_every_waiting_job(seed):
     sim.net.partition([[0, 1], [2, 3, 4]], blackhole=True)
     request = _addjobs(sim, 0, 8000, "REPLICATE", 3)
     sim.run_for(400)
-    assert not request.done and len(sim.node(0).blocked.producers) == JOBS
+    assert not request.done and len(sim.node(0).state.blocked.producers) == JOBS
     sim.net.heal()
     assert sim.run_until(lambda: request.done, 8000), request
     ids = request.value

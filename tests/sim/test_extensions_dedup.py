@@ -23,7 +23,7 @@ NODE_TIMEOUT = 3000
 
 def all_jobs(sim: Sim) -> set[bytes]:
     """Every job ID held anywhere."""
-    return {job_id for sn in sim.nodes if sn.node is not None for job_id in sn.node.jobs.by_id}
+    return {job_id for sn in sim.nodes if sn.node is not None for job_id in sn.node.state.jobs.by_id}
 
 
 @pytest.mark.parametrize("seed", seeds("test_every_replica_answers_for_the_job", 6))
@@ -54,7 +54,7 @@ def test_a_job_moved_by_yourjobs_keeps_its_token(seed):
     assert sim.run_until(lambda: consumer.done, 1000)
     assert getjob_ids(consumer.value) == [job_id]
     assert states(sim, job_id) == {1: "active"}  # moved: it exists on node 1 only
-    assert sim.node(1).jobs.by_id[job_id].ext == b"t"  # the copy holds the token alone too
+    assert sim.node(1).state.jobs.by_id[job_id].ext == b"t"  # the copy holds the token alone too
     for i in (1, 2):
         assert add_ok(sim, i, "q", "body", 5000, "REPLICATE", 1, "DEDUPID", "t") == job_id
     assert all_jobs(sim) == {job_id}
@@ -70,7 +70,7 @@ def test_a_retry_during_the_wait_for_replicas(seed):
     first = addjob(sim, 0, "q", "body", 5000, "REPLICATE", 3, "DEDUPID", "t")
     sim.run_for(300)
     assert not first.done
-    (waiting,) = sim.node(0).blocked.producers
+    (waiting,) = sim.node(0).state.blocked.producers
     retry = sim.call(0, "ADDJOB", "q", "body", 5000, "REPLICATE", 3, "DEDUPID", "t")
     assert is_error(retry) and str(retry).startswith("PENDING Job %s " % waiting.decode())
     sim.net.heal()
@@ -172,5 +172,5 @@ def test_a_replica_answers_before_its_origin_settles(seed):
 
 def _waiting(sim: Sim) -> bytes | None:
     """The job node 0's producer waits for, once it does."""
-    producers = list(sim.node(0).blocked.producers)
+    producers = list(sim.node(0).state.blocked.producers)
     return producers[0] if len(producers) == 1 else None

@@ -29,7 +29,7 @@ def copies(sim: Sim, job_id: bytes) -> dict[int, tuple[bytes, int, bool]]:
     out = {}
     for sn in sim.nodes:
         if sn.node is not None:
-            job = sn.node.jobs.get(job_id)
+            job = sn.node.state.jobs.get(job_id)
             if job is not None:
                 out[sn.index] = (job.queue, job.ext.moves, job.state == QUEUED)
     return out
@@ -111,7 +111,7 @@ def test_a_redrive_during_a_partition_wins_after_it(seed):
     assert sim.run_until(lambda: converged(sim, job_id, b"q"), 8 * RETRY_S * 1000), (
         copies(sim, job_id))
     for i in range(3):
-        job = sim.node(i).jobs[job_id]
+        job = sim.node(i).state.jobs[job_id]
         assert (job.ext.origin, job.ext.reason, job.ext.moves) == (None, None, 2)
     check_cluster(sim)
 
@@ -141,7 +141,7 @@ def test_a_delayed_nack_is_not_requeued_early_by_a_partition(seed):
     for i in others:
         assert first_queued.get(i, float("inf")) >= (
             nacked_at + (delay_s + RETRY_S) * 1000 - JITTER_MS), (i, first_queued)
-    assert sim.node(nacker).jobs[job_id].nacks == 1  # counted once
+    assert sim.node(nacker).state.jobs[job_id].nacks == 1  # counted once
     sim.net.heal()
     sim.run_for(2 * RETRY_S * 1000)
     check_cluster(sim)

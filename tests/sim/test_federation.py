@@ -80,9 +80,9 @@ class BusLog:
             return
         wire = self._wire(src.index, dst, msg)
         if wire.type == "NEEDJOBS" and src.node is not None:
-            queue = src.node.queues.get(wire.queue)
+            queue = src.node.state.queues.get(wire.queue)
             if queue is not None:
-                self.rate_at_send[len(self.sent)] = queue.import_rate(src.node.now)
+                self.rate_at_send[len(self.sent)] = queue.import_rate(src.node.state.now)
         self.sent.append(wire)
 
     def _wire(self, src: int, dst: int, msg: dict) -> Wire:
@@ -237,7 +237,7 @@ def test_adhoc_backoff_schedule_and_reset(seed):
     # The responder is forgotten once its last jobs are more than 5 s old
     # (whole seconds): nothing is asked of it afterwards.
     assert times[-1] // 1000 - t2 // 1000 == 5, gaps(times)
-    assert sim.node(0).queues[b"q"].responders == {}
+    assert sim.node(0).state.queues[b"q"].responders == {}
     check_cluster(sim)
 
 
@@ -266,7 +266,7 @@ def test_reached_zero_asks_at_once_only_when_importing(seed):
     last_adhoc = log.needjobs(0, broadcast=False)[-1].time
     # The batch reset the ad hoc backoff to 25 ms, and less has passed since the
     # last request: only reached-zero may ask now.
-    assert sim.node(0).queues[b"q"].needjobs_adhoc_attempt == 0
+    assert sim.node(0).state.queues[b"q"].needjobs_adhoc_attempt == 0
     assert now - last_adhoc <= ADHOC_MS
     taken = sim.call(0, "GETJOB", "NOHANG", "COUNT", queued, "FROM", "q")
     assert len(taken) == queued and sim.call(0, "QLEN", "q") == 0
@@ -306,7 +306,7 @@ def test_push_to_a_waiting_consumer_within_one_delay(seed, retry):
         assert where == {0: "active"}  # handed over: it exists in one place only
     else:
         assert where == {0: "active", 2: "active"}
-        holders = set(sim.node(2).jobs[job_id].delivered)
+        holders = set(sim.node(2).state.jobs[job_id].delivered)
         assert holders == {sim.nodes[0].node_id, sim.nodes[2].node_id}
     check_cluster(sim)
 
@@ -357,7 +357,7 @@ def test_pushed_only_to_recent_requests(seed):
     late = add(sim, 1, "q", "late", "REPLICATE", 1)
     sim.run_for(5000)
     assert not log.yourjobs() and states(sim, late) == {1: "queued"}
-    assert sim.node(1).interest.wants == {} and sim.node(2).interest.wants == {}
+    assert sim.node(1).state.interest.wants == {} and sim.node(2).state.interest.wants == {}
 
 
 # ------------------------------------------------------------------ paused queues
@@ -375,7 +375,7 @@ def test_paused_out_queue_never_gives_jobs(seed):
     sim.run_for(1000)
     # Node 2 has no queue: it remembers the request; the queue it then pauses
     # in output and fills must not be pushed either.
-    assert sim.node(2).interest.wants
+    assert sim.node(2).state.interest.wants
     assert sim.call(2, "PAUSE", "q", "out") == b"out"
     parked = add(sim, 2, "q", "parked", "REPLICATE", 1, "RETRY", 5)
     sim.run_for(40_000)  # broadcasts at 0, 4, 12 and 28 s
@@ -522,7 +522,7 @@ def test_an_importing_node_gives_nothing(seed):
     assert sim.run_until(lambda: consumer.done, 100)
     assert sim.run_until(lambda: sim.call(0, "QLEN", "q") > 0, 100)  # the ad hoc batch
     held = sim.call(0, "QLEN", "q")
-    assert sim.node(0).queues[b"q"].import_rate(sim.node(0).now) > 0
+    assert sim.node(0).state.queues[b"q"].import_rate(sim.node(0).state.now) > 0
     remote = sim.command(2, "GETJOB", "FROM", "q")
     assert sim.run_until(lambda: remote.done, 100)
     sim.run_for(1000)
@@ -555,7 +555,7 @@ def test_yourjobs_never_requeues_an_acked_job(seed):
     brought = [(w.src, w.dst, w.ids) for w in log.arrived if w.type == "YOURJOBS"]
     assert brought == [(1, 0, (job_id,))]
     assert states(sim, job_id) == {0: "acked", 1: "active"}
-    assert not sim.node(0).queues[b"q"].responders  # an ignored job imports nothing
+    assert not sim.node(0).state.queues[b"q"].responders  # an ignored job imports nothing
     # Once the ACK gets through, garbage collection removes both copies.
     sim.net.filters.remove(ack_lost)
     assert sim.run_until(lambda: not states(sim, job_id), 20_000), states(sim, job_id)

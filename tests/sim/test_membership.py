@@ -101,7 +101,7 @@ def test_restarted_node_rejoins_from_its_nodes_conf(seed):
     sim.run_for(500)
     sim.restart(2)
     assert sim.call(2, "CLUSTER", "MYID") == old_id
-    assert len(sim.node(2).membership.nodes) == 4  # peers restored, no MEET needed
+    assert len(sim.node(2).state.membership.nodes) == 4  # peers restored, no MEET needed
     sim.wait_full_mesh(max_ms=10_000)
 
 
@@ -205,7 +205,7 @@ def test_forget_blacklists_for_a_minute(seed):
     forgotten_at = sim.now
     assert "n3" not in nodes_table(sim, 0)
     # The others still gossip about n3 and n3 still pings n0: the blacklist keeps it out.
-    assert sim.run_until(lambda: target in sim.node(0).membership.nodes,
+    assert sim.run_until(lambda: target in sim.node(0).state.membership.nodes,
                          max_ms=55_000, step_ms=100) is False
     assert int(cluster_info(sim, 0)["cluster_known_nodes"]) == 3
     # After 60 s gossip brings it back.
@@ -237,7 +237,7 @@ def test_forget_everywhere_removes_a_dead_node(seed):
         assert sim.call(i, "CLUSTER", "FORGET", dead) == b"OK"
     sim.run_for(90_000)  # the blacklist expires, but nobody gossips about it any more
     for i in range(3):
-        assert dead not in sim.node(i).membership.nodes
+        assert dead not in sim.node(i).state.membership.nodes
         assert int(cluster_info(sim, i)["cluster_size"]) == 3
         assert int(cluster_info(sim, i)["cluster_reachable_nodes"]) == 2
     check_cluster(sim)
@@ -267,7 +267,7 @@ def test_leaving_flag_propagates_by_gossip(seed):
     sim.restart(2)
     assert sim.call(2, "CLUSTER", "LEAVING") == b"yes"
     # ... and clearing it propagates the same way.
-    assert sim.run_until(lambda: all(sim.nodes[2].node_id in sim.node(i).membership.nodes
+    assert sim.run_until(lambda: all(sim.nodes[2].node_id in sim.node(i).state.membership.nodes
                                      for i in others), max_ms=10_000)
     assert sim.call(2, "CLUSTER", "LEAVING", "no") == b"OK"
     assert sim.run_until(lambda: all(flags_of(sim, i, 2) == {"noflags"} for i in others),

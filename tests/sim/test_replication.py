@@ -96,7 +96,7 @@ def test_norepl_timeout_cleans_partial_copies(seed):
     assert str(request.value) == NOREPL_TIMEOUT
     assert request.done_at - request.issued_at >= 1000
     sim.run_for(100)
-    assert not sim.node(0).jobs and not sim.node(1).jobs  # DELJOB reached the replica
+    assert not sim.node(0).state.jobs and not sim.node(1).state.jobs  # DELJOB reached the replica
     # Once n2 is PFAIL, the request is refused at once.
     sim.run_for(2 * NODE_TIMEOUT)
     assert str(sim.call(0, "ADDJOB", "q", "b", 1000, "REPLICATE", 3)) == NOREPL_UNREACHABLE
@@ -105,7 +105,7 @@ def test_norepl_timeout_cleans_partial_copies(seed):
 
 
 def _wait_repl_id(sim: Sim, i: int) -> bytes:
-    waiting = list(sim.node(i).blocked.producers)
+    waiting = list(sim.node(i).state.blocked.producers)
     assert len(waiting) == 1
     return waiting[0]
 
@@ -256,7 +256,7 @@ def test_leaving_node_replicates_externally(seed):
     sim = ready(4, seed)
     assert sim.call(0, "CLUSTER", "LEAVING", "yes") == b"OK"
     assert sim.run_until(lambda: all(
-        len(sim.node(i).membership.reachable) == 2 for i in (1, 2, 3)), max_ms=NODE_TIMEOUT)
+        len(sim.node(i).state.membership.reachable) == 2 for i in (1, 2, 3)), max_ms=NODE_TIMEOUT)
     # Synchronous: REPLICATE other nodes confirm, one of them queues, the origin forgets.
     # (The client cron aborts producers still blocked on a leaving node with
     # -LEAVING, spec index.md decision 3: a race with the replication round trip.)
@@ -359,13 +359,13 @@ def test_ack_reaches_holders_known_to_another_holder_only(seed):
     assert getjob_ids(sim.call(0, "GETJOB", "NOHANG", "FROM", "q")) == [job_id]
     # The state two YOURJOBS hand-offs leave (spec §6.7 + the source lists the requester).
     for source, importer in ((0, a), (other, b)):
-        job = sim.node(source).jobs[job_id]
+        job = sim.node(source).state.jobs[job_id]
         job.add_delivered(sim.nodes[importer].node_id)
-        payload = to_bus(job, sim.node(source).now)
-        sim.node(importer).federation.on_yourjobs(sim.nodes[source].node_id, {"jobs": [payload]},
+        payload = to_bus(job, sim.node(source).state.now)
+        sim.node(importer).state.federation.on_yourjobs(sim.nodes[source].node_id, {"jobs": [payload]},
                                                    NO_LINK)
         assert getjob_ids(sim.call(importer, "GETJOB", "NOHANG", "FROM", "q")) == [job_id]
-    assert len(sim.node(0).jobs[job_id].delivered) == len(sim.node(other).jobs[job_id].delivered)
+    assert len(sim.node(0).state.jobs[job_id].delivered) == len(sim.node(other).state.jobs[job_id].delivered)
     assert sim.call(b, "ACKJOB", job_id) == 1
     assert sim.run_until(lambda: gone_everywhere(sim, job_id), max_ms=3000), states(sim, job_id)
     for _ in range(100):  # 10 s: longer than the retry period

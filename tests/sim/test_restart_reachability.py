@@ -34,7 +34,7 @@ LATE = [1, 2, 3, 4, 5]  # do not hear from the restarted victim before it dies a
 
 
 def view(sim: Sim, observer: int, target: int):
-    return sim.node(observer).membership.nodes[sim.nodes[target].node_id]
+    return sim.node(observer).state.membership.nodes[sim.nodes[target].node_id]
 
 
 def flagged(sim: Sim, observer: int, target: int) -> bool:
@@ -89,7 +89,7 @@ def test_fail_from_others_does_not_override_a_fresh_pong(seed):
         assert not flagged(sim, ORIGIN, VICTIM), (
             "victim flagged %d ms after it answered:\n%s"
             % (sim.now - answered_at, sim.describe_nodes()))
-        assert victim_id in sim.node(ORIGIN).membership.reachable
+        assert victim_id in sim.node(ORIGIN).state.membership.reachable
         if not others_failed:
             others_failed = [i for i in LATE if view(sim, i, VICTIM).flags & FAIL]
             if others_failed:
@@ -163,7 +163,7 @@ def test_a_restarted_node_that_spoke_is_waited_for(seed):
                   max_ms=NODE_TIMEOUT + 1000)
     assert view(sim, ORIGIN, RACE_VICTIM).ping_sent == old_ping  # still unanswered
     assert not flagged(sim, ORIGIN, RACE_VICTIM), sim.describe_nodes()
-    assert victim_id in sim.node(ORIGIN).membership.reachable
+    assert victim_id in sim.node(ORIGIN).state.membership.reachable
     request = addjob(sim, ORIGIN, "q", "j", 30_000, "REPLICATE", SIZE)
     sim.run_for(5)
     assert not request.done, request

@@ -37,7 +37,7 @@ class TickLedger:
 
     def attach(self, i: int) -> None:
         """Record node ``i``'s jobs (again after each restart)."""
-        self.sim.node(i).set_journal(_Recorder(self, i))
+        self.sim.node(i).state.set_journal(_Recorder(self, i))
 
     def stored(self, job, i: int) -> None:
         token = dedup_token(job)
@@ -102,13 +102,13 @@ def _set_every(sim: Sim, i: int, name: str, seconds: int, *options) -> int:
     """SCHEDULE SET on node ``i``; returns the schedule's first tick."""
     assert sim.call(i, "SCHEDULE", "SET", name, "EVERY", seconds, "q", "body",
                     *options) == b"OK"
-    s = sim.node(i).schedules.get(name.encode())
+    s = sim.node(i).state.schedules.get(name.encode())
     return s.next_tick
 
 
 def _firer(sim: Sim, name: bytes) -> int:
     """The node that fired the last tick, as the live nodes agree."""
-    views = {sn.node.schedules.get(name).last_by for sn in sim.alive()}
+    views = {sn.node.state.schedules.get(name).last_by for sn in sim.alive()}
     last_by = max(views, key=lambda v: v or b"")
     return sim.by_id(last_by).index
 
@@ -129,14 +129,14 @@ def test_schedules_one_job_per_tick_while_connected(seed):
     for k, (name, first) in enumerate(firsts.items()):
         last = int(sim.now) - 2000
         ledger.check(name.encode(), first, last - last % ((1 + k) * 1000), (1 + k) * 1000)
-    ticks = {sn.node.schedules.get(b"s0").last_tick for sn in sim.alive()}
+    ticks = {sn.node.state.schedules.get(b"s0").last_tick for sn in sim.alive()}
     assert len(ticks) == 1, ticks
     # Each schedule's ticks were all made by the node ranked first for it.
     ids = [sn.node_id for sn in sim.nodes]
     for name in firsts:
         key = name.encode()
         first_ranked = [i for i in range(5)
-                        if sim.node(i).schedules.rank(sim.node(i).schedules.get(key), ids) == 0]
+                        if sim.node(i).state.schedules.rank(sim.node(i).state.schedules.get(key), ids) == 0]
         makers = {i for (n, _), nodes in ledger.made_by.items() if n == key for i in nodes}
         assert makers == set(first_ranked), (name, makers, first_ranked)
     check_cluster(sim)
@@ -166,7 +166,7 @@ def test_schedules_firer_crash_and_restart(seed):
     last = int(sim.now) - 2000
     ledger.check(b"beat", first, last - last % 1000, 1000)
     assert takeover <= NODE_TIMEOUT + 1100, takeover
-    assert sim.node(firer).schedules.get(b"beat") is not None  # kept across the restart
+    assert sim.node(firer).state.schedules.get(b"beat") is not None  # kept across the restart
     check_cluster(sim)
 
 
@@ -233,12 +233,12 @@ def test_schedules_lossy_network(seed):
     assert sim.call(2, "SCHEDULE", "DEL", "gone") == 1
     sim.run_for(3000)
     assert sim.call(3, "SCHEDULE", "SET", "beat", "EVERY", 2, "q", "changed") == b"OK"
-    reset = sim.node(3).schedules.get(b"beat").version
+    reset = sim.node(3).state.schedules.get(b"beat").version
     sim.run_for(20_000)
     sim.net.params.calm()
     sim.run_for(SYNC_ROUNDS_MS)
     for sn in sim.alive():
-        schedules = sn.node.schedules
+        schedules = sn.node.state.schedules
         assert schedules.get(b"gone") is None, sn
         assert schedules.get(b"beat").body == b"changed", sn
     last = int(sim.now) - 3000
@@ -261,6 +261,6 @@ def test_schedules_over_the_real_bus(seed):
     ledger = TickLedger(sim)
     first = _set_every(sim, 1, "beat", 1)
     sim.run_for(8000)
-    [last] = {sn.node.schedules.get(b"beat").last_tick for sn in sim.alive()}
+    [last] = {sn.node.state.schedules.get(b"beat").last_tick for sn in sim.alive()}
     assert last >= first + 6000
     ledger.check(b"beat", first, last, 1000)

@@ -235,7 +235,7 @@ def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
         # a learns of c from the re-sent REPLJOB (in memory), which may land
         # after c's GOTJOB completed the ADDJOB.
         everyone = {sn.node_id for sn in sim.nodes}
-        assert sim.run_until(lambda: set(sim.node(a).jobs[job_id].delivered) == everyone,
+        assert sim.run_until(lambda: set(sim.node(a).state.jobs[job_id].delivered) == everyone,
                              1000, step_ms=1), sim.node(a).jobs[job_id].delivered
 
         for i in range(4):
@@ -247,7 +247,7 @@ def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
 
         # a's copy, loaded from its AOF, still lists c: its ACK reaches c's copy
         # (left behind, c would queue it again and deliver an acked job).
-        listed = sorted("n%d" % ids[n] for n in sim.node(a).jobs[job_id].delivered)
+        listed = sorted("n%d" % ids[n] for n in sim.node(a).state.jobs[job_id].delivered)
         assert sim.call(a, "ACKJOB", job_id) == 1
         assert sim.run_until(lambda: states(sim, job_id) == {}, 5000), (
             "copies left after the ACK on n%d, whose copy listed %s: %s"

@@ -141,7 +141,7 @@ def test_wire_partition_heals(seed, blackhole):
     assert set(states(sim, job_id_of(majority))) <= {0, 1, 2}
     assert set(states(sim, job_id_of(minority))) <= {3, 4}
     sim.run_for(3 * NODE_TIMEOUT)
-    table = sim.node(0).membership.nodes
+    table = sim.node(0).state.membership.nodes
     assert not table[sim.nodes[3].node_id].is_reachable
     if blackhole:
         assert sim.net.stats["unanswered"] > 0  # reconnects into the blackhole timed out
@@ -220,7 +220,7 @@ def test_wire_frames_cut_across_reads(seed):
         assert getjob_ids(got) == [job_id]
         other_holder = min(i for i in states(sim, job_id) if i != n % 4)
         assert sim.call(other_holder, "ACKJOB", job_id) == 1
-    assert sim.run_until(lambda: all(not sn.node.jobs for sn in sim.nodes), 5000)
+    assert sim.run_until(lambda: all(not sn.node.state.jobs for sn in sim.nodes), 5000)
     assert watch.split_frames > 100 and watch.partial_reads > 100
     assert watch.whole_frames == 0  # every write was cut
     assert sim.net.stats["segments"] >= sim.net.stats["sent"]

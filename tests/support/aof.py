@@ -58,7 +58,7 @@ def load_into(node, path, enqueue_once: bool = False) -> AofLoader:
     loader = AofLoader(node, str(path), enqueue_once=enqueue_once, truncate_allowed=False,
                        logger=logging.getLogger("test.aof"))
     try:
-        node.read_clock()
+        node.state.read_clock()
         while not loader.run(1 << 30):
             pass
     finally:

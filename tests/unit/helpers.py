@@ -81,17 +81,17 @@ def make_node(seed: int = 1, now: int = START_MS, config: Config | None = None,
     log = MessageLog()
     node = Node(config, node_id, clock=clock, rng=random.Random(seed), bus=log)
     if "maxmemory" in settings:
-        node.update_memory_limits()
+        node.state.update_memory_limits()
     return node
 
 
 def add_peer(node: Node, peer_id: bytes = PEER_ID, link: bool = True) -> ClusterNode:
     """Make ``node`` believe in a second, reachable node whose messages land
     in ``node.outbox.transport``."""
-    peer = ClusterNode(peer_id, "127.0.0.1", 7712, 0, node.clock())
+    peer = ClusterNode(peer_id, "127.0.0.1", 7712, 0, node.state.clock())
     peer.link = link
-    node.membership.add(peer)
-    node.membership.update_reachable()
+    node.state.membership.add(peer)
+    node.state.membership.update_reachable()
     return peer
 
 
@@ -184,7 +184,7 @@ def info_field(node: Node, name: str) -> str:
 def advance(node: Node, ms: int, step: int = 0, cron: bool = False) -> None:
     """Advance the clock by ``ms``, firing timers every ``step`` ms (or once at
     the end), and the cron too when asked."""
-    clock = node.clock
+    clock = node.state.clock
     target = clock.now + ms
     step = step or ms or 1
     while clock.now < target:
@@ -198,5 +198,5 @@ def advance(node: Node, ms: int, step: int = 0, cron: bool = False) -> None:
 
 def expected_memory(node: Node) -> int:
     """used_memory recomputed from the dataset (spec: jobs-and-ids.md §8)."""
-    return (BASE_MEMORY + sum(job_cost(j) for j in node.jobs.values())
-            + sum(queue_cost(name) for name in node.queues))
+    return (BASE_MEMORY + sum(job_cost(j) for j in node.state.jobs.values())
+            + sum(queue_cost(name) for name in node.state.queues))

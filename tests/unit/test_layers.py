@@ -1,12 +1,13 @@
 """The package layers (docs/architecture.md, "Layers"): imports only run
-downward, no package cycles, and the sans-I/O core imports no adapter and
-no I/O module.
+downward, no cycle between packages or between modules, and the sans-I/O
+core imports no adapter and no I/O module.
 
 The core is one list, ``[tool.mypy] files`` in pyproject.toml, which the
 build compiles and mypy checks; this test holds the layers, the modules on
-disk and the layer table of docs/architecture.md to it. Imports inside
-functions count like any other; imports under ``if TYPE_CHECKING:`` are
-annotations, not dependencies, and are left out.
+disk and the layer table of docs/architecture.md to it. Every import
+counts: inside functions, and under ``if TYPE_CHECKING:`` too (a type a
+module names is a dependency a reader follows, and a circle of them is a
+circle all the same).
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 # matching prefix decides.
 CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("protocol", ("disque.protocol",)),
+    ("settings", ("disque.config",)),
     ("context", ("disque.context",)),
     ("jobs", ("disque.jobs",)),
-    ("settings", ("disque.config",)),
     ("queues", ("disque.queues",)),
     ("cluster", ("disque.cluster",)),
     ("state", ("disque.state",)),
-    ("command interface", ("disque.commands.command", "disque.commands.access",
-                           "disque.commands.args")),
+    ("command interface", ("disque.commands.access", "disque.commands.args")),
     ("commands", ("disque.commands",)),
     ("node", ("disque.node",)),
 ]
@@ -82,19 +82,12 @@ def layer_of(name: str) -> int:
     return best
 
 
-def runtime_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` runs (not under ``if TYPE_CHECKING``),
-    inside functions too."""
+def imports_of(path: Path) -> set[str]:
+    """Modules ``path`` imports: at the top, inside functions and under
+    ``if TYPE_CHECKING``."""
     tree = ast.parse(path.read_text(), str(path))
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.If) and isinstance(node.test, ast.Name)
-                and node.test.id == "TYPE_CHECKING"):
-            skipped.update(id(child) for stmt in node.body for child in ast.walk(stmt))
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -110,7 +103,7 @@ def runtime_imports(path: Path) -> set[str]:
     return found
 
 
-MODULES = {module_name(p): runtime_imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def test_every_module_has_a_layer():
@@ -155,6 +148,33 @@ def package_of(name: str) -> str:
     return ".".join(parts[:2]) if len(parts) > 1 else name
 
 
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (its nodes in order, the first repeated last), or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(vertex: str) -> list[str] | None:
+        state[vertex] = 1
+        path.append(vertex)
+        for nxt in sorted(graph.get(vertex, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle is not None:
+                    return cycle
+        path.pop()
+        state[vertex] = 2
+        return None
+
+    for vertex in sorted(graph):
+        if vertex not in state:
+            cycle = visit(vertex)
+            if cycle is not None:
+                return cycle
+    return None
+
+
 def test_no_cycles_between_packages():
     graph: dict[str, set[str]] = {}
     for name, targets in MODULES.items():
@@ -162,25 +182,30 @@ def test_no_cycles_between_packages():
         for target in targets:
             if target.startswith("disque.") and package_of(target) != source:
                 graph.setdefault(source, set()).add(package_of(target))
-    # Depth-first search for a back edge.
-    state: dict[str, int] = {}
-    path: list[str] = []
+    cycle = find_cycle(graph)
+    assert cycle is None, "package cycle: " + " -> ".join(cycle or [])
 
-    def visit(package: str) -> None:
-        state[package] = 1
-        path.append(package)
-        for nxt in sorted(graph.get(package, ())):
-            if state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
-                raise AssertionError("package cycle: " + " -> ".join(cycle))
-            if nxt not in state:
-                visit(nxt)
-        path.pop()
-        state[package] = 2
 
-    for package in sorted(graph):
-        if package not in state:
-            visit(package)
+def test_no_cycles_between_modules():
+    """Inside a package too, modules import each other one way (a package's
+    ``__init__`` that only hands names on is left out: its modules import
+    their neighbours, never the package face)."""
+    graph = {name: {t for t in targets if t in MODULES and t != name}
+             for name, targets in MODULES.items()}
+    for name, targets in graph.items():
+        faces = {t for t in targets if (PACKAGE.parent / t.replace(".", "/") / "__init__.py").exists()}
+        assert not {f for f in faces if name.startswith(f + ".")}, (
+            "%s imports its own package's __init__ (%s): import the module itself"
+            % (name, sorted(faces)))
+    cycle = find_cycle({name: {t for t in targets
+                               if not (PACKAGE.parent / t.replace(".", "/") / "__init__.py").exists()}
+                        for name, targets in graph.items()})
+    assert cycle is None, "module cycle: " + " -> ".join(cycle or [])
+
+
+def test_find_cycle_sees_a_loop_and_passes_a_tree():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}}) is None
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if _in(n, CORE)))
@@ -191,13 +216,13 @@ def test_the_core_imports_no_adapter_and_no_io(name):
 
 
 def test_the_check_sees_an_upward_import(tmp_path):
-    """The walker finds a plain import and one inside a function, skips a
+    """The walker finds a plain import, one inside a function and a
     TYPE_CHECKING one."""
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nimport disque.server\n"
                       "def f():\n    from disque.net import bus\n"
                       "if TYPE_CHECKING:\n    from disque.node import Node\n")
-    found = runtime_imports(source)
-    assert {"disque.server", "disque.net"} <= found and "disque.node" not in found
+    found = imports_of(source)
+    assert {"disque.server", "disque.net", "disque.node"} <= found
     assert layer_of("disque.server") > layer_of("disque.jobs.registry")
     assert layer_of("disque.commands.access") < layer_of("disque.commands.addjob")

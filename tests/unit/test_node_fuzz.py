@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from disque.context.clients import Block, ClientState
 from disque.cluster import messages as m
 from disque.cluster.membership import FAIL, PFAIL
-from disque.commands.command import unique_commands
+from disque.state.command import unique_commands
 from disque.state.eviction import is_evictable
 from disque.jobs.codec import to_bus
 from disque.jobs.ids import is_at_most_once_id, is_valid_job_id
@@ -25,7 +25,7 @@ from disque.jobs.timers import NEVER
 from disque.queues.skiplist import _before
 from tests.unit.helpers import PEER_ID, START_MS, add_peer, deliver, expected_memory, make_node
 
-NAMES = sorted({c.name for c in unique_commands(make_node().commands)} | {"quit", "nosuch"})
+NAMES = sorted({c.name for c in unique_commands(make_node().state.commands)} | {"quit", "nosuch"})
 QUEUES = [b"q", b"a", b"b", b"", b"Q", b"q\r\n"]
 WORDS = [
     b"REPLICATE", b"DELAY", b"RETRY", b"TTL", b"MAXLEN", b"ASYNC", b"NOHANG", b"TIMEOUT",
@@ -66,9 +66,9 @@ class Fuzzer:
     def job_id(self) -> bytes:
         rng = self.rng
         roll = rng.random()
-        if self.node.jobs and roll < 0.2:
+        if self.node.state.jobs and roll < 0.2:
             # Includes jobs whose ID no reply showed yet (waiting producers).
-            return rng.choice(list(self.node.jobs))
+            return rng.choice(list(self.node.state.jobs))
         if self.ids and roll < 0.7:
             return rng.choice(self.ids[-30:])
         if roll < 0.85:
@@ -193,12 +193,12 @@ class Fuzzer:
 
     def time(self, ms: int) -> None:
         node = self.node
-        node.clock.advance(ms)
+        node.state.clock.advance(ms)
         if self.rng.random() < 0.5:
             node.cron()
         node.run_timers()
-        now = node.clock()
-        for job in node.jobs.values():
+        now = node.state.clock()
+        for job in node.state.jobs.values():
             assert job.awakeme > now, "timer still due after run_timers: %r" % job
         for client in self.clients:
             for raw in client.sent:
@@ -215,9 +215,9 @@ class Fuzzer:
 
     def memory(self) -> None:
         node = self.node
-        node.config.maxmemory = self.rng.choice(
-            [1, node.used_memory + 5000, int(node.used_memory * 1.2)] + [1 << 30] * 4)
-        node.update_memory_limits()
+        node.state.config.maxmemory = self.rng.choice(
+            [1, node.state.used_memory + 5000, int(node.state.used_memory * 1.2)] + [1 << 30] * 4)
+        node.state.update_memory_limits()
 
     def peer_message(self) -> None:
         if not self.with_peer:
@@ -245,14 +245,14 @@ class Fuzzer:
         elif kind == m.QUEUED:
             msg[m.MFLAGS] = rng.choice([0, m.MFLAG_INCR_NACKS, m.MFLAG_INCR_DELIV])
         elif kind == m.ENQUEUE:
-            job = self.node.jobs.get(job_id)
+            job = self.node.state.jobs.get(job_id)
             if job is not None and job.state == WAIT_REPL:
                 return  # only the origin holds it in wait-repl, and nobody sends it ENQUEUE
             msg[m.DELAY] = rng.randrange(3)
         node = self.node
-        node.read_clock()
+        node.state.read_clock()
         deliver(node, PEER_ID, msg)
-        if node.queues.ready:
+        if node.state.queues.ready:
             node.consumers.serve_ready()
 
     def job_payload(self, job_id: bytes) -> list | None:
@@ -261,28 +261,28 @@ class Fuzzer:
         if not is_valid_job_id(job_id):
             return None
         rng = self.rng
-        job = self.node.jobs.get(job_id)
+        job = self.node.state.jobs.get(job_id)
         if job is None or job.queue is None:
             retry = 0 if is_at_most_once_id(job_id) else rng.choice([1, 5, 60])
             job = Job(job_id, rng.choice(QUEUES[:3]), b"remote", rng.choice([1, 2]),
-                      (self.node.clock() - rng.randrange(10_000)) * 1_000_000,
-                      self.node.clock() // 1000 + rng.choice([5, 100, 3600]), 0, retry)
+                      (self.node.state.clock() - rng.randrange(10_000)) * 1_000_000,
+                      self.node.state.clock() // 1000 + rng.choice([5, 100, 3600]), 0, retry)
             job.delivered = (PEER_ID,)
-        return to_bus(job, self.node.clock())
+        return to_bus(job, self.node.state.clock())
 
     def pump_peer(self) -> None:
         """The peer answers most replication and ACK requests, like a live node."""
         node = self.node
         # Alive: it answers pings (so failure detection leaves it reachable).
-        peer = node.membership.nodes.get(PEER_ID)
+        peer = node.state.membership.nodes.get(PEER_ID)
         if peer is not None:
             peer.ping_sent = 0
-            peer.pong_received = node.clock()
+            peer.pong_received = node.state.clock()
             peer.flags &= ~(PFAIL | FAIL)
             peer.link = True
-            node.membership.update_reachable()
-        outbox = list(node.outbox.transport)
-        node.outbox.transport.clear()
+            node.state.membership.update_reachable()
+        outbox = list(node.state.outbox.transport)
+        node.state.outbox.transport.clear()
         for dest, msg in outbox:
             assert dest == PEER_ID, (dest, msg)
             kind = msg.get(m.TYPE)
@@ -294,9 +294,9 @@ class Fuzzer:
                 reply = {m.TYPE: m.GOTACK, m.ID: msg[m.ID], m.KNOWN: 1}
             else:
                 continue
-            node.read_clock()
+            node.state.read_clock()
             deliver(node, PEER_ID, reply)
-            if node.queues.ready:
+            if node.state.queues.ready:
                 node.consumers.serve_ready()
         for client in self.clients:
             for raw in client.sent:
@@ -336,20 +336,20 @@ def check_resp(raw: bytes, argv) -> object:
 
 
 def check_node(node, clients) -> None:
-    jobs = node.jobs
+    jobs = node.state.jobs
     # registered_jobs as INFO reports it (work done after a command, like
     # pushing jobs to other nodes, may change the registry once more).
     for _ in range(5):
-        before = len(node.jobs)
+        before = len(node.state.jobs)
         info = node.call(ClientState(999), [b"INFO", b"jobs"])
-        if len(node.jobs) == before:
+        if len(node.state.jobs) == before:
             break
-    jobs = node.jobs
+    jobs = node.state.jobs
     assert info == b"$%d\r\n# Jobs\r\nregistered_jobs:%d\r\n\r\n" % (
         len("# Jobs\r\nregistered_jobs:%d\r\n" % len(jobs)), len(jobs))
     # Queued jobs and skiplists agree, and skiplists are sorted.
     in_queues = set()
-    for name, queue in node.queues.items():
+    for name, queue in node.state.queues.items():
         assert queue.name == name
         items = list(queue.jobs.iter_from_head())
         assert len(items) == len(queue.jobs)
@@ -372,48 +372,48 @@ def check_node(node, clients) -> None:
         # Every registered job has a pending timer, at least its expiry check.
         assert job.awakeme != 0, "job without timer: %r" % job
         assert job.awakeme <= job.etime * 1000 + 1000
-        assert job in node.timers, "timer wheel lost %r" % job
+        assert job in node.state.timers, "timer wheel lost %r" % job
         if job.state == WAIT_REPL:
-            client = node.blocked.producers.get(job_id)
+            client = node.state.blocked.producers.get(job_id)
             assert client is not None and client.blocked.job_id == job_id, job
         if is_evictable(job):
-            assert job in node.jobs.evictable, "evictable job not tracked: %r" % job
+            assert job in node.state.jobs.evictable, "evictable job not tracked: %r" % job
         if job.state in (ACTIVE, QUEUED) and job.retry:
             assert job.qtime != 0, "at-least-once job that will never be requeued: %r" % job
-    assert node.timers.earliest <= min((j.awakeme for j in jobs.values()), default=NEVER)
+    assert node.state.timers.earliest <= min((j.awakeme for j in jobs.values()), default=NEVER)
     # Blocked clients.
-    for client in node.blocked.clients:
+    for client in node.state.blocked.clients:
         block = client.blocked
         assert block is not None
         if block.kind == Block.GETJOB:
             for queue in block.queues:
-                assert node.queues.get(queue.name) is queue, "blocked on a dropped queue"
+                assert node.state.queues.get(queue.name) is queue, "blocked on a dropped queue"
                 assert client in queue.blocked
         else:
-            assert node.blocked.producers.get(block.job_id) is client
+            assert node.state.blocked.producers.get(block.job_id) is client
             job = jobs.get(block.job_id)
             assert job is not None and job.state == WAIT_REPL
     for client in clients:
-        assert (client.blocked is not None) == (client in node.blocked.clients)
-    for job_id, client in node.blocked.producers.items():
-        assert client in node.blocked.clients
+        assert (client.blocked is not None) == (client in node.state.blocked.clients)
+    for job_id, client in node.state.blocked.producers.items():
+        assert client in node.state.blocked.clients
     # Memory accounting.
-    assert node.used_memory == expected_memory(node), (node.used_memory, expected_memory(node))
+    assert node.state.used_memory == expected_memory(node), (node.state.used_memory, expected_memory(node))
     # Scan indexes hold exactly the registered jobs and queues.
     cursor, found = 0, []
     while True:
-        cursor, items = node.jobs.scan.scan(cursor, 1000)
+        cursor, items = node.state.jobs.scan.scan(cursor, 1000)
         found.extend(items)
         if cursor == 0:
             break
     assert sorted(id(j) for j in found) == sorted(id(j) for j in jobs.values())
     cursor, found = 0, []
     while True:
-        cursor, items = node.queues.scan.scan(cursor, 1000)
+        cursor, items = node.state.queues.scan.scan(cursor, 1000)
         found.extend(items)
         if cursor == 0:
             break
-    assert sorted(id(q) for q in found) == sorted(id(q) for q in node.queues.values())
+    assert sorted(id(q) for q in found) == sorted(id(q) for q in node.state.queues.values())
 
 
 # -------------------------------------------------------- hypothesis machine
@@ -474,7 +474,7 @@ def test_long_random_run(seed, with_peer):
             fuzzer.check()
     fuzzer.check()
     assert fuzzer.steps > 800
-    assert fuzzer.node.clock.now > START_MS
+    assert fuzzer.node.state.clock.now > START_MS
 
 
 def test_fuzzer_reaches_interesting_states():
@@ -484,8 +484,8 @@ def test_fuzzer_reaches_interesting_states():
     blocked = 0
     for _ in range(1500):
         fuzzer.step()
-        seen_states.update(j.state for j in fuzzer.node.jobs.values())
-        blocked += bool(fuzzer.node.blocked.clients)
+        seen_states.update(j.state for j in fuzzer.node.state.jobs.values())
+        blocked += bool(fuzzer.node.state.blocked.clients)
     assert len(fuzzer.ids) > 50
     assert seen_states >= {QUEUED, ACKED, WAIT_REPL}
     assert blocked > 0

@@ -46,10 +46,10 @@ class Twin:
         self.server = Server(config, ["disque-server"])
         self.server.loop = FakeLoop()
         node = self.node = self.server.node
-        node.clock = FakeClock()
-        node.runtime.random = random.Random(7).random
+        node.state.clock = FakeClock()
+        node.state.runtime.random = random.Random(7).random
         node.state.ids = JobIdGenerator(b"0" * 40, random.Random(7))
-        node.update_memory_limits()
+        node.state.update_memory_limits()
 
     def connect(self):
         from disque.net.connection import ClientConnection
@@ -63,7 +63,7 @@ class Twin:
         self.server.loop.end_turn()
 
     def written(self, transport) -> bytes:
-        out = b"".join(transport.writes).replace(self.node.id, b"<node>")
+        out = b"".join(transport.writes).replace(self.node.state.id, b"<node>")
         transport.writes.clear()
         return out
 

@@ -50,16 +50,16 @@ class SimAof:
         config.aof_load_truncated = True
         marked = False  # the file begins with the format marker (checksummed records)
         if os.path.exists(self.path):
-            node.loading = True
+            node.state.loading = True
             loader = AofLoader(node, self.path, enqueue_once=False, truncate_allowed=True,
                                logger=_logger)
             try:
-                node.read_clock()
+                node.state.read_clock()
                 while not loader.run(_LOAD_ALL):
                     pass
             finally:
                 loader.close()
-                node.loading = False
+                node.state.loading = False
             self.loads += 1
             self.jobs_loaded = loader.jobs_loaded
             marked = loader.checksums_required
@@ -79,7 +79,7 @@ class SimAof:
         writer = self.writer
         if writer is None:
             return
-        self.live_at_crash = frozenset(job_id for job_id, job in node.jobs.items()
+        self.live_at_crash = frozenset(job_id for job_id, job in node.state.jobs.items()
                                        if job.state == ACTIVE or job.state == QUEUED)
         if writer.fd >= 0:
             os.close(writer.fd)

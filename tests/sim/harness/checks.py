@@ -22,8 +22,8 @@ def node_problems(node) -> list[str]:
     """Every broken invariant of ``node`` (empty when consistent)."""
     problems: list[str] = []
     add = problems.append
-    jobs = node.jobs
-    queues = node.queues
+    jobs = node.state.jobs
+    queues = node.state.queues
     memory = BASE_MEMORY
     for job_id, job in jobs.items():
         where = job_id.decode("latin-1")
@@ -50,12 +50,12 @@ def node_problems(node) -> list[str]:
         elif job.queue in queues and job in queues[job.queue].jobs:
             add("%s in state %r but linked in its queue" % (where, job.state))
         if job.state == WAIT_REPL:
-            client = node.blocked.producers.get(job_id)
+            client = node.state.blocked.producers.get(job_id)
             if client is None:
                 add("%s waits for replication but no producer waits for it" % where)
             if job.confirmed is None:
                 add("%s waits for replication without a confirmed set" % where)
-        if job.state == ACKED and job not in node.jobs.evictable:
+        if job.state == ACKED and job not in node.state.jobs.evictable:
             add("%s acked but not evictable" % where)
     for name, queue in queues.items():
         memory += queue_cost(name)
@@ -80,9 +80,9 @@ def node_problems(node) -> list[str]:
             block = client.blocked
             if block is None or block.kind != Block.GETJOB or queue not in block.queues:
                 add("queue %r lists a client that is not blocked on it" % name)
-    if memory != node.used_memory:
+    if memory != node.state.used_memory:
         add("used_memory %d but the dataset costs %d" % (node.used_memory, memory))
-    for client in node.blocked.clients:
+    for client in node.state.blocked.clients:
         block = client.blocked
         if block is None:
             add("client %d in blocked_clients but not blocked" % client.id)
@@ -93,23 +93,23 @@ def node_problems(node) -> list[str]:
                     add("client %d blocked on destroyed queue %r" % (client.id, queue.name))
                 elif not queue.blocked or client not in queue.blocked:
                     add("client %d blocked on %r but not listed there" % (client.id, queue.name))
-        elif node.blocked.producers.get(block.job_id) is not client:
+        elif node.state.blocked.producers.get(block.job_id) is not client:
             add("ADDJOB client %d not registered as waiting for its job" % client.id)
-    for job_id, client in node.blocked.producers.items():
-        if client not in node.blocked.clients:
+    for job_id, client in node.state.blocked.producers.items():
+        if client not in node.state.blocked.clients:
             add("replication waiter for %s is not blocked" % job_id.decode("latin-1"))
         job = jobs.get(job_id)
         if job is None or job.state != WAIT_REPL:
             add("producer waits for %s which is %r" % (job_id.decode("latin-1"), job))
-    membership = node.membership
-    if membership.nodes.get(node.id) is not membership.myself:
+    membership = node.state.membership
+    if membership.nodes.get(node.state.id) is not membership.myself:
         add("myself missing from the node table")
     if not membership.myself.flags & MYSELF:
         add("myself lost its MYSELF flag")
     for node_id, entry in membership.nodes.items():
         if entry.id != node_id:
             add("node table entry %r registered as %r" % (entry.id, node_id))
-        if node_id != node.id and entry.flags & MYSELF:
+        if node_id != node.state.id and entry.flags & MYSELF:
             add("a second node has the MYSELF flag")
     size = sum(1 for n in membership.nodes.values() if not n.flags & HANDSHAKE)
     if size != membership.size:
@@ -121,7 +121,7 @@ def check_node(node, label: str = "") -> None:
     """Raise SimFailure listing every broken invariant of ``node``."""
     problems = node_problems(node)
     if problems:
-        raise SimFailure("%s inconsistent state:\n  %s" % (label or node.id[:8].decode(),
+        raise SimFailure("%s inconsistent state:\n  %s" % (label or node.state.id[:8].decode(),
                                                              "\n  ".join(problems[:20])))
 
 

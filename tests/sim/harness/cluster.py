@@ -51,7 +51,7 @@ class SimHost(Host):
 
     def save_cluster_config(self) -> str | None:
         if self.node is not None and self.simnode.node is self.node:
-            self.simnode.saved_conf = nodesconf.render(self.node.membership, self.node.schedules)
+            self.simnode.saved_conf = nodesconf.render(self.node.state.membership, self.node.state.schedules)
             self.saves += 1
         return None
 
@@ -240,9 +240,9 @@ class Sim:
         if self.wire:
             sn.server = self.net.boot(sn, node, config)
         if sn.saved_conf is not None:
-            nodesconf.restore(node.membership, nodesconf.parse(sn.saved_conf, clock()),
+            nodesconf.restore(node.state.membership, nodesconf.parse(sn.saved_conf, clock()),
                               config.port)
-            node.schedules.restore(nodesconf.parse_schedules(sn.saved_conf))
+            node.state.schedules.restore(nodesconf.parse_schedules(sn.saved_conf))
         if sn.aof is not None:
             sn.aof.start(node, config)
         sn.host.node = node
@@ -512,16 +512,16 @@ class Sim:
         ids = {self.nodes[i].node_id for i in members}
         for i in members:
             node = self.nodes[i].node
-            table = node.membership.nodes
+            table = node.state.membership.nodes
             if exact and len(table) != len(self.nodes):
                 return False
             for node_id in ids:
                 entry = table.get(node_id)
                 if entry is None or entry.flags & HANDSHAKE:
                     return False
-                if node_id != node.id and (not entry.link or not entry.is_reachable):
+                if node_id != node.state.id and (not entry.link or not entry.is_reachable):
                     return False
-            if len(ids.intersection(node.membership.reachable)) < len(members) - 1:
+            if len(ids.intersection(node.state.membership.reachable)) < len(members) - 1:
                 return False
         return True
 

@@ -97,7 +97,7 @@ class MessageFuzzer:
         jobs = []
         for sn in self.sim.nodes:
             if sn.node is not None:
-                jobs.extend(list(sn.node.jobs.values())[:50])
+                jobs.extend(list(sn.node.state.jobs.values())[:50])
         return jobs
 
     def job_payload(self):
@@ -233,7 +233,7 @@ class MessageFuzzer:
             return bus.outbound[node_id].src_link
         # A link the transport could have opened: to any node of the table but
         # self (possibly a handshake node), whatever the peer then says.
-        peers = sorted(n for n in receiver.node.membership.nodes if n != receiver.node.id)
+        peers = sorted(n for n in receiver.node.state.membership.nodes if n != receiver.node.state.id)
         if not peers:
             return Link(None, "10.0.0.77", receiver.ip, None)
         return Link(rng.choice(peers), rng.choice(("10.0.0.2", "10.0.0.88")), receiver.ip, None)

@@ -22,7 +22,7 @@ def states(sim, job_id: bytes) -> dict[int, str]:
     out = {}
     for sn in sim.nodes:
         if sn.node is not None:
-            job = sn.node.jobs.get(job_id)
+            job = sn.node.state.jobs.get(job_id)
             if job is not None:
                 out[sn.index] = STATE_NAMES[job.state].decode()
     return out

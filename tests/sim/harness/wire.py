@@ -348,7 +348,7 @@ class WireNetwork(Network):
         loop = WireLoop(self, sn, sn.ip)
         self.loops.append(loop)
         bus = ClusterBus(node, loop, after_bus=lambda: self.sim.poke(sn))
-        node.bus = bus
+        node.state.outbox.use(bus)
         sn.bus = bus
         loop.create_task(bus.listen(None, sn.bus_port, config.tcp_backlog))
         return WireServer(self.sim, sn, node, loop)
@@ -606,7 +606,7 @@ class WireServer:
         self.sim = sim
         self.sn = sn
         self.node = node
-        self.config = node.config
+        self.config = node.state.config
         self.loop = loop
         self.clients: dict[int, ClientConnection] = {}
         self.client_id = 0

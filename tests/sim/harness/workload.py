@@ -119,7 +119,7 @@ class Ledger:
         record.outcome = "ok"
         sim = self.sim
         record.holders = tuple(sn.index for sn in sim.nodes
-                               if sn.node is not None and record.job_id in sn.node.jobs)
+                               if sn.node is not None and record.job_id in sn.node.state.jobs)
         record.crash_marks = {h: sim.nodes[h].wipes for h in record.holders}
 
     def _bind(self, record: JobRecord, job_id: bytes) -> None:
@@ -177,7 +177,7 @@ class Ledger:
                 and job_id not in self.acks_after_heal):
             knowers = set()
             for sn in self.sim.nodes:
-                job = sn.node.jobs.get(job_id) if sn.node is not None else None
+                job = sn.node.state.jobs.get(job_id) if sn.node is not None else None
                 if job is not None:
                     knowers.update(n for n in job.delivered if n != sn.node_id)
             self.acks_after_heal[job_id] = (now, knowers)
@@ -211,7 +211,7 @@ class Ledger:
             for record in self.by_id.values():
                 record.absent_since = None
             return
-        holders = [sn.node.jobs for sn in nodes if sn.node is not None]
+        holders = [sn.node.state.jobs for sn in nodes if sn.node is not None]
         holders += [sn.aof.live_at_crash for sn in nodes if sn.node is None and sn.aof is not None]
         for record in self.by_id.values():
             if not record.acked_at or record.gone_at is not None:
@@ -299,7 +299,7 @@ class Workload:
         if not sim.is_full_mesh():
             raise SimFailure("membership did not heal:\n%s" % sim.describe_nodes())
         for sn in sim.nodes:
-            for entry in sn.node.membership.nodes.values():
+            for entry in sn.node.state.membership.nodes.values():
                 if entry.flags & (PFAIL | FAIL | LEAVING) or entry.priority() != b"1":
                     raise SimFailure("%s still sees flags %d for %s:\n%s" % (
                         sn.name, entry.flags, sim.name_of(entry.id), sim.describe_nodes()))
@@ -336,7 +336,7 @@ class Workload:
             node = sn.node
             if node is None:
                 return False
-            for job in node.jobs.values():
+            for job in node.state.jobs.values():
                 # Only RETRY 0 jobs may stay (until their TTL): delivered and never
                 # acked, or never queued because their one ENQUEUE was lost.
                 if job.retry or job.state != ACTIVE:
@@ -629,7 +629,7 @@ class Workload:
         elif action == "leaving":
             self.stats["leaving"] += 1
             target = rng.choice(responsive)
-            leaving = sim.node(target).membership.leaving
+            leaving = sim.node(target).state.membership.leaving
             value = "no" if leaving or rng.random() < 0.3 else "yes"
             if sim.call(target, "CLUSTER", "LEAVING", value) != b"OK":
                 self.ledger.fail("CLUSTER LEAVING %s failed" % value)

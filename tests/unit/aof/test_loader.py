@@ -40,7 +40,7 @@ def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
     loader = AofLoader(node, str(path), enqueue_once=enqueue_once,
                        truncate_allowed=truncate_allowed, logger=LOG)
     try:
-        node.read_clock()
+        node.state.read_clock()
         while not loader.run(slice_records):
             pass
     finally:
@@ -49,7 +49,7 @@ def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
 
 
 def record(source, job_id: bytes) -> bytes:
-    return loadjob_record(source.jobs[job_id], source.now)
+    return loadjob_record(source.state.jobs[job_id], source.state.now)
 
 
 def test_a_file_an_earlier_version_began_loads_whole(source, tmp_path):
@@ -57,12 +57,12 @@ def test_a_file_an_earlier_version_began_loads_whole(source, tmp_path):
     cmd = Cmd(source)
     old = [cmd.addjob("q", "old %d" % i, "RETRY", 3) for i in range(3)]
     new = cmd.addjob("q", "new", "RETRY", 3)
-    write(tmp_path / "a.aof", *(msgpack_loadjob_record(source.jobs[j], source.now) for j in old),
-          deljob_record(source.jobs[old[1]], source.now, REASON_ACKED), record(source, new))
+    write(tmp_path / "a.aof", *(msgpack_loadjob_record(source.state.jobs[j], source.state.now) for j in old),
+          deljob_record(source.state.jobs[old[1]], source.state.now, REASON_ACKED), record(source, new))
     node = make_node()
     assert load(node, tmp_path / "a.aof").jobs_loaded == 4
-    assert sorted(node.jobs) == sorted((old[0], old[2], new))
-    assert [node.jobs[j].body for j in (old[0], old[2], new)] == [b"old 0", b"old 2", b"new"]
+    assert sorted(node.state.jobs) == sorted((old[0], old[2], new))
+    assert [node.state.jobs[j].body for j in (old[0], old[2], new)] == [b"old 0", b"old 2", b"new"]
 
 
 def test_jobs_come_back_active_with_qtime_rearmed(source, tmp_path):
@@ -71,48 +71,48 @@ def test_jobs_come_back_active_with_qtime_rearmed(source, tmp_path):
     delayed = cmd.addjob("q", "later", "DELAY", 5, "RETRY", 2)
     once = cmd.addjob("q", "at-most-once", "RETRY", 0)
     write(tmp_path / "a.aof", *(record(source, j) for j in (plain, delayed, once)))
-    assert source.jobs[plain].state == QUEUED
+    assert source.state.jobs[plain].state == QUEUED
 
     node = make_node(now=START_MS + 60_000)  # restarted a minute later
     loader = load(node, tmp_path / "a.aof")
     assert loader.jobs_loaded == 3 and loader.records == 3 and loader.truncated_at is None
-    now = node.now
+    now = node.state.now
     for job_id, wait_s in ((plain, 3), (delayed, 5 + 2)):  # the delay counts again (§5 step 4)
-        job = node.jobs[job_id]
+        job = node.state.jobs[job_id]
         assert job.state == ACTIVE
         assert abs(job.qtime - (now + wait_s * 1000)) <= JITTER_MS
         assert job.flags & BCAST_WILLQUEUE
-    assert node.jobs[once].state == ACTIVE and node.jobs[once].qtime == 0
-    assert node.queues.get(b"q") is None or len(node.queues[b"q"].jobs) == 0
+    assert node.state.jobs[once].state == ACTIVE and node.state.jobs[once].qtime == 0
+    assert node.state.queues.get(b"q") is None or len(node.state.queues[b"q"].jobs) == 0
 
     advance(node, 3000 + JITTER_MS, step=50)
-    assert node.jobs[plain].state == QUEUED
-    assert node.jobs[delayed].state == ACTIVE
+    assert node.state.jobs[plain].state == QUEUED
+    assert node.state.jobs[delayed].state == ACTIVE
     advance(node, 4000, step=50)
-    assert node.jobs[delayed].state == QUEUED
+    assert node.state.jobs[delayed].state == QUEUED
     advance(node, 600_000, step=10_000)
-    assert node.jobs[once].state == ACTIVE  # at-most-once: never queued again
+    assert node.state.jobs[once].state == ACTIVE  # at-most-once: never queued again
 
 
 def test_every_stored_field_survives(source, tmp_path):
     cmd = Cmd(source)
     add_peer(source)
     job_id = cmd.addjob("fq", b"\x00body\r\n", "RETRY", 9, "TTL", 3600, "ASYNC", "REPLICATE", 2)
-    job = source.jobs[job_id]
+    job = source.state.jobs[job_id]
     job.nacks, job.adeliv = 4, 2
-    job.delivered = (source.id, PEER_ID, UNKNOWN_NODE)
+    job.delivered = (source.state.id, PEER_ID, UNKNOWN_NODE)
     write(tmp_path / "a.aof", record(source, job_id))
 
     node = make_node(now=START_MS + 1000)
     add_peer(node)
     load(node, tmp_path / "a.aof")
-    copy = node.jobs[job_id]
+    copy = node.state.jobs[job_id]
     assert (copy.queue, copy.body, copy.repl, copy.retry, copy.delay) == (
         b"fq", b"\x00body\r\n", 2, 9, 0)
     assert (copy.ctime, copy.etime) == (job.ctime, job.etime)
     assert (copy.nacks, copy.adeliv) == (4, 2)
     # spec §5: IDs of nodes no longer known are dropped.
-    assert set(copy.delivered) == {node.id, PEER_ID}
+    assert set(copy.delivered) == {node.state.id, PEER_ID}
     assert Cmd(node).show(job_id)["ttl"] == 3600 - 1
 
 
@@ -123,19 +123,19 @@ def test_expired_jobs_are_dropped(source, tmp_path):
     write(tmp_path / "a.aof", record(source, short), record(source, long))
     node = make_node(now=START_MS + 10_000)  # etime == now: expired
     loader = load(node, tmp_path / "a.aof")
-    assert set(node.jobs) == {long} and loader.jobs_loaded == 1
+    assert set(node.state.jobs) == {long} and loader.jobs_loaded == 1
 
 
 def test_duplicate_ids_keep_the_first_record(source, tmp_path):
     cmd = Cmd(source)
     job_id = cmd.addjob("q", "first", "RETRY", 1)
     first = record(source, job_id)
-    source.jobs[job_id].body = b"second"
+    source.state.jobs[job_id].body = b"second"
     write(tmp_path / "a.aof", first, record(source, job_id))
     node = make_node()
     loader = load(node, tmp_path / "a.aof")
-    assert node.jobs[job_id].body == b"first"
-    assert loader.records == 2 and loader.jobs_loaded == 1 and len(node.jobs) == 1
+    assert node.state.jobs[job_id].body == b"first"
+    assert loader.records == 2 and loader.jobs_loaded == 1 and len(node.state.jobs) == 1
 
 
 def test_deljob_records_remove_jobs(source, tmp_path):
@@ -143,23 +143,23 @@ def test_deljob_records_remove_jobs(source, tmp_path):
     acked, bare, kept = (cmd.addjob("q", name, "RETRY", 1) for name in ("a", "b", "c"))
     bare_deljob = b"*2\r\n$6\r\nDELJOB\r\n$40\r\n" + bare + b"\r\n"
     write(tmp_path / "a.aof", record(source, acked), record(source, bare), record(source, kept),
-          deljob_record(source.jobs[acked], source.now, REASON_ACKED), bare_deljob,
+          deljob_record(source.state.jobs[acked], source.state.now, REASON_ACKED), bare_deljob,
           b"*2\r\n$6\r\nDELJOB\r\n$40\r\n" + b"D-00000000-" + b"x" * 24 + b"-05a1\r\n")
     node = make_node()
     loader = load(node, tmp_path / "a.aof")
-    assert set(node.jobs) == {kept} and loader.records == 6
+    assert set(node.state.jobs) == {kept} and loader.records == 6
 
 
 def test_a_job_deleted_then_logged_again_is_back(source, tmp_path):
     # A rewrite's snapshot may follow a DELJOB in the diff order; a later
     # LOADJOB of the same id (never produced by the server) is loaded again.
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
-    job = source.jobs[job_id]
+    job = source.state.jobs[job_id]
     write(tmp_path / "a.aof", record(source, job_id),
-          deljob_record(job, source.now, REASON_ACKED), record(source, job_id))
+          deljob_record(job, source.state.now, REASON_ACKED), record(source, job_id))
     node = make_node()
     load(node, tmp_path / "a.aof")
-    assert set(node.jobs) == {job_id}
+    assert set(node.state.jobs) == {job_id}
 
 
 def test_enqueue_once_restores_queued_jobs_including_retry_0(source, tmp_path):
@@ -172,29 +172,29 @@ def test_enqueue_once_restores_queued_jobs_including_retry_0(source, tmp_path):
     assert cmd.ok("GETJOB", "NOHANG", "FROM", "qa")[0][1] == taken
     assert cmd.ok("GETJOB", "NOHANG", "FROM", "qn")[0][1] == nacked
     assert cmd.ok("NACK", nacked) == 1
-    states = {j: source.jobs[j].state for j in source.jobs}
-    counters = {j: (source.jobs[j].nacks, source.jobs[j].adeliv) for j in source.jobs}
+    states = {j: source.state.jobs[j].state for j in source.state.jobs}
+    counters = {j: (source.state.jobs[j].nacks, source.state.jobs[j].adeliv) for j in source.state.jobs}
     assert states == {queued: QUEUED, once: QUEUED, taken: ACTIVE, nacked: QUEUED,
                       delayed: ACTIVE}
-    write(tmp_path / "a.aof", *(record(source, j) for j in source.jobs))
+    write(tmp_path / "a.aof", *(record(source, j) for j in source.state.jobs))
 
     node = make_node(now=START_MS + 5_000)
     load(node, tmp_path / "a.aof", enqueue_once=True)
-    assert {j: node.jobs[j].state for j in node.jobs} == states
+    assert {j: node.state.jobs[j].state for j in node.state.jobs} == states
     node_cmd = Cmd(node)
     assert node_cmd.ok("GETJOB", "NOHANG", "FROM", "q0") == [[b"q0", once, b"queued at-most-once"]]
-    assert node.jobs[once].flags & DELIVERED
+    assert node.state.jobs[once].flags & DELIVERED
     assert node_cmd.ok("QLEN", "q") == 1 and node_cmd.ok("QLEN", "qn") == 1
-    for job_id, job in node.jobs.items():
+    for job_id, job in node.state.jobs.items():
         nacks, adeliv = counters[job_id]
         assert job.nacks == nacks, job_id
         # spec §6: re-queued through the normal primitive, which counts an
         # additional delivery for a job that had been queued before.
-        bumped = states[job_id] == QUEUED and source.jobs[job_id].flags & BCAST_QUEUED
+        bumped = states[job_id] == QUEUED and source.state.jobs[job_id].flags & BCAST_QUEUED
         assert job.adeliv == adeliv + (1 if bumped else 0), job_id
     # A queued retry>0 job keeps its retry timer: it is re-queued after a delivery.
-    job = node.jobs[queued]
-    assert job.qtime and abs(job.qtime - (node.now + 5000)) <= JITTER_MS
+    job = node.state.jobs[queued]
+    assert job.qtime and abs(job.qtime - (node.state.now + 5000)) <= JITTER_MS
 
 
 def test_without_enqueue_once_queued_jobs_are_only_active(source, tmp_path):
@@ -203,7 +203,7 @@ def test_without_enqueue_once_queued_jobs_are_only_active(source, tmp_path):
     write(tmp_path / "a.aof", *(record(source, j) for j in ids))
     node = make_node()
     load(node, tmp_path / "a.aof")
-    assert all(node.jobs[j].state == ACTIVE for j in ids)
+    assert all(node.state.jobs[j].state == ACTIVE for j in ids)
     assert Cmd(node).ok("QLEN", "q") == 0
 
 
@@ -239,7 +239,7 @@ def test_corrupt_job_payload_is_fatal_with_its_offset(source, tmp_path, payload)
 def test_bad_stored_state_is_corruption(source, tmp_path, legacy):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
     if legacy:
-        fields = stored_fields(source.jobs[job_id])
+        fields = stored_fields(source.state.jobs[job_id])
         fields[12] = 3  # acked is never stored
         payload = msgpack.packb(fields, use_bin_type=True)
     else:
@@ -275,7 +275,7 @@ def test_truncated_tail_is_cut_when_allowed(source, tmp_path, caplog):
         loader = load(node, path)
     assert loader.truncated_at == len(whole)
     assert path.read_bytes() == whole
-    assert len(node.jobs) == 2
+    assert len(node.state.jobs) == 2
     assert "truncating it at offset %d" % len(whole) in caplog.text
 
 
@@ -294,7 +294,7 @@ def test_loading_in_slices_and_across_read_chunks(source, tmp_path, monkeypatch)
     cmd = Cmd(source)
     ids = [cmd.addjob("q", b"body %d\r\n" % i * (i % 7), "RETRY", 1) for i in range(50)]
     data = b"".join(record(source, j) for j in ids) + deljob_record(
-        source.jobs[ids[10]], source.now, REASON_ACKED)
+        source.state.jobs[ids[10]], source.state.now, REASON_ACKED)
     write(tmp_path / "a.aof", data)
     monkeypatch.setattr(loader_module, "READ_CHUNK", 37)  # records span many reads
     node = make_node()
@@ -309,16 +309,16 @@ def test_loading_in_slices_and_across_read_chunks(source, tmp_path, monkeypatch)
         loader.close()
     assert slices == 51 // 7
     assert loader.loaded_bytes == len(data) == loader.total_bytes
-    assert set(node.jobs) == set(ids) - {ids[10]}
-    assert all(node.jobs[j].body == source.jobs[j].body for j in node.jobs)
-    assert len(node.jobs[ids[13]].body) == 6 * len(b"body 13\r\n")
+    assert set(node.state.jobs) == set(ids) - {ids[10]}
+    assert all(node.state.jobs[j].body == source.state.jobs[j].body for j in node.state.jobs)
+    assert len(node.state.jobs[ids[13]].body) == 6 * len(b"body 13\r\n")
 
 
 def test_empty_file_loads_nothing(tmp_path):
     write(tmp_path / "a.aof")
     node = make_node()
     loader = load(node, tmp_path / "a.aof", truncate_allowed=False)
-    assert loader.records == 0 and not node.jobs
+    assert loader.records == 0 and not node.state.jobs
 
 
 # The loader frames and decodes the records this version writes (a packed
@@ -347,14 +347,14 @@ def varied_jobs(source) -> list[bytes]:
             options += ["DELAY", 3]
         ids.append(cmd.addjob("q%d" % (i % 3), b"body %d\r\n" % i * (i % 4), *options))
     for i, job_id in enumerate(ids):
-        job = source.jobs[job_id]
+        job = source.state.jobs[job_id]
         job.nacks, job.adeliv, job.repl = i % 3, i % 2, 1 + i % 2
         if i % 6 == 0:
             job.adeliv += 0x10000  # stored as 64 bits, held as 16
         if i % 8 == 5:
             job.flags |= 0x18  # not local flags: dropped
         if i % 7 == 1:
-            job.delivered = (source.id, PEER_ID)
+            job.delivered = (source.state.id, PEER_ID)
         elif i % 7 == 2:
             job.delivered = (UNKNOWN_NODE,)
         elif i % 7 == 3:
@@ -370,11 +370,11 @@ def node_state(node) -> dict:
     jobs = {job_id: (job.queue, job.body, job.state, job.repl, job.ctime, job.etime, job.delay,
                      job.retry, job.nacks, job.adeliv, job.delivered, job.qtime, job.flags,
                      job.awakeme)
-            for job_id, job in node.jobs.items()}
+            for job_id, job in node.state.jobs.items()}
     queues = {name: [job.id for job in queue.jobs.iter_from_head()]
-              for name, queue in node.queues.items()}
-    return {"jobs": jobs, "queues": queues, "memory": node.memory.used,
-            "timers": len(node.timers)}
+              for name, queue in node.state.queues.items()}
+    return {"jobs": jobs, "queues": queues, "memory": node.state.memory.used,
+            "timers": len(node.state.timers)}
 
 
 @pytest.mark.parametrize("enqueue_once", [False, True])
@@ -386,7 +386,7 @@ def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enq
     records.insert(20, records[3])  # a duplicate: the first record wins
     deleted = [ids[4], ids[12]]
     for at, job_id in zip((30, 9), deleted):
-        records.insert(at, deljob_record(source.jobs[job_id], source.now, REASON_ACKED))
+        records.insert(at, deljob_record(source.state.jobs[job_id], source.state.now, REASON_ACKED))
     fast = write(tmp_path / "fast.aof", *records)
     strict = write(tmp_path / "strict.aof", *(for_strict_parser(r) for r in records))
     assert len(strict) < len(fast)
@@ -409,11 +409,11 @@ def test_loaded_jobs_have_the_timer_the_lifecycle_would_set(source, tmp_path):
     write(tmp_path / "a.aof", *(record(source, j) for j in ids))
     node = make_node(now=START_MS + 1_000)
     load(node, tmp_path / "a.aof")
-    armed = {job_id: job.awakeme for job_id, job in node.jobs.items()}
+    armed = {job_id: job.awakeme for job_id, job in node.state.jobs.items()}
     assert all(armed.values())
-    for job in node.jobs.values():
-        node.lifecycle.schedule_job(job)
-    assert {job_id: job.awakeme for job_id, job in node.jobs.items()} == armed
+    for job in node.state.jobs.values():
+        node.state.lifecycle.schedule_job(job)
+    assert {job_id: job.awakeme for job_id, job in node.state.jobs.items()} == armed
 
 
 def test_jobs_of_a_queue_share_its_name(source, tmp_path):
@@ -422,7 +422,7 @@ def test_jobs_of_a_queue_share_its_name(source, tmp_path):
     write(tmp_path / "a.aof", *(record(source, j) for j in ids))
     node = make_node()
     load(node, tmp_path / "a.aof")
-    first, *others = (node.jobs[j].queue for j in ids)
+    first, *others = (node.state.jobs[j].queue for j in ids)
     assert first == b"a-queue-name" and all(name is first for name in others)
 
 
@@ -434,7 +434,7 @@ def test_enqueue_once_queues_in_ctime_order_whatever_the_file_order(source, tmp_
     ids = [cmd.addjob("q%d" % (i % 2), "x%d" % i, "RETRY", 5) for i in range(30)]
     deleted = ids[9]
     records = [record(source, j) for j in reversed(ids)]
-    records.append(deljob_record(source.jobs[deleted], source.now, REASON_ACKED))
+    records.append(deljob_record(source.state.jobs[deleted], source.state.now, REASON_ACKED))
     write(tmp_path / "a.aof", *records)
     node = make_node(now=START_MS + 1_000)
 
@@ -446,9 +446,9 @@ def test_enqueue_once_queues_in_ctime_order_whatever_the_file_order(source, tmp_
     monkeypatch.undo()
     for name, parity in ((b"q0", 0), (b"q1", 1)):
         expected = [j for i, j in enumerate(ids) if i % 2 == parity and j != deleted]
-        assert [job.id for job in node.queues[name].jobs.iter_from_head()] == expected
-        assert [job.id for job in node.queues[name].jobs.iter_from_tail()] == expected[::-1]
-    assert deleted not in node.jobs
+        assert [job.id for job in node.state.queues[name].jobs.iter_from_head()] == expected
+        assert [job.id for job in node.state.queues[name].jobs.iter_from_tail()] == expected[::-1]
+    assert deleted not in node.state.jobs
 
 
 @pytest.mark.parametrize("damage", ["state", "length", "id", "repl"])
@@ -477,18 +477,18 @@ def test_a_deljob_is_framed_by_its_lengths(source, tmp_path):
     cmd = Cmd(source)
     tricky, plain = cmd.addjob("q\r\n$5\r\nacked\r\n", "x"), cmd.addjob("q", "y")
     write(tmp_path / "a.aof", record(source, tricky), record(source, plain),
-          deljob_record(source.jobs[tricky], source.now, REASON_ACKED),
-          deljob_record(source.jobs[plain], source.now, REASON_ACKED))
+          deljob_record(source.state.jobs[tricky], source.state.now, REASON_ACKED),
+          deljob_record(source.state.jobs[plain], source.state.now, REASON_ACKED))
     node = make_node()
     assert load(node, tmp_path / "a.aof").records == 4
-    assert not node.jobs
+    assert not node.state.jobs
 
 
 @pytest.mark.parametrize("field", [b"$5\r\nacked", b"$40\r\nD-"])
 def test_a_damaged_deljob_is_fatal_with_the_strict_parsers_offset(source, tmp_path, field):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
     good = record(source, job_id)
-    deljob = deljob_record(source.jobs[job_id], source.now, REASON_ACKED)
+    deljob = deljob_record(source.state.jobs[job_id], source.state.now, REASON_ACKED)
     data = write(tmp_path / "a.aof", good,
                  deljob.replace(field, field.replace(b"$", b"$1", 1)), good)
     with pytest.raises(AofFormatError) as expected:
@@ -502,7 +502,7 @@ def test_records_the_node_writes_never_need_the_strict_parser(source, tmp_path, 
     """The strict parser is for other forms and damage: it only meets the end of the file."""
     ids = varied_jobs(source)
     write(tmp_path / "a.aof", *(record(source, j) for j in ids),
-          *(deljob_record(source.jobs[j], source.now, REASON_ACKED) for j in ids[::3]))
+          *(deljob_record(source.state.jobs[j], source.state.now, REASON_ACKED) for j in ids[::3]))
     parsed = []
 
     def strict(buf, pos, end, required):
@@ -514,7 +514,7 @@ def test_records_the_node_writes_never_need_the_strict_parser(source, tmp_path, 
     node = make_node()
     loader = load(node, tmp_path / "a.aof", slice_records=7)
     assert parsed == [] and loader.records == len(ids) + len(ids[::3])
-    assert set(node.jobs) == set(ids) - set(ids[::3])
+    assert set(node.state.jobs) == set(ids) - set(ids[::3])
 
 
 # ------------------------------------------------------------- checksums
@@ -534,7 +534,7 @@ def test_two_flipped_bytes_in_the_middle_are_caught_with_their_offset(source, tm
     cmd = Cmd(source)
     ids = [cmd.addjob("q", "body %d" % i, "RETRY", 3) for i in range(10)]
     records = [record(source, j) for j in ids]
-    records.insert(6, deljob_record(source.jobs[ids[2]], source.now, REASON_ACKED))
+    records.insert(6, deljob_record(source.state.jobs[ids[2]], source.state.now, REASON_ACKED))
     data = FILE_MARKER + b"".join(records)
     at = len(FILE_MARKER) + sum(map(len, records[:5 if kind == "loadjob" else 6]))
     target = data.index(b"body 5" if kind == "loadjob" else b"acked", at)
@@ -546,7 +546,7 @@ def test_two_flipped_bytes_in_the_middle_are_caught_with_their_offset(source, tm
 
 def test_a_record_without_checksum_after_the_marker_is_fatal(source, tmp_path):
     ids = [Cmd(source).addjob("q", "x", "RETRY", 1) for _ in range(3)]
-    legacy = msgpack_loadjob_record(source.jobs[ids[1]], source.now)
+    legacy = msgpack_loadjob_record(source.state.jobs[ids[1]], source.state.now)
     first = record(source, ids[0])
     write(tmp_path / "a.aof", legacy, FILE_MARKER, first, legacy, record(source, ids[2]))
     with pytest.raises(AofLoadError, match="offset %d: record without a checksum"
@@ -556,11 +556,11 @@ def test_a_record_without_checksum_after_the_marker_is_fatal(source, tmp_path):
 
 def test_a_marked_file_loads_and_says_so(source, tmp_path):
     ids = [Cmd(source).addjob("q", "x", "RETRY", 1) for _ in range(3)]
-    write(tmp_path / "a.aof", msgpack_loadjob_record(source.jobs[ids[0]], source.now),
+    write(tmp_path / "a.aof", msgpack_loadjob_record(source.state.jobs[ids[0]], source.state.now),
           FILE_MARKER, *(record(source, j) for j in ids[1:]))
     node = make_node()
     loader = load(node, tmp_path / "a.aof")
-    assert loader.checksums_required and set(node.jobs) == set(ids)
+    assert loader.checksums_required and set(node.state.jobs) == set(ids)
 
 
 def test_every_flipped_byte_of_a_record_stops_the_load(source, tmp_path):
@@ -570,7 +570,7 @@ def test_every_flipped_byte_of_a_record_stops_the_load(source, tmp_path):
     cmd = Cmd(source)
     ids = [cmd.addjob("q", "body %d" % i, "RETRY", 3) for i in range(3)]
     records = [record(source, j) for j in ids]
-    records.insert(2, deljob_record(source.jobs[ids[0]], source.now, REASON_ACKED))
+    records.insert(2, deljob_record(source.state.jobs[ids[0]], source.state.now, REASON_ACKED))
     head = FILE_MARKER + records[0]
     for middle in (records[1], records[2]):
         tail = b"".join(records[records.index(middle) + 1:])

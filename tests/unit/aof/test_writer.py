@@ -35,7 +35,7 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 async def node_writer(workdir):
     node = make_node()
-    writer = AofWriter(node, node.config, asyncio.get_running_loop(), LOG)
+    writer = AofWriter(node, node.state.config, asyncio.get_running_loop(), LOG)
     yield node, writer
     writer.cancel_rewrite()
     if writer.fd >= 0:
@@ -57,17 +57,17 @@ def loaded_state(path="disque.aof") -> dict[bytes, tuple]:
             pass
     finally:
         loader.close()
-    return {j.id: (j.body, j.state) for j in node.jobs.values()}
+    return {j.id: (j.body, j.state) for j in node.state.jobs.values()}
 
 
 def live_state(node) -> dict[bytes, tuple]:
-    return {j.id: (j.body, j.state) for j in node.jobs.values() if j.state in (ACTIVE, QUEUED)}
+    return {j.id: (j.body, j.state) for j in node.state.jobs.values() if j.state in (ACTIVE, QUEUED)}
 
 
 def test_records_wait_in_the_buffer_until_flush(node_writer):
     node, writer = node_writer
     writer.open_existing()
-    assert writer.state == STATE_ON and node.journal is writer
+    assert writer.state == STATE_ON and node.state.journal is writer
     cmd = Cmd(node)
     job_id = cmd.addjob("q", "hello", "RETRY", 1)
     assert writer.pending and os.path.getsize("disque.aof") == len(FILE_MARKER)
@@ -125,13 +125,13 @@ def test_info_counts_records_not_built_yet(node_writer):
 def test_nothing_is_logged_while_off(node_writer):
     node, writer = node_writer
     Cmd(node).addjob("q", "x")
-    assert node.journal is NULL_JOURNAL and not writer.pending and not os.path.exists("disque.aof")
+    assert node.state.journal is NULL_JOURNAL and not writer.pending and not os.path.exists("disque.aof")
 
 
 @pytest.mark.parametrize("policy, fsyncs", [("always", 3), ("everysec", 0), ("no", 0)])
 def test_fsync_on_flush_only_with_always(node_writer, monkeypatch, policy, fsyncs):
     node, writer = node_writer
-    node.config.appendfsync = policy
+    node.state.config.appendfsync = policy
     calls = []
     monkeypatch.setattr(writer_module.os, "fdatasync", lambda fd: calls.append(fd))
     writer.open_existing()
@@ -154,7 +154,7 @@ class FakeMonotonic:
 @pytest.mark.parametrize("policy, expected", [("everysec", 3), ("no", 0), ("always", 0)])
 def test_background_fsync_at_most_once_a_second(node_writer, monkeypatch, policy, expected):
     node, writer = node_writer
-    node.config.appendfsync = policy
+    node.state.config.appendfsync = policy
     clock = FakeMonotonic()
     monkeypatch.setattr(writer_module, "time", clock)
     calls = []
@@ -216,7 +216,7 @@ def test_write_error_refuses_writes_and_ping_until_it_recovers(node_writer, monk
     monkeypatch.setattr(writer_module.os, "write", failing)
     second = cmd.addjob("q", "second", "RETRY", 1)
     writer.flush()
-    assert node.aof_error == "No space left on device"
+    assert node.state.aof_error == "No space left on device"
     assert os.path.getsize("disque.aof") == size + 50
     # spec §3: write commands and PING are refused, read-only ones still work.
     assert cmd.raw("PING") == MISCONF
@@ -225,13 +225,13 @@ def test_write_error_refuses_writes_and_ping_until_it_recovers(node_writer, monk
     assert cmd.ok("QLEN", "q") == 2
     assert dict(writer.info_fields())["aof_last_write_status"] == "err"
     # Retries happen from the cron at most once a second.
-    node.runtime.now += 500
+    node.state.runtime.now += 500
     writer.cron()
-    assert node.aof_error is not None
+    assert node.state.aof_error is not None
     failing.budget = 1 << 30
-    node.runtime.now += 1000
+    node.state.runtime.now += 1000
     writer.cron()
-    assert node.aof_error is None and not writer.pending
+    assert node.state.aof_error is None and not writer.pending
     assert cmd.raw("PING") == b"+PONG\r\n"
     assert dict(writer.info_fields())["aof_last_write_status"] == "ok"
     # The file holds each record exactly once: the part written before the
@@ -243,7 +243,7 @@ def test_write_error_refuses_writes_and_ping_until_it_recovers(node_writer, monk
 
 def test_write_error_with_appendfsync_always_exits(node_writer, monkeypatch):
     node, writer = node_writer
-    node.config.appendfsync = "always"
+    node.state.config.appendfsync = "always"
     writer.open_existing()
 
     class Exited(Exception):
@@ -297,11 +297,11 @@ async def test_rewrite_while_the_node_keeps_changing(node_writer, monkeypatch):
     def mutate(turn: int) -> None:
         added.append(cmd.addjob("new", "during %d" % turn, "RETRY", turn % 2))
         victim = ids[(turn * 7) % len(ids)]
-        if victim in node.jobs:
+        if victim in node.state.jobs:
             cmd.ok("ACKJOB", victim)
         if turn % 3 == 0:
             cmd.ok("GETJOB", "NOHANG", "FROM", "q0", "new")
-        if turn % 5 == 0 and added[turn // 2] in node.jobs:
+        if turn % 5 == 0 and added[turn // 2] in node.state.jobs:
             cmd.ok("DELJOB", added[turn // 2])
     assert writer.start_rewrite()
     assert not writer.start_rewrite()  # one at a time
@@ -356,7 +356,7 @@ async def test_rewrite_snapshot_is_complete_even_if_a_slice_starts_late(node_wri
     populate(node, 50)
     assert writer.start_rewrite()
     await wait_rewrite(writer)
-    assert loaded_state() == live_state(node) and len(node.jobs) == 50
+    assert loaded_state() == live_state(node) and len(node.state.jobs) == 50
 
 
 async def test_bgrewriteaof_with_appendonly_off_only_writes_the_file(node_writer, monkeypatch):
@@ -370,7 +370,7 @@ async def test_bgrewriteaof_with_appendonly_off_only_writes_the_file(node_writer
         if turn == 2:  # spec §2: with appendonly off a running rewrite captures no changes
             Cmd(node).addjob("q", "not captured")
     await wait_rewrite(writer, add_after_the_first_slice)
-    assert writer.state == STATE_OFF and node.journal is NULL_JOURNAL and writer.fd == -1
+    assert writer.state == STATE_OFF and node.state.journal is NULL_JOURNAL and writer.fd == -1
     assert len(records()) == 20
     Cmd(node).addjob("q", "still not logged")
     assert len(records()) == 20
@@ -383,7 +383,7 @@ async def test_enable_writes_the_current_state_then_appends(node_writer, monkeyp
     populate(node, 40)
     cmd = Cmd(node)
     assert writer.enable()
-    assert writer.state == STATE_WAIT_REWRITE and node.journal is writer
+    assert writer.state == STATE_WAIT_REWRITE and node.state.journal is writer
     during = cmd.addjob("q", "during wait-rewrite")
     writer.flush()  # before a reply: the record is built, and only the rewrite's diff gets it
     assert not writer.pending and writer.diff
@@ -392,7 +392,7 @@ async def test_enable_writes_the_current_state_then_appends(node_writer, monkeyp
     assert during in loaded_state()
     after = cmd.addjob("q", "after")
     writer.flush()
-    assert loaded_state() == live_state(node) and after in node.jobs
+    assert loaded_state() == live_state(node) and after in node.state.jobs
 
 
 async def test_disable_closes_the_file(node_writer):
@@ -401,7 +401,7 @@ async def test_disable_closes_the_file(node_writer):
     Cmd(node).addjob("q", "x")
     fd = writer.fd
     writer.disable()
-    assert writer.state == STATE_OFF and node.journal is NULL_JOURNAL and writer.fd == -1
+    assert writer.state == STATE_OFF and node.state.journal is NULL_JOURNAL and writer.fd == -1
     with pytest.raises(OSError):
         os.fstat(fd)
     assert len(records()) == 1  # flushed before closing
@@ -433,7 +433,7 @@ async def test_disable_stops_a_running_rewrite(node_writer, monkeypatch):
 
 async def test_automatic_rewrite_on_growth(node_writer):
     node, writer = node_writer
-    config = node.config
+    config = node.state.config
     config.auto_aof_rewrite_percentage = 100
     writer.open_existing()
     cmd = Cmd(node)
@@ -507,8 +507,8 @@ def test_a_file_of_an_earlier_version_gets_the_marker_before_new_records(node_wr
     the earlier version's records load as they are."""
     node, writer = node_writer
     old = msgpack_loadjob_record(Job(b"D-a1b2c3d4-%024d-05a1" % 1, b"q", b"old", 1,
-                                     node.now * 1_000_000, node.now // 1000 + 3600, 0, 30),
-                                 node.now)
+                                     node.state.now * 1_000_000, node.state.now // 1000 + 3600, 0, 30),
+                                 node.state.now)
     with open("disque.aof", "wb") as f:
         f.write(old)
     writer.open_existing(marked=False)

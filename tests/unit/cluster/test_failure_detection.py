@@ -27,7 +27,7 @@ def unanswered_ping(node):
     """``node`` pinged the peer's previous process, which died before answering."""
     peer = add_peer(node)
     node.cron()
-    peer.ping_sent = node.now
+    peer.ping_sent = node.state.now
     return peer
 
 
@@ -37,18 +37,18 @@ def test_a_restarted_peer_that_spoke_is_not_pfail_from_the_old_ping():
     advance(node, 1000, step=100, cron=True)
     deliver(node, PEER_ID, ping())  # the new process's PING, on the link it opened
     advance(node, TIMEOUT - 500, step=100, cron=True)
-    assert node.now - peer.ping_sent > TIMEOUT  # the old ping is past node-timeout
-    assert not peer.flags & (PFAIL | FAIL) and PEER_ID in node.membership.reachable
+    assert node.state.now - peer.ping_sent > TIMEOUT  # the old ping is past node-timeout
+    assert not peer.flags & (PFAIL | FAIL) and PEER_ID in node.state.membership.reachable
     # Silent for node-timeout after it spoke: PFAIL after all.
     advance(node, 600, step=100, cron=True)
-    assert peer.flags & PFAIL and PEER_ID not in node.membership.reachable
+    assert peer.flags & PFAIL and PEER_ID not in node.state.membership.reachable
 
 
 def test_without_a_frame_the_old_ping_makes_it_pfail():
     node = make_node(cluster_node_timeout=TIMEOUT)
     peer = unanswered_ping(node)
     advance(node, TIMEOUT + 100, step=100, cron=True)
-    assert peer.flags & PFAIL and PEER_ID not in node.membership.reachable
+    assert peer.flags & PFAIL and PEER_ID not in node.state.membership.reachable
 
 
 def test_any_frame_on_our_own_link_counts_too():
@@ -68,14 +68,14 @@ def test_a_frame_clears_pfail_at_once_but_not_fail():
     node = make_node(cluster_node_timeout=TIMEOUT)
     peer = unanswered_ping(node)
     advance(node, TIMEOUT + 100, step=100, cron=True)
-    assert peer.flags & PFAIL and PEER_ID not in node.membership.reachable
+    assert peer.flags & PFAIL and PEER_ID not in node.state.membership.reachable
     deliver(node, PEER_ID, ping())  # reachable at once, not a cron period later
-    assert not peer.flags & PFAIL and PEER_ID in node.membership.reachable
+    assert not peer.flags & PFAIL and PEER_ID in node.state.membership.reachable
     assert peer.ping_sent  # still unanswered: only a PONG on our link answers it
     peer.flags |= FAIL
     deliver(node, PEER_ID, ping())
     advance(node, 100, cron=True)
-    assert peer.flags & FAIL and PEER_ID not in node.membership.reachable
+    assert peer.flags & FAIL and PEER_ID not in node.state.membership.reachable
 
 
 def test_a_fail_broadcast_is_ignored_while_the_node_was_heard_from_lately():
@@ -106,4 +106,4 @@ def test_a_frame_from_a_node_without_a_link_opens_one_at_once():
     header = {m.VERSION: m.PROTOCOL_VERSION, m.SENDER: PEER_ID, m.PORT: 7712, m.FLAGS: 0}
     node.receive_frame(own_link, [header, pong])
     # The PONG on its own link clears FAIL, and the reachable set with it.
-    assert not peer.flags & (PFAIL | FAIL) and PEER_ID in node.membership.reachable
+    assert not peer.flags & (PFAIL | FAIL) and PEER_ID in node.state.membership.reachable

@@ -95,17 +95,17 @@ def test_ackjob_counts_known_jobs(cmd):
 def test_ackjob_replicated_job_stays_acked_for_gc(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     assert cmd.ok("ACKJOB", job_id) == 1
     job = cmd.show(job_id)
     assert job["state"] == b"acked"
     assert job["nodes-confirmed"] == [NODE_ID]
     assert cmd.ok("QLEN", "q") == 0
-    setacks = cluster.outbox.transport.of_type(m.SETACK)
+    setacks = cluster.state.outbox.transport.of_type(m.SETACK)
     assert [(d, msg[m.ID], msg[m.MAY_HAVE]) for d, msg in setacks] == [(PEER_ID, job_id, 2)]
     # Already acked: not counted, but a GC attempt is forced at once.
     assert cmd.ok("ACKJOB", job_id) == 0
-    assert len(cluster.outbox.transport.of_type(m.SETACK)) == 2
+    assert len(cluster.state.outbox.transport.of_type(m.SETACK)) == 2
 
 
 def test_gotack_from_the_last_holder_completes_gc(cluster):
@@ -114,7 +114,7 @@ def test_gotack_from_the_last_holder_completes_gc(cluster):
     cmd.ok("ACKJOB", job_id)
     deliver(cluster, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
     assert cmd.show(job_id) is None
-    assert [d for d, _ in cluster.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
+    assert [d for d, _ in cluster.state.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_dummy_ack_for_unknown_at_least_once_id(cluster):
@@ -128,7 +128,7 @@ def test_dummy_ack_for_unknown_at_least_once_id(cluster):
         "next-awake-within": dummy["next-awake-within"], "body": None,
     }
     assert dummy["next-awake-within"] is not None
-    setacks = cluster.outbox.transport.of_type(m.SETACK)
+    setacks = cluster.state.outbox.transport.of_type(m.SETACK)
     assert [(d, msg[m.ID], msg[m.MAY_HAVE]) for d, msg in setacks] == [(PEER_ID, UNKNOWN_ODD, 0)]
     assert info_field(cluster, "registered_jobs") == "1"
     assert cmd.ok("JSCAN", "BUSYLOOP")[1] == []  # dummies are never listed
@@ -145,15 +145,15 @@ def test_no_dummy_ack_for_at_most_once_ids(cluster):
     cmd = Cmd(cluster)
     assert cmd.ok("ACKJOB", UNKNOWN_EVEN) == 0
     assert cmd.show(UNKNOWN_EVEN) is None
-    assert cluster.outbox.transport.of_type(m.SETACK) == []
+    assert cluster.state.outbox.transport.of_type(m.SETACK) == []
 
 
 def test_no_dummy_ack_while_leaving(cluster):
-    cluster.membership.myself.flags |= LEAVING
+    cluster.state.membership.myself.flags |= LEAVING
     cmd = Cmd(cluster)
     assert cmd.ok("ACKJOB", UNKNOWN_ODD) == 0
     assert cmd.show(UNKNOWN_ODD) is None
-    assert cluster.outbox.transport.of_type(m.SETACK) == []
+    assert cluster.state.outbox.transport.of_type(m.SETACK) == []
 
 
 def test_dummy_ack_dropped_when_a_holder_knows_the_job(cluster):
@@ -173,7 +173,7 @@ def test_dummy_ack_dropped_when_nobody_knows_the_job(cluster):
 def test_ackjob_of_a_job_waiting_for_replication_answers_the_producer(cluster):
     producer = Cmd(cluster, ClientState(7))
     assert producer.raw("ADDJOB", "q", "b", "0") is None
-    job_id = next(iter(cluster.jobs))
+    job_id = next(iter(cluster.state.jobs))
     assert Cmd(cluster).ok("ACKJOB", job_id) == 1
     assert producer.client.sent == [b"+" + job_id + b"\r\n"]
     assert Cmd(cluster).show(job_id)["state"] == b"acked"
@@ -185,10 +185,10 @@ def test_fastack(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     local = cmd.addjob("q", "x", "RETRY", "0", "REPLICATE", "1")
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     assert cmd.raw("FASTACK", job_id, local, UNKNOWN_ODD) == b":2\r\n"
     assert cmd.show(job_id) is None and cmd.show(local) is None
-    deljobs = [(d, msg[m.ID]) for d, msg in cluster.outbox.transport.of_type(m.DELJOB)]
+    deljobs = [(d, msg[m.ID]) for d, msg in cluster.state.outbox.transport.of_type(m.DELJOB)]
     # Known: to its holders; unknown: to every node with a link.
     assert deljobs == [(PEER_ID, job_id), (PEER_ID, UNKNOWN_ODD)]
     assert cmd.ok("QLEN", "q") == 0
@@ -199,7 +199,7 @@ def test_fastack_counts_acked_jobs_too(cluster):
     job_id = replicated_job(cluster)
     cmd.ok("ACKJOB", job_id)
     assert cmd.ok("FASTACK", job_id) == 1
-    assert not cluster.jobs
+    assert not cluster.state.jobs
 
 
 def test_fastack_single_node(cmd):
@@ -214,17 +214,17 @@ def test_fastack_single_node(cmd):
 def test_deljob_is_local_only(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     assert cmd.ok("DELJOB", job_id, job_id, UNKNOWN_ODD) == 1
     assert cmd.ok("DELJOB", job_id) == 0
-    assert cluster.outbox.transport == []
+    assert cluster.state.outbox.transport == []
     assert cmd.ok("QLEN", "q") == 0
 
 
 def test_deljob_of_a_waiting_job_fails_its_producer(cluster):
     producer = Cmd(cluster, ClientState(7))
     assert producer.raw("ADDJOB", "q", "b", "0") is None
-    job_id = next(iter(cluster.jobs))
+    job_id = next(iter(cluster.state.jobs))
     assert Cmd(cluster).ok("DELJOB", job_id) == 1
     assert producer.client.sent == [
         b"-NOREPL job removed (expired?) before the requested replication level was achieved\r\n"]
@@ -247,9 +247,9 @@ def test_nack_broadcasts_queued_with_incr_nacks(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     cmd.ok("GETJOB", "FROM", "q")
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     cmd.ok("NACK", job_id)
-    queued = cluster.outbox.transport.of_type(m.QUEUED)
+    queued = cluster.state.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.ID], msg[m.MFLAGS]) for d, msg in queued] == [
         (PEER_ID, job_id, m.MFLAG_INCR_NACKS)]
 
@@ -266,11 +266,11 @@ def test_enqueue_counts_additional_deliveries(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
     cmd.ok("GETJOB", "FROM", "q")
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     assert cmd.ok("ENQUEUE", job_id) == 1
     job = cmd.show(job_id)
     assert (job["nacks"], job["additional-deliveries"]) == (0, 1)
-    queued = cluster.outbox.transport.of_type(m.QUEUED)
+    queued = cluster.state.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.MFLAGS]) for d, msg in queued] == [(PEER_ID, m.MFLAG_INCR_DELIV)]
     assert cmd.ok("ENQUEUE", job_id) == 0  # already queued
 
@@ -278,11 +278,11 @@ def test_enqueue_counts_additional_deliveries(cluster):
 def test_first_queueing_of_a_delayed_job_is_silent(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster, "DELAY", "100")
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     assert cmd.ok("ENQUEUE", job_id) == 1
     job = cmd.show(job_id)
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
-    assert cluster.outbox.transport.of_type(m.QUEUED) == []
+    assert cluster.state.outbox.transport.of_type(m.QUEUED) == []
     cmd.ok("GETJOB", "FROM", "q")
     assert cmd.ok("ENQUEUE", job_id) == 1
     assert cmd.show(job_id)["additional-deliveries"] == 1
@@ -291,7 +291,7 @@ def test_first_queueing_of_a_delayed_job_is_silent(cluster):
 def test_enqueue_sets_a_new_requeue_time(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "10")
     cmd.ok("GETJOB", "FROM", "q")
-    node.clock.advance(4000)
+    node.state.clock.advance(4000)
     cmd.ok("ENQUEUE", job_id)
     job = cmd.show(job_id)
     assert 10_000 - 250 <= job["next-requeue-within"] <= 10_000 + 249
@@ -370,16 +370,16 @@ def test_working_returns_retry_and_dequeues(node, cmd):
 def test_working_postpones_the_requeue(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "10", "TTL", "100")
     cmd.ok("GETJOB", "FROM", "q")
-    node.clock.advance(8000)
+    node.state.clock.advance(8000)
     assert cmd.ok("WORKING", job_id) == 10
     assert 10_000 - 250 <= cmd.show(job_id)["next-requeue-within"] <= 10_000 + 249
 
 
 def test_working_half_ttl_rule(node, cmd):
     job_id = cmd.addjob("q", "x", "TTL", "100")
-    node.clock.advance(50_000)  # exactly half: still allowed
+    node.state.clock.advance(50_000)  # exactly half: still allowed
     assert cmd.ok("WORKING", job_id) == 10
-    node.clock.advance(1)
+    node.state.clock.advance(1)
     assert cmd.raw("WORKING", job_id) == TOOLATE
 
 
@@ -402,9 +402,9 @@ def test_working_on_acked_job_returns_retry(cluster):
 def test_working_tells_the_holders(cluster):
     cmd = Cmd(cluster)
     job_id = replicated_job(cluster)
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     cmd.ok("WORKING", job_id)
-    assert [(d, msg[m.ID]) for d, msg in cluster.outbox.transport.of_type(m.WORKING)] == [
+    assert [(d, msg[m.ID]) for d, msg in cluster.state.outbox.transport.of_type(m.WORKING)] == [
         (PEER_ID, job_id)]
 
 
@@ -412,7 +412,7 @@ def test_working_tells_the_holders(cluster):
 
 def test_show_exact_bytes(node, cmd):
     job_id = cmd.addjob("q", "body")
-    job = node.jobs[job_id]
+    job = node.state.jobs[job_id]
     requeue = job.qtime - START_MS
     raw = cmd.raw("SHOW", job_id)
     assert raw == (
@@ -434,9 +434,9 @@ def test_show_unknown_is_null_bulk(cmd):
 
 def test_show_ttl_counts_down_and_floors_at_zero(node, cmd):
     job_id = cmd.addjob("q", "x", "TTL", "10", "RETRY", "0")
-    node.clock.advance(4000)
+    node.state.clock.advance(4000)
     assert cmd.show(job_id)["ttl"] == 6
-    node.clock.advance(6500)  # expired but its timer has not run yet
+    node.state.clock.advance(6500)  # expired but its timer has not run yet
     assert cmd.show(job_id)["ttl"] == 0
     advance(node, 500)
     assert cmd.show(job_id) is None
@@ -447,11 +447,11 @@ def test_show_ttl_counts_down_and_floors_at_zero(node, cmd):
 def _remote_job(node, retry=5, delay=0):
     """A job created on the peer, serialised as its REPLJOB would carry it."""
     from disque.jobs.codec import to_bus
-    peer_node = make_node(node_id=PEER_ID, now=node.clock())
+    peer_node = make_node(node_id=PEER_ID, now=node.state.clock())
     job_id = Cmd(peer_node).addjob("q", "remote", "RETRY", retry, "DELAY", delay, "TTL", 3600)
-    job = peer_node.jobs[job_id]
+    job = peer_node.state.jobs[job_id]
     job.delivered = (PEER_ID, NODE_ID)
-    return job_id, to_bus(job, node.clock())
+    return job_id, to_bus(job, node.state.clock())
 
 
 def test_queued_messages_increment_counters(cluster):
@@ -469,18 +469,18 @@ def test_replica_first_queueing_counts_as_additional_delivery(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
     deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: 0})
-    assert [msg[m.ID] for _, msg in cluster.outbox.transport.of_type(m.GOTJOB)] == [job_id]
+    assert [msg[m.ID] for _, msg in cluster.state.outbox.transport.of_type(m.GOTJOB)] == [job_id]
     job = cmd.show(job_id)
     assert job["state"] == b"active"
     # Received copies wait delay + retry (± jitter), announcing WILLQUEUE first.
     assert 5000 - 250 <= job["next-requeue-within"] <= 5000 + 249
     assert job["next-awake-within"] == job["next-requeue-within"] - 500
-    cluster.outbox.transport.clear()
+    cluster.state.outbox.transport.clear()
     advance(cluster, job["next-requeue-within"])
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 1)
-    assert [(d, msg[m.MFLAGS]) for d, msg in cluster.outbox.transport.of_type(m.QUEUED)] == [
+    assert [(d, msg[m.MFLAGS]) for d, msg in cluster.state.outbox.transport.of_type(m.QUEUED)] == [
         (PEER_ID, m.MFLAG_INCR_DELIV)]
 
 
@@ -488,12 +488,12 @@ def test_first_queueing_after_enqueue_message_does_not_count(cluster):
     cmd = Cmd(cluster)
     job_id, payload = _remote_job(cluster, retry=5)
     deliver(cluster, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: payload, m.MFLAGS: m.MFLAG_NOREPLY})
-    assert cluster.outbox.transport.of_type(m.GOTJOB) == []
+    assert cluster.state.outbox.transport.of_type(m.GOTJOB) == []
     deliver(cluster, PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
-    assert cluster.outbox.transport.of_type(m.QUEUED) == []
+    assert cluster.state.outbox.transport.of_type(m.QUEUED) == []
 
 
 def test_jobs_imported_by_yourjobs_do_not_count(cluster):

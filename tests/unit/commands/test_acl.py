@@ -9,7 +9,7 @@ import hashlib
 import pytest
 
 from disque.context.clients import ClientState
-from disque.commands.command import unique_commands
+from disque.state.command import unique_commands
 from disque.commands.table import build_command_table
 from disque.commands.access import KEY_SPECS, is_loopback, protected_mode_refuses
 from disque.commands.admin import PROTECTED_CONFIGS
@@ -126,9 +126,9 @@ def test_queue_patterns_are_globs():
 # ----------------------------------------------------- the default user
 
 def test_no_users_means_no_check(node, cmd):
-    assert not node.guarded
-    node.config.requirepass = "secret"
-    assert not node.guarded  # requirepass alone keeps Disque 1.0's check
+    assert not node.state.guarded
+    node.state.config.requirepass = "secret"
+    assert not node.state.guarded  # requirepass alone keeps Disque 1.0's check
     assert cmd.raw("PING") == NOAUTH
     assert cmd.raw("AUTH", "secret") == b"+OK\r\n"
     assert cmd.raw("PING") == b"+PONG\r\n"
@@ -136,7 +136,7 @@ def test_no_users_means_no_check(node, cmd):
 
 def test_auth_password_is_disque_1_byte_for_byte(node, cmd):
     assert cmd.raw("AUTH", "x") == b"-ERR Client sent AUTH, but no password is set\r\n"
-    node.config.requirepass = "secret"
+    node.state.config.requirepass = "secret"
     assert cmd.raw("AUTH", "wrong") == b"-ERR invalid password\r\n"
     assert cmd.raw("AUTH", "default", "wrong") == b"-ERR invalid password\r\n"
     assert cmd.raw("AUTH", "default", "secret") == b"+OK\r\n"
@@ -152,7 +152,7 @@ def test_auth_password_is_disque_1_byte_for_byte(node, cmd):
 
 def test_default_user_password_and_off(node, cmd):
     assert cmd.raw("ACL", "SETUSER", "default", ">pw") == b"+OK\r\n"
-    assert node.guarded
+    assert node.state.guarded
     other = Cmd(node, client())
     assert other.raw("QLEN", "q") == NOAUTH
     assert other.raw("AUTH", "pw") == b"+OK\r\n"
@@ -172,12 +172,12 @@ def test_auth_user_and_whoami():
     assert cmd.raw("AUTH", "nobody", "pw") == WRONGPASS
     assert cmd.raw("AUTH", "worker", "pw") == b"+OK\r\n"
     assert cmd.ok("ACL", "WHOAMI") == b"worker"
-    assert node.access_stats.auth_failures == 2
+    assert node.state.access_stats.auth_failures == 2
 
 
 def test_failed_auth_password_logs_a_named_user_out():
     node = worker_node()
-    node.config.requirepass = "secret"
+    node.state.config.requirepass = "secret"
     worker = logged_in(node)
     assert worker.raw("AUTH", "wrong") == b"-ERR invalid password\r\n"
     assert worker.raw("GETJOB", "NOHANG", "FROM", "orders:a") == NOAUTH
@@ -223,8 +223,8 @@ def test_consumer_cannot_add_jobs_or_take_from_other_queues():
         b"-NOPERM User worker has no permissions to run the 'client|kill' command\r\n")
     assert worker.raw("CONFIG", "GET", "*").startswith(b"-NOPERM")
     assert worker.raw("CLIENT", "NOSUCH").startswith(b"-ERR Syntax error, try CLIENT")
-    assert node.access_stats.denied_commands == 4
-    assert node.access_stats.denied_queues == 4
+    assert node.state.access_stats.denied_commands == 4
+    assert node.state.access_stats.denied_queues == 4
 
 
 def test_addjob_deadletter_queue_is_checked():
@@ -239,13 +239,13 @@ def test_addjob_deadletter_queue_is_checked():
 
 def test_acks_of_jobs_not_held_here_are_dropped_for_a_restricted_user():
     node = worker_node()
-    node.membership.size = 3  # as in a cluster, where an unknown ID would be broadcast
+    node.state.membership.size = 3  # as in a cluster, where an unknown ID would be broadcast
     unknown = b"D-a1b2c3d4-" + b"x" * 24 + b"-05a1"
     worker = logged_in(node)
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     assert worker.raw("FASTACK", unknown) == b":0\r\n"
     assert worker.raw("ACKJOB", unknown) == b":0\r\n"
-    assert node.outbox.transport == []  # no DELJOB or SETACK went out
+    assert node.state.outbox.transport == []  # no DELJOB or SETACK went out
     assert worker.raw("ACKJOB", "not-an-id") == b"-BADID Invalid Job ID format.\r\n"
 
 
@@ -274,7 +274,7 @@ def test_deleted_or_disabled_user_is_logged_out_and_closed():
     assert worker.client.close_after_reply
     # Only the default user is left, but other clients may still be logged in
     # as the deleted user: the check stays on.
-    assert node.guarded
+    assert node.state.guarded
     worker.client.close_after_reply = False
     assert worker.raw("PING") == b"+PONG\r\n"  # logged out: the (open) default user now
     node2 = worker_node()
@@ -375,7 +375,7 @@ def test_monitor_redacts_auth_and_hello_auth():
 
 def test_info_security_only_by_name(node, cmd):
     cmd.raw("AUTH", "default", "x")  # no password set: not a failure
-    node.config.requirepass = "s"
+    node.state.config.requirepass = "s"
     cmd.raw("AUTH", "wrong")
     cmd.raw("AUTH", "s")
     text = cmd.ok("INFO", "security").decode()
@@ -424,7 +424,7 @@ def test_users_load_from_the_file_and_rewrite_hashed(tmp_path):
     config = load_config(str(path))
     assert config.users[b"worker"].check_password(b"pw")
     node = make_node(config=config)
-    assert node.guarded
+    assert node.state.guarded
     Cmd(node).raw("ACL", "SETUSER", "ops", "on", ">x", "+@admin")
     config.rewrite()
     text = path.read_text()
@@ -447,7 +447,7 @@ def test_bad_user_line_is_a_fatal_config_error(tmp_path):
 
 def test_slow_log_redacts_auth_and_hello_auth():
     node = worker_node()
-    node.stats.slowlog_threshold_us = 0  # log everything
+    node.state.stats.slowlog_threshold_us = 0  # log everything
     cmd = Cmd(node, client())
     cmd.raw("AUTH", "worker", "pw")
     cmd.raw("HELLO", "2", "AUTH", "worker", "pw")
@@ -464,7 +464,7 @@ def test_slow_log_redacts_auth_and_hello_auth():
 def test_slow_log_redacts_the_value_of_a_secret_config_set():
     """CONFIG SET cluster-secret takes ~60 ms (PBKDF2): always a slow command."""
     node = worker_node()
-    node.stats.slowlog_threshold_us = 0  # log everything
+    node.state.stats.slowlog_threshold_us = 0  # log everything
     admin = Cmd(node)
     admin.raw("CONFIG", "SET", "requirepass", "s3cret")
     admin.raw("AUTH", "s3cret")

@@ -171,8 +171,8 @@ def test_reachability_counts_only_usable_nodes():
     for i, flags in enumerate((HANDSHAKE, PFAIL, FAIL, LEAVING)):
         peer = add_peer(node, b"%08d" % i + b"f" * 32)
         peer.flags = flags
-    node.membership.recount()
-    node.membership.update_reachable()
+    node.state.membership.recount()
+    node.state.membership.update_reachable()
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "body", "0", "REPLICATE", "2") == NOREPL
 
@@ -210,7 +210,7 @@ def test_paused_in_refuses_paused_out_accepts(cmd):
 
 def test_leaving_lone_node_cannot_hold_a_copy():
     node = make_node()
-    node.membership.myself.flags |= LEAVING
+    node.state.membership.myself.flags |= LEAVING
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") == NOREPL_LEAVING
     assert cmd.raw("ADDJOB", "q", "b", "0", "REPLICATE", "3") == NOREPL
@@ -218,7 +218,7 @@ def test_leaving_lone_node_cannot_hold_a_copy():
 
 def test_memory_warning_lone_node_cannot_hold_a_copy():
     node = make_node(maxmemory=1_000_000)  # used ~786 KB: above the 75 % level only
-    assert node.memory.level() == 1
+    assert node.state.memory.level() == 1
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") == NOREPL_OOM
     assert cmd.raw("ADDJOB", "q", "b", "0", "REPLICATE", "2") == NOREPL
@@ -302,7 +302,7 @@ def test_replicate_defaults_to_min_of_three_and_cluster_size():
     cmd = Cmd(node)
     add_peer(node)
     assert cmd.raw("ADDJOB", "q", "b", "0", "ASYNC").startswith(b"+D-")
-    job_id = next(iter(node.jobs))
+    job_id = next(iter(node.state.jobs))
     assert cmd.show(job_id)["repl"] == 2
     for i in range(4):
         add_peer(node, b"%08d" % i + b"e" * 32)
@@ -314,7 +314,7 @@ def test_failed_nodes_count_in_the_default_but_not_as_reachable():
     node = make_node()
     peer = add_peer(node)
     peer.flags |= FAIL
-    node.membership.update_reachable()
+    node.state.membership.update_reachable()
     # REPLICATE defaults to 2 (cluster size counts failed nodes), nobody reachable.
     assert Cmd(node).raw("ADDJOB", "q", "b", "0") == NOREPL
 
@@ -361,7 +361,7 @@ def test_asynchronous_replication_to_a_peer():
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert sorted(job["nodes-delivered"]) == sorted([NODE_ID, PEER_ID])
-    repl = node.outbox.transport.of_type(m.REPLJOB)
+    repl = node.state.outbox.transport.of_type(m.REPLJOB)
     assert len(repl) == 1 and repl[0][0] == PEER_ID
     assert repl[0][1][m.MFLAGS] & m.MFLAG_NOREPLY
 
@@ -371,18 +371,18 @@ def test_synchronous_replication_blocks_until_gotjob():
     add_peer(node)
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") is None  # REPLICATE 2: blocked
-    job_id = next(iter(node.jobs))
+    job_id = next(iter(node.state.jobs))
     assert cmd.show(job_id)["state"] == b"wait-repl"
     assert cmd.show(job_id)["nodes-confirmed"] == [NODE_ID]
     assert cmd.ok("QLEN", "q") == 0
-    repl = node.outbox.transport.of_type(m.REPLJOB)
+    repl = node.state.outbox.transport.of_type(m.REPLJOB)
     assert [dest for dest, _ in repl] == [PEER_ID]
     assert not repl[0][1].get(m.MFLAGS, 0) & m.MFLAG_NOREPLY
-    assert node.blocked.clients
+    assert node.state.blocked.clients
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
     assert cmd.show(job_id)["state"] == b"queued"
-    assert not node.blocked.clients
+    assert not node.state.blocked.clients
 
 
 def test_synchronous_replication_timeout():
@@ -390,13 +390,13 @@ def test_synchronous_replication_timeout():
     add_peer(node)
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "100") is None
-    job_id = next(iter(node.jobs))
+    job_id = next(iter(node.state.jobs))
     advance(node, 99)
     assert cmd.client.sent == []
     advance(node, 1)
     assert cmd.client.sent == [NOREPL_TIMEOUT]
-    assert job_id not in node.jobs
-    assert [d for d, msg in node.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
+    assert job_id not in node.state.jobs
+    assert [d for d, msg in node.state.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_synchronous_replication_without_timeout_ends_with_the_job():
@@ -408,7 +408,7 @@ def test_synchronous_replication_without_timeout_ends_with_the_job():
     assert cmd.client.sent == []
     advance(node, 1000, step=100)
     assert cmd.client.sent == [NOREPL_REMOVED]
-    assert not node.jobs and not node.blocked.clients
+    assert not node.state.jobs and not node.state.blocked.clients
 
 
 def test_external_replication_under_memory_pressure():
@@ -417,13 +417,13 @@ def test_external_replication_under_memory_pressure():
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") == NOREPL_OOM  # needs 2 other nodes
     assert cmd.raw("ADDJOB", "q", "b", "0", "REPLICATE", "1") is None
-    job_id = next(iter(node.jobs))
+    job_id = next(iter(node.state.jobs))
     assert cmd.show(job_id)["nodes-confirmed"] == []
     assert cmd.show(job_id)["nodes-delivered"] == [PEER_ID]  # no local copy
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
     assert cmd.show(job_id) is None  # the local copy is gone
-    enqueue = node.outbox.transport.of_type(m.ENQUEUE)
+    enqueue = node.state.outbox.transport.of_type(m.ENQUEUE)
     assert [(d, msg[m.ID]) for d, msg in enqueue] == [(PEER_ID, job_id)]
 
 
@@ -433,9 +433,9 @@ def test_external_asynchronous_replication_keeps_nothing():
     cmd = Cmd(node)
     job_id = cmd.addjob("q", "b", "REPLICATE", "1", "ASYNC")
     assert cmd.show(job_id) is None
-    assert not node.jobs
-    assert [d for d, _ in node.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
-    assert [d for d, _ in node.outbox.transport.of_type(m.ENQUEUE)] == [PEER_ID]
+    assert not node.state.jobs
+    assert [d for d, _ in node.state.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
+    assert [d for d, _ in node.state.outbox.transport.of_type(m.ENQUEUE)] == [PEER_ID]
 
 
 def test_client_disconnect_while_waiting_deletes_the_job():
@@ -444,8 +444,8 @@ def test_client_disconnect_while_waiting_deletes_the_job():
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0") is None
     node.client_gone(cmd.client)
-    assert not node.jobs and not node.blocked.clients
-    assert [d for d, _ in node.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
+    assert not node.state.jobs and not node.state.blocked.clients
+    assert [d for d, _ in node.state.outbox.transport.of_type(m.DELJOB)] == [PEER_ID]
 
 
 def test_federation_does_not_queue_a_job_whose_producer_waits():
@@ -457,8 +457,8 @@ def test_federation_does_not_queue_a_job_whose_producer_waits():
     add_peer(node)
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "b", "0", "RETRY", "1") is None
-    job_id = next(iter(node.jobs))
-    payload = to_bus(node.jobs[job_id], node.clock())
+    job_id = next(iter(node.state.jobs))
+    payload = to_bus(node.state.jobs[job_id], node.state.clock())
     deliver(node, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     assert cmd.show(job_id)["state"] == b"wait-repl"
     assert cmd.ok("DELJOB", job_id) == 1
@@ -477,13 +477,13 @@ DEDUP_FORMS = [["DEDUPID"], ["dedupid"], ["RETRY", "5", "DEDUPID"]]
 
 
 def _leaving(node):
-    node.membership.myself.flags |= LEAVING
+    node.state.membership.myself.flags |= LEAVING
 
 
 def _memory_warning(node):
-    node.config.maxmemory = 1_000_000  # used ~786 KB: above the 75 % level only
-    node.update_memory_limits()
-    assert node.memory.level() == 1
+    node.state.config.maxmemory = 1_000_000  # used ~786 KB: above the 75 % level only
+    node.state.update_memory_limits()
+    assert node.state.memory.level() == 1
 
 
 def _paused(node):
@@ -500,7 +500,7 @@ def test_a_known_dedupid_is_answered_whatever_the_node_state(state, refusal, ded
     state(node)
     assert cmd.raw("ADDJOB", "q", "b", "0", *dedup, "t") == b"+" + known + b"\r\n"
     assert cmd.raw("ADDJOB", "q", "b", "0", *dedup, "u") == refusal
-    assert list(node.jobs.by_id) == [known]
+    assert list(node.state.jobs.by_id) == [known]
 
 
 @pytest.mark.parametrize("options, refusal", [
@@ -540,15 +540,15 @@ def test_the_one_option_forms_replicate_on_a_cluster(option):
     cmd = Cmd(node)
     value = "7" if option.upper() == "PRIORITY" else "t"
     assert cmd.raw("ADDJOB", "q", "b", "0", option, value) is None  # REPLICATE 2: blocked
-    (job_id,) = node.jobs.by_id
+    (job_id,) = node.state.jobs.by_id
     assert cmd.show(job_id)["state"] == b"wait-repl"
-    assert [dest for dest, _ in node.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
+    assert [dest for dest, _ in node.state.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
     if value == "t":
         assert Cmd(node).raw("ADDJOB", "q", "b", "0", option, value) == (
             b"-PENDING Job %s with this DEDUPID is waiting for its replicas, retry later\r\n"
             % job_id)
     else:
-        assert node.jobs.by_id[job_id].priority == 7
+        assert node.state.jobs.by_id[job_id].priority == 7
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [b"+" + job_id + b"\r\n"]
 
@@ -556,7 +556,7 @@ def test_the_one_option_forms_replicate_on_a_cluster(option):
 @pytest.mark.parametrize("form", [["DEDUPID", "t"], ["dedupid", "t"], [], ["PRIORITY", "3"]])
 def test_maxdeliver_default_reaches_every_form(form):
     node = make_node(maxdeliver_default=4)
-    job = node.jobs.by_id[Cmd(node).addjob("q", "b", *form)]
+    job = node.state.jobs.by_id[Cmd(node).addjob("q", "b", *form)]
     assert (job.ext.maxdeliver, job.ext.base_retry) == (4, 300)
     assert job.ext.dedupid == (b"t" if form[:1] in (["DEDUPID"], ["dedupid"]) else None)
 
@@ -594,4 +594,4 @@ def test_a_pipelined_run_mixing_forms_answers_as_one_by_one():
     assert replies[10] == NOREPL and replies[12] == MAXLEN_EXCEEDED  # four jobs queued
     assert replies[14:16] == [SYNTAX, DELAY_TTL]
     assert replies[-5:] == [PAUSED, known, PAUSED, PAUSED, PAUSED]
-    assert sorted(piped.jobs.by_id) == sorted(single.jobs.by_id)
+    assert sorted(piped.state.jobs.by_id) == sorted(single.state.jobs.by_id)

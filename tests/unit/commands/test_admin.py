@@ -94,16 +94,16 @@ def test_oom_refuses_only_denyoom_commands():
 
 def test_oom_clears_when_memory_is_raised(node):
     cmd = Cmd(node)
-    node.config.maxmemory = 1
-    node.update_memory_limits()
+    node.state.config.maxmemory = 1
+    node.state.update_memory_limits()
     assert cmd.raw("ADDJOB", "q", "b", "0") == OOM
-    node.config.maxmemory = 1 << 30
-    node.update_memory_limits()
+    node.state.config.maxmemory = 1 << 30
+    node.state.update_memory_limits()
     assert cmd.raw("ADDJOB", "q", "b", "0").startswith(b"+D-")
 
 
 def test_misconf_after_a_failed_aof_write(node, cmd):
-    node.aof_error = "No space left on device"
+    node.state.aof_error = "No space left on device"
     misconf = b"-MISCONF Errors writing to the AOF file: No space left on device\r\n"
     assert cmd.raw("ADDJOB", "q", "b", "0") == misconf
     assert cmd.raw("ACKJOB") == misconf
@@ -113,7 +113,7 @@ def test_misconf_after_a_failed_aof_write(node, cmd):
 
 
 def test_loading_allows_only_loading_commands(node, cmd):
-    node.loading = True
+    node.state.loading = True
     loading = b"-LOADING Disque is loading the dataset in memory\r\n"
     assert cmd.raw("ADDJOB", "q", "b", "0") == loading
     assert cmd.raw("QLEN", "q") == loading
@@ -126,7 +126,7 @@ def test_loading_allows_only_loading_commands(node, cmd):
 # ------------------------------------------------------------------ TIME
 
 def test_time(node, cmd):
-    node.clock.advance(1234)
+    node.state.clock.advance(1234)
     seconds = str((START_MS + 1234) // 1000).encode()
     assert cmd.raw("TIME") == b"*2\r\n$10\r\n" + seconds + b"\r\n$6\r\n234000\r\n"
 
@@ -183,11 +183,11 @@ def test_info_commandstats_and_resetstat(cmd):
 
 def test_info_memory(node, cmd):
     used = int(cmd.ok("INFO", "memory").split(b"used_memory:")[1].split(b"\r\n")[0])
-    assert used == node.used_memory
+    assert used == node.state.used_memory
     cmd.addjob("q", "x" * 1000)
     text = cmd.ok("INFO", "memory")
-    assert b"used_memory:%d\r\n" % node.used_memory in text
-    assert b"used_memory_peak:%d\r\n" % node.used_memory in text
+    assert b"used_memory:%d\r\n" % node.state.used_memory in text
+    assert b"used_memory_peak:%d\r\n" % node.state.used_memory in text
     assert b"used_memory_human:" in text
 
 
@@ -269,7 +269,7 @@ def test_debug_flushall(node, cmd):
     assert waiting.raw("GETJOB", "FROM", "w") is None
     assert cmd.raw("DEBUG", "FLUSHALL") == b"+OK\r\n"
     assert waiting.client.sent == [b"*-1\r\n"]
-    assert not node.jobs and not node.queues
+    assert not node.state.jobs and not node.state.queues
     assert cmd.ok("INFO", "jobs") == b"# Jobs\r\nregistered_jobs:0\r\n"
     assert cmd.ok("QSCAN", "BUSYLOOP") == [b"0", []]
     assert cmd.ok("JSCAN", "BUSYLOOP") == [b"0", []]
@@ -282,7 +282,7 @@ def test_debug_flushall_fails_waiting_producers(node, cmd):
     cmd.ok("DEBUG", "FLUSHALL")
     assert producer.client.sent == [
         b"-NOREPL job removed (expired?) before the requested replication level was achieved\r\n"]
-    assert not node.blocked.clients
+    assert not node.state.blocked.clients
 
 
 def test_debug_flushall_keeps_ctime_increasing(node, cmd):
@@ -307,7 +307,7 @@ def test_debug_subcommands(cmd, args, reply):
 def test_slowlog(node, cmd):
     assert cmd.raw("SLOWLOG", "LEN") == b":0\r\n"
     assert cmd.raw("SLOWLOG", "GET") == b"*0\r\n"
-    node.stats.slowlog_threshold_us = 0  # log everything
+    node.state.stats.slowlog_threshold_us = 0  # log everything
     cmd.ok("PING", "first")
     cmd.ok("QLEN", "q")
     assert cmd.raw("SLOWLOG", "LEN") == b":2\r\n"  # a command is logged once it finished
@@ -323,7 +323,7 @@ def test_slowlog(node, cmd):
 
 
 def test_slowlog_trims_arguments(node, cmd):
-    node.stats.slowlog_threshold_us = 0
+    node.state.stats.slowlog_threshold_us = 0
     cmd.raw("PING", "x" * 200)
     cmd.raw("ACKJOB", *(["badid"] * 40))
     entries = cmd.ok("SLOWLOG", "GET", 2)
@@ -333,7 +333,7 @@ def test_slowlog_trims_arguments(node, cmd):
 
 
 def test_slowlog_negative_threshold_disables(node, cmd):
-    node.stats.slowlog_threshold_us = -1
+    node.state.stats.slowlog_threshold_us = -1
     cmd.ok("PING")
     assert cmd.ok("SLOWLOG", "LEN") == 0
 
@@ -360,7 +360,7 @@ def test_latency_without_samples(cmd):
 def test_latency_samples_from_slow_commands(node, cmd):
     ticks = iter(range(0, 10 ** 12, 5_000_000))  # every command takes 5 ms
     node.perf_ns = lambda: next(ticks)
-    node.stats.latency_threshold_ms = 1
+    node.state.stats.latency_threshold_ms = 1
     cmd.ok("PING")  # fast
     cmd.ok("QPEEK", "q", 1)  # not fast
     latest = {e[0]: e[1:] for e in cmd.ok("LATENCY", "LATEST")}
@@ -425,7 +425,7 @@ def test_loadjob_from_a_client(cmd):
 def test_monitor_streams_commands(node, cmd):
     watcher = Cmd(node, ClientState(9, "127.0.0.1:9"))
     assert watcher.raw("MONITOR") == b"+OK\r\n"
-    node.clock.advance(1)
+    node.state.clock.advance(1)
     cmd.raw("ADDJOB", "q", 'a "b"\n', "0")
     cmd.raw("CONFIG", "GET", "x")  # admin commands are not shown
     seconds = (START_MS + 1) // 1000

@@ -121,7 +121,7 @@ def test_paused_out_queue_looks_empty(cmd):
 
 def test_pop_counts_and_atime(node, cmd):
     cmd.addjob("q", "x")
-    node.clock.advance(5000)
+    node.state.clock.advance(5000)
     cmd.ok("GETJOB", "FROM", "q")
     stat = cmd.ok("QSTAT", "q")
     stat = dict(zip(stat[::2], stat[1::2]))
@@ -131,7 +131,7 @@ def test_pop_counts_and_atime(node, cmd):
 def test_pop_keeps_the_retry_clock(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "10")
     before = cmd.show(job_id)["next-requeue-within"]
-    node.clock.advance(3000)
+    node.state.clock.advance(3000)
     cmd.ok("GETJOB", "FROM", "q")
     assert cmd.show(job_id)["next-requeue-within"] == before - 3000
 
@@ -169,7 +169,7 @@ def test_blocked_on_several_queues(node):
     producer = Cmd(node, ClientState(2))
     job_id = producer.addjob("b", "x")
     assert consumer.sent() == [[[b"b", job_id, b"x"]]]
-    assert not node.blocked.clients
+    assert not node.state.blocked.clients
     assert producer.ok("QSTAT", "a")[9] == 0  # no longer blocked on a
 
 
@@ -179,7 +179,7 @@ def test_timeout_via_the_clock(node, cmd):
     assert cmd.client.sent == []
     advance(node, 1)
     assert cmd.client.sent == [NIL_ARRAY]
-    assert not node.blocked.clients and cmd.client.blocked is None
+    assert not node.state.blocked.clients and cmd.client.blocked is None
 
 
 def test_no_timeout_blocks_forever(node, cmd):
@@ -210,12 +210,12 @@ def test_flushall_answers_blocked_consumers(node, cmd):
     assert cmd.raw("GETJOB", "FROM", "q") is None
     assert Cmd(node, ClientState(2)).raw("DEBUG", "FLUSHALL") == b"+OK\r\n"
     assert cmd.client.sent == [NIL_ARRAY]
-    assert not node.queues
+    assert not node.state.queues
 
 
 def test_leaving_node(node, cmd):
     job_id = cmd.addjob("q", "x")
-    node.membership.myself.flags |= LEAVING
+    node.state.membership.myself.flags |= LEAVING
     assert cmd.ok("GETJOB", "FROM", "q")[0][1] == job_id  # still hands out queued jobs
     assert cmd.raw("GETJOB", "NOHANG", "FROM", "q") == NIL_ARRAY
     assert cmd.raw("GETJOB", "TIMEOUT", "100", "FROM", "emptyq") == LEAVING_ERR
@@ -223,7 +223,7 @@ def test_leaving_node(node, cmd):
 
 def test_blocked_consumer_unblocked_when_node_starts_leaving(node, cmd):
     assert cmd.raw("GETJOB", "FROM", "q") is None
-    node.membership.myself.flags |= LEAVING
+    node.state.membership.myself.flags |= LEAVING
     node.cron()
     assert cmd.client.sent == [LEAVING_ERR]
 
@@ -231,10 +231,10 @@ def test_blocked_consumer_unblocked_when_node_starts_leaving(node, cmd):
 def test_idle_queue_of_a_timed_out_consumer_is_collected_later(node, cmd):
     assert cmd.raw("GETJOB", "TIMEOUT", "10", "FROM", "q") is None
     advance(node, 10)
-    assert "q".encode() in node.queues  # not idle long enough yet
+    assert "q".encode() in node.state.queues  # not idle long enough yet
     advance(node, 300_000, step=100, cron=False)
     node.cron()
-    assert b"q" not in node.queues
+    assert b"q" not in node.state.queues
 
 
 def _info(node, field):
@@ -247,9 +247,9 @@ def _info(node, field):
 
 def test_queue_checked_for_collection_when_its_last_waiter_leaves(node, cmd):
     assert cmd.raw("GETJOB", "NOHANG", "FROM", "q") == NIL_ARRAY
-    node.clock.advance(400_000)  # idle for long, but no cron ran
+    node.state.clock.advance(400_000)  # idle for long, but no cron ran
     assert cmd.raw("GETJOB", "TIMEOUT", "10", "FROM", "q") is None
-    assert b"q" in node.queues
+    assert b"q" in node.state.queues
     advance(node, 10)
     assert cmd.client.sent == [NIL_ARRAY]
-    assert b"q" not in node.queues
+    assert b"q" not in node.state.queues

@@ -55,9 +55,9 @@ def test_getjob_count_gets_at_most_the_burst_then_the_rate(cmd, node):
     cmd.ok("QLIMIT", "q", "RATE", "5")
     assert len(cmd.ok("GETJOB", "COUNT", "100", "FROM", "q")) == 5
     assert cmd.raw("GETJOB", "NOHANG", "COUNT", "100", "FROM", "q") == NIL_ARRAY
-    node.clock.advance(200)
+    node.state.clock.advance(200)
     assert len(cmd.ok("GETJOB", "NOHANG", "COUNT", "100", "FROM", "q")) == 1
-    node.clock.advance(1000)
+    node.state.clock.advance(1000)
     assert len(cmd.ok("GETJOB", "NOHANG", "COUNT", "100", "FROM", "q")) == 5
     assert cmd.ok("QLEN", "q") == 50 - 11
 
@@ -67,7 +67,7 @@ def test_a_greedy_consumer_gets_rate_times_time_plus_burst(cmd, node):
     cmd.ok("QLIMIT", "q", "RATE", "10", "BURST", "4")
     got = 0
     for _ in range(60 * 50):  # 60 virtual seconds, a GETJOB every 20 ms
-        node.clock.advance(20)
+        node.state.clock.advance(20)
         reply = cmd.ok("GETJOB", "NOHANG", "COUNT", "100", "FROM", "q")
         got += len(reply or [])
     assert 600 <= got <= 604
@@ -79,7 +79,7 @@ def test_a_waiting_consumer_is_served_when_the_next_token_is_due(cmd, node):
     assert len(cmd.ok("GETJOB", "FROM", "q")) == 1
     waiter = Cmd(node, ClientState(7, "127.0.0.1:50007"))
     assert waiter.raw("GETJOB", "TIMEOUT", "10000", "FROM", "q") is None  # blocked, not refused
-    token_at = node.clock.now + 500
+    token_at = node.state.clock.now + 500
     assert node.next_timer() == token_at  # the server's timer fires then
     advance(node, 499)
     assert waiter.client.sent == []
@@ -129,9 +129,9 @@ def test_the_limit_outlives_the_queue_object(cmd, node):
     job = cmd.addjob("q", "x")
     cmd.ok("GETJOB", "FROM", "q")
     cmd.ok("ACKJOB", job)
-    node.clock.advance(600_000)
+    node.state.clock.advance(600_000)
     node.cron()  # collects idle queues
-    assert b"q" not in node.queues
+    assert b"q" not in node.state.queues
     fill(cmd, count=5)
     assert len(cmd.ok("GETJOB", "COUNT", "5", "FROM", "q")) == 1
     cmd.ok("DEBUG", "FLUSHALL")
@@ -157,9 +157,9 @@ def test_a_throttled_queue_with_jobs_asks_no_other_node_for_more():
     cmd.ok("GETJOB", "FROM", "q")
     waiter = Cmd(node, ClientState(7, "127.0.0.1:50007"))
     assert waiter.raw("GETJOB", "FROM", "q") is None
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     advance(node, 5000, step=100, cron=True)
-    assert node.outbox.transport.of_type(m.NEEDJOBS) == []
+    assert node.state.outbox.transport.of_type(m.NEEDJOBS) == []
 
 
 class UnsavableHost(Host):

@@ -21,12 +21,12 @@ def test_qpurge_deletes_the_queued_jobs_and_leaves_active_ones(cmd, node):
     assert [cmd.show(job_id) for job_id in queued[1:]] == [None] * 4
     assert cmd.show(active)["state"] == b"active"
     assert cmd.ok("QLEN", "other") == 1 and cmd.show(other) is not None
-    assert node.used_memory == expected_memory(node)
+    assert node.state.used_memory == expected_memory(node)
     # The active job comes back after its retry like any other, and is purgeable then.
     assert cmd.ok("ENQUEUE", active) == 1
     assert cmd.ok("QPURGE", "q") == 1
     assert cmd.ok("QPURGE", "q") == 0
-    assert not [job for job in node.jobs.values() if job.queue == b"q"]
+    assert not [job for job in node.state.jobs.values() if job.queue == b"q"]
 
 
 def test_qpurge_of_an_unknown_queue_and_its_table_entry(cmd):
@@ -44,9 +44,9 @@ def test_qpurge_asks_the_other_holders_to_delete_their_copies():
     cmd = Cmd(node)
     replicated = [cmd.addjob("q", "r%d" % i, "REPLICATE", "2", "ASYNC") for i in range(3)]
     local = cmd.addjob("q", "l", "REPLICATE", "1")
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     assert cmd.ok("QPURGE", "q") == 4
-    deljobs = [(dest, msg[m.ID]) for dest, msg in node.outbox.transport.of_type(m.DELJOB)]
+    deljobs = [(dest, msg[m.ID]) for dest, msg in node.state.outbox.transport.of_type(m.DELJOB)]
     assert sorted(deljobs) == sorted((PEER_ID, job_id) for job_id in replicated)
     assert local not in [job_id for _, job_id in deljobs]
 
@@ -54,7 +54,7 @@ def test_qpurge_asks_the_other_holders_to_delete_their_copies():
 def test_qpurge_journals_each_deletion():
     node = make_node()
     journal = RecordingJournal()
-    node.set_journal(journal)
+    node.state.set_journal(journal)
     cmd = Cmd(node)
     ids = [cmd.addjob("q", "b%d" % i) for i in range(3)]
     journal.events.clear()

@@ -87,9 +87,9 @@ def test_qstat_unknown_queue(cmd):
 
 def test_qstat_counters_age_idle_blocked_pause(node, cmd):
     cmd.addjob("q", "a")
-    node.clock.advance(7000)
+    node.state.clock.advance(7000)
     cmd.ok("GETJOB", "FROM", "q")
-    node.clock.advance(3000)
+    node.state.clock.advance(3000)
     assert Cmd(node, ClientState(5)).raw("GETJOB", "FROM", "q") is None
     cmd.ok("PAUSE", "q", "in")
     stat = as_dict(cmd.ok("QSTAT", "q"))
@@ -152,7 +152,7 @@ def test_qscan_importrate_filter_sees_federated_queues(node, cmd):
     remote = make_node(node_id=PEER_ID)
     job_id = Cmd(remote).addjob("fed", "x")
     from disque.jobs.codec import to_bus
-    payload = to_bus(remote.jobs[job_id], remote.clock())
+    payload = to_bus(remote.state.jobs[job_id], remote.state.clock())
     deliver(node, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     assert cmd.ok("QSCAN", "IMPORTRATE", 1, "BUSYLOOP")[1] == [b"fed"]
     assert as_dict(cmd.ok("QSTAT", "fed"))[b"import-from"] == [PEER_ID]
@@ -185,7 +185,7 @@ def test_qscan_guarantee_with_concurrent_changes(node, cmd):
         # Between calls: empty queues appear, and older empty ones are collected.
         churn += 1
         cmd.ok("GETJOB", "NOHANG", "FROM", b"new%03da" % churn, b"new%03db" % churn)
-        node.clock.advance(301_000)
+        node.state.clock.advance(301_000)
         node.cron()
         assert churn < 1000
     assert set(stable) <= set(found)
@@ -274,7 +274,7 @@ def test_pause_errors_change_nothing(cmd):
 def test_pause_queue_creation(node, cmd):
     assert cmd.raw("PAUSE", "newq", "state") == b"+none\r\n"
     assert cmd.raw("PAUSE", "newq", "none") == b"+none\r\n"
-    assert b"newq" not in node.queues
+    assert b"newq" not in node.state.queues
     assert cmd.raw("QSTAT", "newq") == b"*-1\r\n"
     cmd.ok("PAUSE", "newq", "out")
     assert as_dict(cmd.ok("QSTAT", "newq"))[b"pause"] == b"out"
@@ -282,19 +282,19 @@ def test_pause_queue_creation(node, cmd):
 
 def test_paused_queues_are_never_collected(node, cmd):
     cmd.ok("PAUSE", "q", "in")
-    node.clock.advance(1_000_000)
+    node.state.clock.advance(1_000_000)
     node.cron()
-    assert b"q" in node.queues
+    assert b"q" in node.state.queues
     cmd.ok("PAUSE", "q", "none")
     node.cron()
-    assert b"q" not in node.queues
+    assert b"q" not in node.state.queues
 
 
 def test_pause_bcast(node, cmd):
     add_peer(node)
     assert cmd.raw("PAUSE", "q", "in", "bcast") == b"+in\r\n"
-    pauses = node.outbox.transport.of_type(m.PAUSE)
+    pauses = node.state.outbox.transport.of_type(m.PAUSE)
     assert [(d, msg[m.QUEUE], msg[m.PAUSE_STATE]) for d, msg in pauses] == [(PEER_ID, b"q", b"in")]
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     assert cmd.raw("PAUSE", "q", "bcast") == b"+in\r\n"  # broadcasts the current state
-    assert [msg[m.PAUSE_STATE] for _, msg in node.outbox.transport.of_type(m.PAUSE)] == [b"in"]
+    assert [msg[m.PAUSE_STATE] for _, msg in node.state.outbox.transport.of_type(m.PAUSE)] == [b"in"]

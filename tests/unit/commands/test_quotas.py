@@ -82,7 +82,7 @@ def test_quotas_are_counted_only_while_some_user_has_one():
 def test_the_pipelined_run_path_counts_the_default_users_quota_too():
     node = make_node()
     Cmd(node).raw("ACL", "SETUSER", "default", "quota-jobs=2")
-    assert not node.guarded  # the default user's rules alone do not guard the node
+    assert not node.state.guarded  # the default user's rules alone do not guard the node
     cmd = Cmd(node)
     run = node.run_commands[b"ADDJOB"]
     out: list[bytes] = []
@@ -176,7 +176,7 @@ def test_an_ack_heard_from_another_node_releases():
     job_id = p.addjob("q", "x", "REPLICATE", "2", "ASYNC")
     assert p.error("ADDJOB", "q", "y", 0, "REPLICATE", "1").startswith("QUOTA ")
     deliver(node, PEER_ID, {m.TYPE: m.SETACK, m.ID: job_id, m.MAY_HAVE: 2,
-                            m.HOLDERS: [node.id, PEER_ID]})
+                            m.HOLDERS: [node.state.id, PEER_ID]})
     assert p.show(job_id)["state"] == b"acked"
     p.addjob("q", "y", "REPLICATE", "1")
 
@@ -185,10 +185,10 @@ def test_copies_received_from_other_nodes_are_not_counted():
     origin = make_node(node_id=PEER_ID)
     origin_cmd = Cmd(origin)
     job_id = origin_cmd.addjob("q", "from elsewhere", "REPLICATE", "1")
-    job = origin.jobs[job_id]
+    job = origin.state.jobs[job_id]
     node = make_node()
     add_peer(node)
     p = producer(node, "quota-jobs=1")
-    deliver(node, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: to_bus(job, origin.now), m.MFLAGS: 0})
-    assert node.jobs.get(job_id) is not None
+    deliver(node, PEER_ID, {m.TYPE: m.REPLJOB, m.JOB: to_bus(job, origin.state.now), m.MFLAGS: 0})
+    assert node.state.jobs.get(job_id) is not None
     p.addjob("q", "mine", "REPLICATE", "1")

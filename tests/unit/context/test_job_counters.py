@@ -17,7 +17,7 @@ class EvictAcks:
 
 
 def counts(node) -> dict[str, int]:
-    c = node.counters
+    c = node.state.counters
     return {name: getattr(c, name) for name in
             ("added", "delivered", "acked", "nacked", "requeued", "expired", "evicted",
              "dead_lettered")}
@@ -42,7 +42,7 @@ def test_a_rejected_addjob_is_not_added():
     cmd = Cmd(node)
     cmd.ok("PAUSE", "q", "in")
     cmd.error("ADDJOB", "q", "body", 0, "RETRY", 1)
-    assert node.counters.added == 0
+    assert node.state.counters.added == 0
 
 
 def test_a_repeated_dedupid_is_not_added():
@@ -51,7 +51,7 @@ def test_a_repeated_dedupid_is_not_added():
     first = cmd.addjob("q", "a", "DEDUPID", "t")  # the lone node's one-option path
     assert cmd.addjob("q", "a", "DEDUPID", "t") == first
     assert cmd.addjob("q", "a", "RETRY", 9, "DEDUPID", "t") == first  # the options parser's
-    assert node.counters.added == 1
+    assert node.state.counters.added == 1
 
 
 def test_blocked_consumer_served_later_is_delivered():
@@ -60,7 +60,7 @@ def test_blocked_consumer_served_later_is_delivered():
     assert consumer.raw("GETJOB", "TIMEOUT", 0, "FROM", "q") is None
     Cmd(node).addjob("q", "x")
     assert len(consumer.sent()) == 1
-    assert node.counters.delivered == 1
+    assert node.state.counters.delivered == 1
 
 
 def test_retry_timeout_requeues_and_ttl_expires():
@@ -69,10 +69,10 @@ def test_retry_timeout_requeues_and_ttl_expires():
     cmd.addjob("q", "x", "RETRY", 1, "TTL", 10)
     cmd.ok("GETJOB", "FROM", "q")
     advance(node, 2000, step=100)
-    assert node.counters.requeued == 1
+    assert node.state.counters.requeued == 1
     advance(node, 10_000, step=500)
-    assert node.counters.expired == 1
-    assert not node.jobs
+    assert node.state.counters.expired == 1
+    assert not node.state.jobs
 
 
 def test_dead_lettered_after_maxdeliver():
@@ -81,8 +81,8 @@ def test_dead_lettered_after_maxdeliver():
     job_id = cmd.addjob("q", "poison", "MAXDELIVER", 1)
     cmd.ok("GETJOB", "FROM", "q")
     assert cmd.ok("NACK", job_id) == 1
-    assert node.counters.dead_lettered == 1
-    assert node.counters.nacked == 1
+    assert node.state.counters.dead_lettered == 1
+    assert node.state.counters.nacked == 1
 
 
 def test_evicted_under_memory_pressure():

@@ -23,7 +23,7 @@ def times_out(cmd: Cmd, job_id: bytes) -> int:
     that the requeue comes one period later; return the new period."""
     retry = cmd.show(job_id)["retry"]
     assert cmd.ok("GETJOB", "FROM", "q")[0][1] == job_id
-    job = cmd.node.jobs[job_id]
+    job = cmd.node.state.jobs[job_id]
     elapsed = 0
     while job.state != QUEUED and elapsed <= retry * 1000 + JITTER:
         advance(cmd.node, 10)
@@ -108,10 +108,10 @@ def test_the_holders_keep_the_same_period():
     job_id = pair.shared_job("RETRY", 2, "BACKOFF", 3)
     pair.ca.ok("GETJOB", "FROM", "q")
     advance(pair.a, 2000 + JITTER + 10, step=100)
-    assert pair.a.jobs[job_id].state == QUEUED and pair.a.jobs[job_id].retry == 6
+    assert pair.a.state.jobs[job_id].state == QUEUED and pair.a.state.jobs[job_id].retry == 6
     (queued,) = pair.sent("a", "QUEUED")
     assert queued["retry"] == 6 and queued["moves"] == 0
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert copy.retry == 6
-    assert 6000 - JITTER <= copy.qtime - pair.b.now <= 6000 + JITTER
+    assert 6000 - JITTER <= copy.qtime - pair.b.state.now <= 6000 + JITTER

@@ -33,7 +33,7 @@ def _ids(reply) -> list[bytes]:
 def test_bodies_become_jobs_in_order(cmd):
     ids = _ids(cmd("ADDJOBS", "q", 0, "BODIES", "a", "b\r\nc", ""))
     assert len(set(ids)) == 3
-    assert [cmd.node.jobs.by_id[i].body for i in ids] == [b"a", b"b\r\nc", b""]
+    assert [cmd.node.state.jobs.by_id[i].body for i in ids] == [b"a", b"b\r\nc", b""]
     taken = cmd.ok("GETJOB", "COUNT", 10, "FROM", "q")
     assert [entry[1] for entry in taken] == ids
 
@@ -47,24 +47,24 @@ def test_every_job_gets_the_shared_options(cmd):
     ids = _ids(cmd("ADDJOBS", "q", 0, "RETRY", 9, "TTL", 100, "PRIORITY", 8, "HEADER", "k", "v",
                    "MAXDELIVER", 2, "BODIES", "a", "b"))
     for job_id in ids:
-        job = cmd.node.jobs.by_id[job_id]
+        job = cmd.node.state.jobs.by_id[job_id]
         assert (job.retry, job.priority, job.ext.maxdeliver) == (9, 8, 2)
         assert job_headers(job) == (b"k", b"v")
-    assert cmd.node.jobs.by_id[ids[0]].ext is not cmd.node.jobs.by_id[ids[1]].ext
+    assert cmd.node.state.jobs.by_id[ids[0]].ext is not cmd.node.state.jobs.by_id[ids[1]].ext
 
 
 def test_dedupids_give_each_job_its_token(cmd):
     ids = _ids(cmd("ADDJOBS", "q", 0, "DEDUPIDS", "t1", "a", "t2", "b", "t1", "c"))
     assert ids[0] == ids[2] != ids[1]
-    assert [cmd.node.jobs.by_id[i].ext for i in ids[:2]] == [b"t1", b"t2"]  # tokens alone
+    assert [cmd.node.state.jobs.by_id[i].ext for i in ids[:2]] == [b"t1", b"t2"]  # tokens alone
     assert cmd("ADDJOBS", "q", 0, "dedupids", "t2", "x", "t3", "y")[0] == ids[1]
     assert cmd.addjob("q", "z", "DEDUPID", "t1") == ids[0]
-    assert len(cmd.node.jobs.by_id) == 3
+    assert len(cmd.node.state.jobs.by_id) == 3
 
 
 def test_dedupids_with_other_extensions(cmd):
     ids = _ids(cmd("ADDJOBS", "q", 0, "HEADER", "k", "v", "DEDUPIDS", "t1", "a", "t2", "b"))
-    assert [cmd.node.jobs.by_id[i].ext.dedupid for i in ids] == [b"t1", b"t2"]
+    assert [cmd.node.state.jobs.by_id[i].ext.dedupid for i in ids] == [b"t1", b"t2"]
     assert cmd.addjob("q", "z", "DEDUPID", "t2") == ids[1]
 
 
@@ -85,14 +85,14 @@ def test_dedupids_with_other_extensions(cmd):
 ])
 def test_errors_in_the_options_add_nothing(cmd, words, error):
     assert cmd.error("ADDJOBS", "q", 0, *words) == error
-    assert not cmd.node.jobs.by_id
+    assert not cmd.node.state.jobs.by_id
 
 
 @pytest.mark.parametrize("timeout, error", [
     ("x", "ERR timeout is not an integer or out of range"), ("-5", "ERR timeout is negative")])
 def test_a_bad_timeout_adds_nothing(cmd, timeout, error):
     assert cmd.error("ADDJOBS", "q", timeout, "BODIES", "a") == error
-    assert not cmd.node.jobs.by_id
+    assert not cmd.node.state.jobs.by_id
 
 
 def test_too_many_jobs(cmd):
@@ -112,7 +112,7 @@ def test_option_words_are_found_as_addjob_reads_them(cmd):
     """A body or a value may be spelt BODIES: the options' grammar decides."""
     ids = _ids(cmd("ADDJOBS", "q", 0, "HEADER", "BODIES", "DEDUPIDS", "DEADLETTER", "BODIES",
                    "ASYNC", "REPLICATE", 1, "BODIES", "BODIES", "DEDUPIDS"))
-    jobs = [cmd.node.jobs.by_id[i] for i in ids]
+    jobs = [cmd.node.state.jobs.by_id[i] for i in ids]
     assert [j.body for j in jobs] == [b"BODIES", b"DEDUPIDS"]
     assert jobs[0].ext.deadletter == b"BODIES" and job_headers(jobs[0]) == (b"BODIES",
                                                                           b"DEDUPIDS")
@@ -139,7 +139,7 @@ def test_refused_jobs_with_a_known_token_answer_their_job(cmd):
 
 
 def test_memory_past_the_eviction_threshold_refuses_the_rest(cmd):
-    memory = cmd.node.memory
+    memory = cmd.node.state.memory
     cmd.addjob("q", "x" * 100)
     before = memory.used
     cmd.addjob("q", "x" * 100)
@@ -163,36 +163,36 @@ def _cluster(peers=(PEER_ID,)):
 def test_sync_replication_answers_once_every_job_has_its_copies():
     node, cmd = _cluster()
     assert cmd.raw("ADDJOBS", "q", 5000, "REPLICATE", 2, "BODIES", "a", "b", "c") is None
-    waiting = list(node.blocked.producers)
-    assert len(waiting) == 3 and len(node.outbox.transport.of_type(m.REPLJOB)) == 3
+    waiting = list(node.state.blocked.producers)
+    assert len(waiting) == 3 and len(node.state.outbox.transport.of_type(m.REPLJOB)) == 3
     for job_id in waiting[:2]:
         deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.client.sent == [] and cmd.client.blocked is not None
     assert cmd.ok("QLEN", "q") == 2  # each queued as its copies confirm
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, waiting[2]))
     assert cmd.sent() == [waiting] and cmd.client.blocked is None
-    assert not node.blocked.producers and cmd.ok("QLEN", "q") == 3
+    assert not node.state.blocked.producers and cmd.ok("QLEN", "q") == 3
 
 
 def test_a_timeout_answers_the_jobs_left_with_norepl_and_deletes_them():
     node, cmd = _cluster()
     assert cmd.raw("ADDJOBS", "q", 1000, "REPLICATE", 2, "BODIES", "a", "b") is None
-    first, second = node.blocked.producers
+    first, second = node.state.blocked.producers
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, first))
     advance(node, 1001)
     ((done, failed),) = cmd.sent()
     assert done == first and str(failed) == NOREPL_TIMEOUT
-    assert second not in node.jobs.by_id and first in node.jobs.by_id
-    deletions = [msg[m.ID] for _, msg in node.outbox.transport.of_type(m.DELJOB)]
+    assert second not in node.state.jobs.by_id and first in node.state.jobs.by_id
+    deletions = [msg[m.ID] for _, msg in node.state.outbox.transport.of_type(m.DELJOB)]
     assert deletions == [second]  # the partial copy is asked to go
-    assert node.replication.wait_failures == 1
+    assert node.state.replication.wait_failures == 1
 
 
 def test_a_producer_gone_takes_its_waiting_jobs():
     node, cmd = _cluster()
     assert cmd.raw("ADDJOBS", "q", 0, "REPLICATE", 2, "DEDUPIDS", "t1", "a", "t2", "b") is None
     node.client_gone(cmd.client)
-    assert not node.jobs.by_id and not node.blocked.producers
+    assert not node.state.jobs.by_id and not node.state.blocked.producers
     assert Cmd(node).raw("ADDJOBS", "q", 0, "REPLICATE", 2, "DEDUPIDS", "t1", "a") is None
 
 
@@ -200,7 +200,7 @@ def test_a_mixed_batch_answers_the_jobs_it_did_not_wait_for_in_place():
     node, cmd = _cluster()
     known = cmd.addjob("q", "x", "REPLICATE", 1, "DEDUPID", "t1")
     assert cmd.raw("ADDJOBS", "q", 0, "REPLICATE", 2, "DEDUPIDS", "t1", "a", "t2", "b") is None
-    (waiting,) = node.blocked.producers
+    (waiting,) = node.state.blocked.producers
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, waiting))
     assert cmd.sent() == [[known, waiting]]
 
@@ -209,11 +209,11 @@ def test_the_retry_cron_adds_a_target_for_every_waiting_job():
     node, cmd = _cluster()
     add_peer(node, OTHER_PEER, link=False)  # reachable, but no link to send a copy on yet
     assert cmd.raw("ADDJOBS", "q", 0, "REPLICATE", 3, "BODIES", "a", "b") is None
-    waiting = sorted(node.blocked.producers)
-    bus = node.outbox.transport
+    waiting = sorted(node.state.blocked.producers)
+    bus = node.state.outbox.transport
     assert sorted(dest for dest, _ in bus.of_type(m.REPLJOB)) == [PEER_ID, PEER_ID]
     bus.clear()
-    node.membership.nodes[OTHER_PEER].link = True
+    node.state.membership.nodes[OTHER_PEER].link = True
     advance(node, 100, cron=True)
     copies = bus.of_type(m.REPLJOB)
     assert sorted(msg[m.JOB][0] for dest, msg in copies if dest == OTHER_PEER) == waiting
@@ -226,14 +226,14 @@ def test_leaving_answers_the_waiting_jobs_with_leaving():
     advance(node, 100, cron=True)
     ((reply,),) = cmd.sent()
     assert str(reply).startswith("LEAVING")
-    assert not node.jobs.by_id
+    assert not node.state.jobs.by_id
 
 
 def test_async_does_not_wait():
     node, cmd = _cluster()
     ids = _ids(cmd("ADDJOBS", "q", 0, "REPLICATE", 2, "ASYNC", "BODIES", "a", "b"))
-    assert not node.blocked.producers and cmd.ok("QLEN", "q") == 2
-    assert {msg[m.JOB][0] for _, msg in node.outbox.transport.of_type(m.REPLJOB)} == set(ids)
+    assert not node.state.blocked.producers and cmd.ok("QLEN", "q") == 2
+    assert {msg[m.JOB][0] for _, msg in node.state.outbox.transport.of_type(m.REPLJOB)} == set(ids)
 
 
 # ---------------------------------------------------------------- access

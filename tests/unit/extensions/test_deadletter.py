@@ -92,7 +92,7 @@ def test_a_dead_letter_is_never_moved_again(cmd):
     cmd.ok("GETJOB", "FROM", "q:dead")
     advance(cmd.node, 3000, step=100)
     assert where(cmd, job_id) == (b"q:dead", b"queued", b"q", b"maxdeliver")
-    assert cmd.node.jobs[job_id].ext.moves == 1
+    assert cmd.node.state.jobs[job_id].ext.moves == 1
     assert cmd.ok("QLEN", "q:dead:dead") == 0
 
 
@@ -103,7 +103,7 @@ def test_unlimited_and_plain_jobs_are_never_dead_letters(cmd):
         got = cmd.ok("GETJOB", "COUNT", 2, "FROM", "q")
         assert [entry[1] for entry in got] == [plain, unlimited]
         assert cmd.ok("NACK", plain, unlimited) == 2
-    assert cmd.ok("QLEN", "q") == 2 and cmd.node.jobs[plain].ext is None
+    assert cmd.ok("QLEN", "q") == 2 and cmd.node.state.jobs[plain].ext is None
     assert cmd.show(unlimited)["nacks"] == 20
 
 
@@ -152,14 +152,14 @@ def test_qredrive_brings_dead_letters_back_with_counters_reset(cmd):
     assert (shown["queue"], shown["state"], shown["origin-queue"], shown["dead-reason"]) == (
         b"q", b"queued", None, None)
     assert (shown["nacks"], shown["additional-deliveries"], shown["retry"]) == (0, 0, 7)
-    assert cmd.node.jobs[job_id].ext.moves == 2
+    assert cmd.node.state.jobs[job_id].ext.moves == 2
     assert cmd.ok("QLEN", "q:dead") == 0 and cmd.ok("QLEN", "q") == 1
     # It has MAXDELIVER deliveries again before the next move.
     fail(cmd, job_id)
     assert where(cmd, job_id)[0] == b"q"
     fail(cmd, job_id)
     assert where(cmd, job_id)[0] == b"q:dead"
-    assert cmd.node.jobs[job_id].ext.moves == 3
+    assert cmd.node.state.jobs[job_id].ext.moves == 3
 
 
 def test_qredrive_count_skips_live_jobs_and_returns_each_to_its_origin(cmd):
@@ -223,7 +223,7 @@ class RecordingJournal:
 
 def test_a_move_and_a_redrive_are_journaled_as_deljob_then_loadjob(cmd):
     journal = RecordingJournal()
-    cmd.node.set_journal(journal)
+    cmd.node.state.set_journal(journal)
     job_id = cmd.addjob("q", "b", "MAXDELIVER", 1)
     fail(cmd, job_id)
     assert journal.events == [("stored", job_id, b"q"),
@@ -239,7 +239,7 @@ def test_a_move_and_a_redrive_are_journaled_as_deljob_then_loadjob(cmd):
 async def writer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     node = make_node()
-    aof = AofWriter(node, node.config, asyncio.get_running_loop(), logging.getLogger("test"))
+    aof = AofWriter(node, node.state.config, asyncio.get_running_loop(), logging.getLogger("test"))
     yield node, aof
     if aof.fd >= 0:
         os.close(aof.fd)
@@ -262,12 +262,12 @@ def test_a_restarted_node_has_the_dead_letter_where_it_was(writer):
     aof.flush()
     logged = [(r[0], r[-1] if r[0] == b"DELJOB" else None) for r in file_records()]
     assert logged == [(b"LOADJOB", None), (b"DELJOB", REASON_QUEUE_CHANGED), (b"LOADJOB", None)]
-    job = load_file().jobs[job_id]
+    job = load_file().state.jobs[job_id]
     assert (job.queue, job.state, job.ext.origin, job.ext.reason, job.ext.moves) == (
         b"q:dead", QUEUED, b"q", b"maxdeliver", 1)
     assert cmd.ok("QREDRIVE", "q:dead") == 1
     aof.flush()
-    job = load_file().jobs[job_id]
+    job = load_file().state.jobs[job_id]
     assert (job.queue, job.ext.origin, job.ext.moves, job.nacks) == (b"q", None, 2, 0)
 
 
@@ -288,27 +288,27 @@ class Pair:
         return self.a if name == "a" else self.b
 
     def sent(self, name: str, kind: str | None = None) -> list[dict]:
-        return [msg for _, msg in self.node(name).outbox.transport
+        return [msg for _, msg in self.node(name).state.outbox.transport
                 if kind is None or msg["type"] == kind]
 
     def pump(self, src: str, kinds: tuple[str, ...] | None = None) -> list[dict]:
         """Deliver what ``src`` sent to the other node (of ``kinds``), in order."""
         sender, receiver = (self.a, self.b) if src == "a" else (self.b, self.a)
-        log = sender.outbox.transport
+        log = sender.state.outbox.transport
         moved = [msg for _, msg in log if kinds is None or msg["type"] in kinds]
         log[:] = [(dest, msg) for dest, msg in log if not (kinds is None or msg["type"] in kinds)]
         for msg in moved:
-            deliver_one(receiver, sender.id, msg)
+            deliver_one(receiver, sender.state.id, msg)
         return moved
 
     def drop(self, src: str) -> None:
-        del self.node(src).outbox.transport[:]
+        del self.node(src).state.outbox.transport[:]
 
     def shared_job(self, *options) -> bytes:
         """A job created on a, copied to b (ASYNC: a queues it)."""
         job_id = self.ca.addjob("q", "body", "REPLICATE", 2, "ASYNC", *options)
         assert [msg["type"] for msg in self.pump("a")] == ["REPLJOB"]
-        assert self.b.jobs[job_id].state == ACTIVE
+        assert self.b.state.jobs[job_id].state == ACTIVE
         return job_id
 
 
@@ -333,11 +333,11 @@ def test_the_move_reaches_the_other_copy(pair):
                    "queue": b"q:dead", "origin": b"q", "reason": b"maxdeliver", "nacks": 1,
                    "adeliv": 0, "retry": 5}
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert (copy.queue, copy.state, copy.ext.origin, copy.ext.reason, copy.ext.moves) == (
         b"q:dead", ACTIVE, b"q", b"maxdeliver", 1)
     assert copy.nacks == 1  # taken from the move, not incremented on top of it
-    assert copy.qtime >= pair.b.now + 4500  # postponed: a holds it queued
+    assert copy.qtime >= pair.b.state.now + 4500  # postponed: a holds it queued
 
 
 def test_a_copy_queued_in_the_origin_queue_leaves_it(pair):
@@ -347,7 +347,7 @@ def test_a_copy_queued_in_the_origin_queue_leaves_it(pair):
     fail(pair.ca, job_id, ("q",))
     pair.pump("a")
     assert pair.cb.ok("QLEN", "q") == 0 and pair.cb.ok("QLEN", "q:dead") == 0
-    assert pair.b.jobs[job_id].state == ACTIVE and pair.b.jobs[job_id].queue == b"q:dead"
+    assert pair.b.state.jobs[job_id].state == ACTIVE and pair.b.state.jobs[job_id].queue == b"q:dead"
 
 
 def test_an_older_generations_queued_gets_the_move_back(pair):
@@ -356,20 +356,20 @@ def test_an_older_generations_queued_gets_the_move_back(pair):
     job_id = pair.shared_job("RETRY", 5, "MAXDELIVER", 2)
     fail(pair.ca, job_id)
     fail(pair.ca, job_id)
-    assert pair.a.jobs[job_id].queue == b"q:dead"
+    assert pair.a.state.jobs[job_id].queue == b"q:dead"
     pair.drop("a")  # b hears neither NACK nor the move
     # A copy announces its first queueing: counted, b's second delivery, not beyond 2.
     assert pair.cb.ok("ENQUEUE", job_id) == 1
-    assert pair.b.jobs[job_id].queue == b"q"
+    assert pair.b.state.jobs[job_id].queue == b"q"
     (stale,) = pair.sent("b", "QUEUED")
     assert stale["moves"] == 0
     pair.pump("b")
-    assert pair.a.jobs[job_id].state == QUEUED and pair.a.jobs[job_id].queue == b"q:dead"
-    assert pair.a.jobs[job_id].adeliv == 0  # an older generation's counters are not taken
+    assert pair.a.state.jobs[job_id].state == QUEUED and pair.a.state.jobs[job_id].queue == b"q:dead"
+    assert pair.a.state.jobs[job_id].adeliv == 0  # an older generation's counters are not taken
     (answer,) = pair.sent("a")
     assert answer["type"] == "QUEUED" and answer["moves"] == 1 and "mflags" not in answer
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert (copy.queue, copy.state, copy.ext.moves, copy.nacks) == (b"q:dead", ACTIVE, 1, 2)
     assert pair.cb.ok("QLEN", "q") == 0
 
@@ -381,14 +381,14 @@ def test_b_dead_letters_on_its_own_in_the_same_generation(pair):
     fail(pair.ca, job_id, ("q",))
     pair.drop("a")
     advance(pair.b, 5300, step=100)  # b's retry timer: a counted requeue, beyond 1
-    assert pair.b.jobs[job_id].queue == b"q:dead" and pair.b.jobs[job_id].ext.moves == 1
+    assert pair.b.state.jobs[job_id].queue == b"q:dead" and pair.b.state.jobs[job_id].ext.moves == 1
     advance(pair.a, 5300, step=100)  # a's copy, queued and moved, says so again
     assert pair.sent("a", "QUEUED") and pair.sent("b", "QUEUED")
     pair.pump("b", ("QUEUED",))
     pair.pump("a", ("QUEUED",))
-    queued = [n for n in (pair.a, pair.b) if n.jobs[job_id].state == QUEUED]
+    queued = [n for n in (pair.a, pair.b) if n.state.jobs[job_id].state == QUEUED]
     assert len(queued) == 1
-    assert all(n.jobs[job_id].queue == b"q:dead" for n in (pair.a, pair.b))
+    assert all(n.state.jobs[job_id].queue == b"q:dead" for n in (pair.a, pair.b))
 
 
 def test_an_older_generations_willqueue_gets_the_move_back(pair):
@@ -400,9 +400,9 @@ def test_an_older_generations_willqueue_gets_the_move_back(pair):
     assert willqueue["moves"] == 0
     pair.pump("b")
     pair.pump("a")
-    assert pair.b.jobs[job_id].queue == b"q:dead"
+    assert pair.b.state.jobs[job_id].queue == b"q:dead"
     advance(pair.b, 1000, step=50)  # its requeue was postponed by the answer
-    assert pair.b.jobs[job_id].state == ACTIVE
+    assert pair.b.state.jobs[job_id].state == ACTIVE
 
 
 def test_a_moved_job_queued_says_so_each_retry_period(pair):
@@ -413,7 +413,7 @@ def test_a_moved_job_queued_says_so_each_retry_period(pair):
     (again,) = pair.sent("a", "QUEUED")
     assert again["moves"] == 1 and again["queue"] == b"q:dead" and "mflags" not in again
     pair.pump("a")
-    assert pair.b.jobs[job_id].queue == b"q:dead"
+    assert pair.b.state.jobs[job_id].queue == b"q:dead"
 
 
 def test_a_redrive_reaches_the_other_copy(pair):
@@ -424,7 +424,7 @@ def test_a_redrive_reaches_the_other_copy(pair):
     (msg,) = pair.sent("a")
     assert (msg["moves"], msg["queue"], msg["nacks"], msg.get("origin")) == (2, b"q", 0, None)
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert (copy.queue, copy.ext.origin, copy.ext.reason, copy.ext.moves, copy.nacks) == (
         b"q", None, None, 2, 0)
 
@@ -441,7 +441,7 @@ def test_a_malformed_generation_is_not_applied(pair, bad):
     if msg["queue"] is None:
         del msg["queue"]
     deliver_one(pair.b, NODE_ID, msg)
-    assert pair.b.jobs[job_id].queue == b"q" and pair.b.jobs[job_id].ext.moves == 0
+    assert pair.b.state.jobs[job_id].queue == b"q" and pair.b.state.jobs[job_id].ext.moves == 0
 
 
 def test_an_older_generations_working_is_answered_and_still_postpones(pair):
@@ -453,13 +453,13 @@ def test_an_older_generations_working_is_answered_and_still_postpones(pair):
     assert pair.cb.ok("NACK", job_id, "DELAY", 10) == 1
     (working,) = pair.sent("b", "WORKING")
     assert (working["moves"], working["delay"], working["retry"]) == (0, 10, 5)
-    pair.a.jobs[job_id].retry = 7  # (as if it had backed off: a stale WORKING's retry is not taken)
+    pair.a.state.jobs[job_id].retry = 7  # (as if it had backed off: a stale WORKING's retry is not taken)
     pair.pump("b")
-    original = pair.a.jobs[job_id]
+    original = pair.a.state.jobs[job_id]
     assert (original.state, original.queue, original.retry) == (ACTIVE, b"q:dead", 7)
-    assert original.qtime - pair.a.now >= 17_000 - 250
+    assert original.qtime - pair.a.state.now >= 17_000 - 250
     (answer,) = pair.sent("a")
     assert answer["type"] == "QUEUED" and answer["moves"] == 1
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert (copy.queue, copy.ext.moves, copy.retry) == (b"q:dead", 1, 7)

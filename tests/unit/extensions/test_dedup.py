@@ -120,7 +120,7 @@ def test_a_token_alone_is_held_without_job_extras(cmd):
     fast = cmd.addjob("q", "body", "DEDUPID", "t1")  # the lone node's one-option path
     parsed = cmd.addjob("q", "body", "RETRY", 10, "DEDUPID", "t2")  # the options parser
     rich = cmd.addjob("q", "body", "MAXDELIVER", 3, "DEDUPID", "t3")
-    jobs = cmd.node.jobs.by_id
+    jobs = cmd.node.state.jobs.by_id
     assert jobs[fast].ext == b"t1" and jobs[parsed].ext == b"t2"
     assert jobs[rich].ext.dedupid == b"t3" and jobs[rich].ext.maxdeliver == 3
     # SHOW gives the pairs a JobExtras of defaults would.
@@ -128,7 +128,7 @@ def test_a_token_alone_is_held_without_job_extras(cmd):
     assert (shown["maxdeliver"], shown["deadletter"], shown["origin-queue"],
             shown["dead-reason"], shown["dedupid"]) == (0, b"q:dead", None, None, b"t1")
     # A rule that sets an extension field gives the job its JobExtras, token kept.
-    cmd.node.lifecycle.apply_state(jobs[fast], (b"q:dead", b"q", b"maxdeliver", 1, 0, 0, 300))
+    cmd.node.state.lifecycle.apply_state(jobs[fast], (b"q:dead", b"q", b"maxdeliver", 1, 0, 0, 300))
     assert jobs[fast].ext.dedupid == b"t1" and jobs[fast].ext.moves == 1
     assert cmd.raw("ADDJOB", "q", "again", 0, "DEDUPID", "t1") == b"+" + fast + b"\r\n"
 
@@ -138,25 +138,25 @@ def test_a_repeated_token_returns_the_first_job_and_creates_nothing(cmd):
     first = cmd.addjob("q", "body", "DEDUPID", "order-17")
     assert cmd.raw("ADDJOB", "q", "other body", 0, "DEDUPID", "order-17") == (
         b"+" + first + b"\r\n")
-    assert len(cmd.node.jobs.by_id) == 1 and cmd.ok("QLEN", "q") == 1
+    assert len(cmd.node.state.jobs.by_id) == 1 and cmd.ok("QLEN", "q") == 1
     assert cmd.show(first)["body"] == b"body"
     # Another queue, or another token, is another job.
     assert cmd.addjob("q2", "body", "DEDUPID", "order-17") != first
     assert cmd.addjob("q", "body", "DEDUPID", "order-18") != first
     assert cmd.addjob("q", "body") != first  # no token: never deduplicated
-    assert len(cmd.node.jobs.by_id) == 4
+    assert len(cmd.node.state.jobs.by_id) == 4
 
 
 def test_the_token_answers_after_the_job_is_acked(cmd):
     first = cmd.addjob("q", "body", "DEDUPID", "t")
     assert cmd.ok("ACKJOB", first) == 1
     advance(cmd.node, 2000, cron=True)  # the acked job is collected (a lone node)
-    assert first not in cmd.node.jobs.by_id
+    assert first not in cmd.node.state.jobs.by_id
     assert cmd.addjob("q", "body", "DEDUPID", "t") == first
     second = cmd.addjob("q", "body", "DEDUPID", "u")
     assert cmd.ok("FASTACK", second) == 1
     assert cmd.addjob("q", "body", "DEDUPID", "u") == second
-    assert not cmd.node.jobs.by_id
+    assert not cmd.node.state.jobs.by_id
 
 
 def test_the_window_ends_and_cron_forgets(cmd):
@@ -164,9 +164,9 @@ def test_the_window_ends_and_cron_forgets(cmd):
     advance(cmd.node, WINDOW_MS - 1)
     assert cmd.addjob("q", "body", "DEDUPID", "t") == first
     advance(cmd.node, 1, cron=True)
-    assert len(cmd.node.dedup) == 0  # the cron dropped it
+    assert len(cmd.node.state.dedup) == 0  # the cron dropped it
     second = cmd.addjob("q", "body", "DEDUPID", "t")
-    assert second != first and len(cmd.node.jobs.by_id) == 2
+    assert second != first and len(cmd.node.state.jobs.by_id) == 2
 
 
 def test_config_set_dedup_window(cmd):
@@ -196,7 +196,7 @@ def test_config_set_dedup_window(cmd):
 def test_debug_flushall_forgets_every_token(cmd):
     cmd.addjob("q", "body", "DEDUPID", "t")
     cmd.ok("DEBUG", "FLUSHALL")
-    assert len(cmd.node.dedup) == 0
+    assert len(cmd.node.state.dedup) == 0
     assert cmd.addjob("q", "body", "DEDUPID", "t")
 
 
@@ -211,28 +211,28 @@ def _two_nodes():
 def test_pending_while_the_first_job_waits_for_its_replica_then_its_id():
     node, cmd = _two_nodes()
     assert cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
-    (job_id,) = node.blocked.producers
+    (job_id,) = node.state.blocked.producers
     retry = Cmd(node)
     assert retry.error("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
         PENDING % job_id.decode())
-    assert len(node.jobs.by_id) == 1
+    assert len(node.state.jobs.by_id) == 1
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.sent() == [job_id]
     assert retry.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
         b"+" + job_id + b"\r\n")
-    assert len(node.jobs.by_id) == 1
+    assert len(node.state.jobs.by_id) == 1
 
 
 def test_a_retry_after_norepl_creates_the_job():
     node, cmd = _two_nodes()
     assert cmd.raw("ADDJOB", "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t") is None
-    (failed,) = node.blocked.producers
+    (failed,) = node.state.blocked.producers
     advance(node, 1001)
     assert [str(e) for e in cmd.sent()] == [NOREPL_TIMEOUT]
-    assert failed not in node.jobs.by_id
-    assert node.outbox.transport.of_type(m.DELJOB)  # the partial copy is asked to go
+    assert failed not in node.state.jobs.by_id
+    assert node.state.outbox.transport.of_type(m.DELJOB)  # the partial copy is asked to go
     assert cmd.raw("ADDJOB", "q", "body", 1000, "REPLICATE", 2, "DEDUPID", "t") is None
-    (created,) = node.blocked.producers
+    (created,) = node.state.blocked.producers
     assert created != failed
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, created))
     assert cmd.sent()[-1] == created
@@ -241,9 +241,9 @@ def test_a_retry_after_norepl_creates_the_job():
 def test_a_producer_that_disconnects_frees_its_token():
     node, cmd = _two_nodes()
     assert cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
-    (gone,) = node.blocked.producers
+    (gone,) = node.state.blocked.producers
     node.client_gone(cmd.client)
-    assert gone not in node.jobs.by_id
+    assert gone not in node.state.jobs.by_id
     assert Cmd(node).raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
 
 
@@ -252,18 +252,18 @@ def test_a_producer_that_disconnects_frees_its_token():
 def test_a_copy_received_by_repljob_answers_for_its_job():
     origin, origin_cmd = _two_nodes()
     assert origin_cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") is None
-    ((_, repljob),) = origin.outbox.transport.of_type(m.REPLJOB)
+    ((_, repljob),) = origin.state.outbox.transport.of_type(m.REPLJOB)
     job_id = repljob[m.JOB][0]
 
     replica = make_node(node_id=PEER_ID)
     add_peer(replica, NODE_ID)
     deliver(replica, NODE_ID, repljob)
-    assert job_id in replica.jobs.by_id
+    assert job_id in replica.state.jobs.by_id
     replica_cmd = Cmd(replica)
     # The copy is active here, created or about to be: its ID, nothing created.
     assert replica_cmd.raw("ADDJOB", "q", "body", 5000, "REPLICATE", 2, "DEDUPID", "t") == (
         b"+" + job_id + b"\r\n")
-    assert list(replica.jobs.by_id) == [job_id]
+    assert list(replica.state.jobs.by_id) == [job_id]
     # Another queue's token of the same name is another job.
     assert replica_cmd.raw("ADDJOB", "q2", "body", 5000, "REPLICATE", 1,
                            "DEDUPID", "t").startswith(b"+D-")
@@ -276,8 +276,8 @@ def _replica_with_copy():
     replica = make_node(node_id=PEER_ID)
     add_peer(replica, NODE_ID)
     deliver(replica, NODE_ID, {m.TYPE: m.REPLJOB,
-                               m.JOB: to_bus(origin.jobs.by_id[job_id], origin.now)})
-    assert job_id in replica.jobs.by_id
+                               m.JOB: to_bus(origin.state.jobs.by_id[job_id], origin.state.now)})
+    assert job_id in replica.state.jobs.by_id
     return replica, job_id
 
 
@@ -286,7 +286,7 @@ def test_a_deljob_for_a_copy_never_acked_frees_its_token():
     (or a FASTACK elsewhere): the token no longer names the job here."""
     replica, job_id = _replica_with_copy()
     deliver(replica, NODE_ID, m.job_message(m.DELJOB, job_id))
-    assert not replica.jobs.by_id and len(replica.dedup) == 0
+    assert not replica.state.jobs.by_id and len(replica.state.dedup) == 0
     created = Cmd(replica).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t")
     assert created.startswith(b"+D-") and created[1:-2] != job_id
 
@@ -295,7 +295,7 @@ def test_the_gc_deljob_of_an_acked_copy_keeps_its_token():
     replica, job_id = _replica_with_copy()
     deliver(replica, NODE_ID, {m.TYPE: m.SETACK, m.ID: job_id, m.MAY_HAVE: 2})
     deliver(replica, NODE_ID, m.job_message(m.DELJOB, job_id))
-    assert not replica.jobs.by_id
+    assert not replica.state.jobs.by_id
     assert Cmd(replica).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t") == (
         b"+" + job_id + b"\r\n")
 
@@ -305,19 +305,19 @@ def test_a_copy_names_the_token_by_its_creation_time_not_its_arrival():
     add_peer(node, NODE_ID)
     origin = make_node(now=START_MS - 200_000)
     job_id = Cmd(origin).addjob("q", "body", "DEDUPID", "t")
-    deliver(node, NODE_ID, {m.TYPE: m.REPLJOB, m.JOB: to_bus(origin.jobs.by_id[job_id],
-                                                               origin.now)})
+    deliver(node, NODE_ID, {m.TYPE: m.REPLJOB, m.JOB: to_bus(origin.state.jobs.by_id[job_id],
+                                                               origin.state.now)})
     assert Cmd(node).raw("ADDJOB", "q", "b", 0, "REPLICATE", 1, "DEDUPID", "t") == (
         b"+" + job_id + b"\r\n")
     advance(node, WINDOW_MS - 200_000, cron=True)  # 300 s after the job's creation
-    assert len(node.dedup) == 0
+    assert len(node.state.dedup) == 0
 
 
 # ------------------------------------------------------ the AOF's fast loop
 
 def _records(node, job_ids) -> bytes:
     out = bytearray()
-    append_loadjobs(out, [node.jobs.by_id[j] for j in job_ids], node.now)
+    append_loadjobs(out, [node.state.jobs.by_id[j] for j in job_ids], node.state.now)
     return bytes(out)
 
 
@@ -330,24 +330,24 @@ def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
                       "BACKOFF", "1.5", "MAXRETRY", 90, "RETRY", 3, "DEDUPID", "rich")
     acked = cmd.addjob("q", "acked", "DEDUPID", "acked")
     data = (_records(source, jobs[:10]) + _records(source, [plain, rich, acked])
-            + deljob_record(source.jobs.by_id[acked], source.now, REASON_ACKED)
+            + deljob_record(source.state.jobs.by_id[acked], source.state.now, REASON_ACKED)
             + _records(source, jobs[10:]))
     (tmp_path / "a.aof").write_bytes(data)
 
     node = make_node(seed=4)
     loader = load_into(node, tmp_path / "a.aof")
     assert loader.restore.records == 24 and loader._strict_records == 0  # all fast
-    assert sorted(node.jobs.by_id) == sorted(jobs + [plain, rich])
-    copy = node.jobs.by_id[rich]
+    assert sorted(node.state.jobs.by_id) == sorted(jobs + [plain, rich])
+    copy = node.state.jobs.by_id[rich]
     assert copy.priority == 9 and copy.body == b"r\r\n"
     assert (copy.ext.maxdeliver, copy.ext.deadletter, copy.ext.backoff, copy.ext.maxretry,
             copy.ext.base_retry, copy.ext.dedupid) == (4, b"dl", 1.5, 90, 3, b"rich")
-    assert node.jobs.by_id[plain].ext is None
-    assert node.jobs.by_id[jobs[3]].ext == b"tok-3"  # a token alone: no JobExtras
+    assert node.state.jobs.by_id[plain].ext is None
+    assert node.state.jobs.by_id[jobs[3]].ext == b"tok-3"  # a token alone: no JobExtras
     again = Cmd(node)
     assert again.addjob("q", "x", "DEDUPID", "tok-3") == jobs[3]
     assert again.addjob("q", "x", "DEDUPID", "acked") == acked  # acked: still answered
-    assert len(node.jobs.by_id) == 22
+    assert len(node.state.jobs.by_id) == 22
 
 
 @pytest.mark.parametrize("damage", ["bad map", "no map", "map of the wrong type"])
@@ -373,4 +373,4 @@ def test_a_damaged_format_2_payload_is_reported_by_the_strict_path(tmp_path, dam
     with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset "
                                            "%d: " % len(first)):
         load_into(node, tmp_path / "a.aof")
-    assert list(node.jobs.by_id) == [good]  # the record before it was applied
+    assert list(node.state.jobs.by_id) == [good]  # the record before it was applied

@@ -22,10 +22,10 @@ def cmd():
 
 def test_plain_job_has_no_extension_fields(cmd):
     job_id = cmd.addjob("q", "body")
-    job = cmd.node.jobs.by_id[job_id]
+    job = cmd.node.state.jobs.by_id[job_id]
     assert job.priority == 5 and job.ext is None
     assert len(cmd.ok("SHOW", job_id)) == 30  # Disque 1.0's reply, byte for byte
-    assert len(to_bus(job, cmd.node.now)) == 12
+    assert len(to_bus(job, cmd.node.state.now)) == 12
 
 
 @pytest.mark.parametrize("options, error", [
@@ -47,7 +47,7 @@ def test_plain_job_has_no_extension_fields(cmd):
 ])
 def test_option_errors(cmd, options, error):
     assert cmd.error("ADDJOB", "q", "b", 0, *options) == error
-    assert not cmd.node.jobs.by_id
+    assert not cmd.node.state.jobs.by_id
 
 
 def test_options_reach_the_job_and_show(cmd):
@@ -84,13 +84,13 @@ def test_maxdeliver_default_applies_when_not_given():
 def test_extensions_cross_the_bus(cmd):
     job_id = cmd.addjob("q", "b", "PRIORITY", "0", "MAXDELIVER", "3", "BACKOFF", "2",
                         "DEDUPID", "t")
-    job = cmd.node.jobs.by_id[job_id]
+    job = cmd.node.state.jobs.by_id[job_id]
     job.ext.origin = b"q0"
     job.ext.reason = b"maxdeliver"
     job.ext.moves = 2
-    wire = msgpack.unpackb(msgpack.packb(to_bus(job, cmd.node.now), use_bin_type=True),
+    wire = msgpack.unpackb(msgpack.packb(to_bus(job, cmd.node.state.now), use_bin_type=True),
                            raw=False)
-    copy = from_bus(wire, cmd.node.now, None)
+    copy = from_bus(wire, cmd.node.state.now, None)
     assert copy.priority == 0
     for name in ("maxdeliver", "deadletter", "origin", "reason", "moves", "backoff",
                  "maxretry", "base_retry", "dedupid"):
@@ -98,8 +98,8 @@ def test_extensions_cross_the_bus(cmd):
 
 
 def test_priority_alone_makes_no_extras(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "7")]
-    copy = from_bus(to_bus(job, cmd.node.now), cmd.node.now, None)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "7")]
+    copy = from_bus(to_bus(job, cmd.node.state.now), cmd.node.state.now, None)
     assert copy.priority == 7 and copy.ext is None
 
 
@@ -109,15 +109,15 @@ def test_priority_alone_makes_no_extras(cmd):
     {"maxdeliver": 1, "moves": 2**40},
 ])
 def test_bad_extensions_are_refused(cmd, extra):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b")]
-    fields = to_bus(job, cmd.node.now) + [extra]
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
+    fields = to_bus(job, cmd.node.state.now) + [extra]
     with pytest.raises(BadJobPayload):
-        from_bus(fields, cmd.node.now, None)
+        from_bus(fields, cmd.node.state.now, None)
 
 
 def test_older_layout_still_decodes(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b")]
-    copy = from_bus(to_bus(job, cmd.node.now), cmd.node.now, None)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
+    copy = from_bus(to_bus(job, cmd.node.state.now), cmd.node.state.now, None)
     assert copy.ext is None and copy.priority == 5
 
 
@@ -132,8 +132,8 @@ def _stored(job, now):
 def test_aof_payload_keeps_the_extensions(cmd):
     job_id = cmd.addjob("q", "b\r\nbody", "PRIORITY", "8", "MAXDELIVER", "5", "DEADLETTER",
                         "dl", "BACKOFF", "1.5", "MAXRETRY", "90", "DEDUPID", "tok")
-    job = cmd.node.jobs.by_id[job_id]
-    payload = _stored(job, cmd.node.now)
+    job = cmd.node.state.jobs.by_id[job_id]
+    payload = _stored(job, cmd.node.state.now)
     assert payload[0] == 2
     copy, queued = load_job(payload, None)
     assert queued and copy.body == b"b\r\nbody" and copy.priority == 8
@@ -143,15 +143,15 @@ def test_aof_payload_keeps_the_extensions(cmd):
 
 
 def test_aof_plain_job_keeps_format_1(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b")]
-    payload = _stored(job, cmd.node.now)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
+    payload = _stored(job, cmd.node.state.now)
     assert payload[0] == 1
     assert load_job(payload, None)[0].ext is None
 
 
 def test_aof_extended_payload_damage_is_reported(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "1")]
-    payload = _stored(job, cmd.node.now)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "1")]
+    payload = _stored(job, cmd.node.state.now)
     with pytest.raises(BadJobPayload):
         load_job(payload[:-1] + b"\xc1", None)  # 0xc1 is never valid msgpack
     with pytest.raises(BadJobPayload):
@@ -175,7 +175,7 @@ def test_one_option_fast_path_answers_as_the_generic_path(option, value, timeout
         for key in ("id", "ctime", "next-requeue-within", "next-awake-within", "ttl"):
             shown.pop(key)
         again = cmd.raw("ADDJOB", "q", "b", timeout, spelling, value)
-        return shown, again == raw, len(cmd.node.jobs.by_id)
+        return shown, again == raw, len(cmd.node.state.jobs.by_id)
 
     fast, generic = outcome(option), outcome(option.lower())
     assert fast == generic
@@ -190,5 +190,5 @@ def test_one_option_fast_path_in_a_pipelined_run():
     assert addjob_run(cmd.node.state, cmd.client, commands, 0, replies) == len(commands)
     assert replies[3:6] == replies[0:3]  # the same tokens: the same jobs
     assert replies[-1] == b"-ERR PRIORITY must be between 0 and 9\r\n"
-    assert len(cmd.node.jobs.by_id) == 5
-    assert [cmd.node.jobs.by_id[r[1:-2]].priority for r in replies[6:8]] == [1, 9]
+    assert len(cmd.node.state.jobs.by_id) == 5
+    assert [cmd.node.state.jobs.by_id[r[1:-2]].priority for r in replies[6:8]] == [1, 9]

@@ -39,13 +39,13 @@ def _headers(count: int, value: str = "v") -> list[str]:
 def test_headers_reach_the_job_in_their_order(cmd):
     job_id = cmd.addjob("q", "b", "HEADER", "traceparent", TRACEPARENT, "header", "tenant", "",
                         "RETRY", 7)
-    job = cmd.node.jobs.by_id[job_id]
+    job = cmd.node.state.jobs.by_id[job_id]
     assert job_headers(job) == (b"traceparent", TRACEPARENT.encode(), b"tenant", b"")
     assert job.retry == 7
 
 
 def test_a_plain_job_has_no_headers_and_no_extras(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b")]
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
     assert job.ext is None and job_headers(job) is None
 
 
@@ -63,12 +63,12 @@ def test_a_plain_job_has_no_headers_and_no_extras(cmd):
 ])
 def test_header_errors_add_nothing(cmd, words, error):
     assert cmd.error("ADDJOB", "q", "b", 0, *words) == error
-    assert not cmd.node.jobs.by_id
+    assert not cmd.node.state.jobs.by_id
 
 
 def test_the_limits_themselves_are_allowed(cmd):
     at_most = cmd.addjob("q", "b", *_headers(MAX_HEADERS))
-    assert len(job_headers(cmd.node.jobs.by_id[at_most])) == 2 * MAX_HEADERS
+    assert len(job_headers(cmd.node.state.jobs.by_id[at_most])) == 2 * MAX_HEADERS
     name = "n" * MAX_HEADER_NAME
     exact = cmd.addjob("q", "b", "HEADER", name, "v" * (MAX_HEADERS_SIZE - MAX_HEADER_NAME))
     assert cmd.show(exact)["headers"] == [name.encode(),
@@ -82,7 +82,7 @@ def test_the_error_texts_name_the_limits():
 
 
 def test_header_and_dedupid_keep_extras_not_the_token_alone(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "DEDUPID", "t", "HEADER", "a", "1")]
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "DEDUPID", "t", "HEADER", "a", "1")]
     assert isinstance(job.ext, JobExtras) and job.ext.dedupid == b"t"
     assert cmd.addjob("q", "other", "DEDUPID", "t", "HEADER", "a", "1") == job.id
 
@@ -92,7 +92,7 @@ def test_a_pipelined_run_gives_each_job_the_headers():
     argv = [b"ADDJOB", b"q", b"b", b"0", b"HEADER", b"k", b"v"]
     replies = []
     assert addjob_run(cmd.node.state, cmd.client, [argv] * 3, 0, replies) == 3
-    jobs = [cmd.node.jobs.by_id[r[1:-2]] for r in replies]
+    jobs = [cmd.node.state.jobs.by_id[r[1:-2]] for r in replies]
     assert [job_headers(j) for j in jobs] == [(b"k", b"v")] * 3
     assert len({id(j.ext) for j in jobs}) == 3  # each job its own extras
 
@@ -156,16 +156,16 @@ def _over_the_wire(job, now):
 
 
 def test_headers_cross_the_bus(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "HEADER", "traceparent", TRACEPARENT,
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "HEADER", "traceparent", TRACEPARENT,
                                          "HEADER", "x", "", "PRIORITY", 2, "DEDUPID", "t")]
-    copy = from_bus(_over_the_wire(job, cmd.node.now), cmd.node.now, None)
+    copy = from_bus(_over_the_wire(job, cmd.node.state.now), cmd.node.state.now, None)
     assert job_headers(copy) == job_headers(job)
     assert copy.priority == 2 and copy.ext.dedupid == b"t"
 
 
 def test_a_job_without_headers_travels_as_before(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "MAXDELIVER", 3)]
-    fields = to_bus(job, cmd.node.now)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "MAXDELIVER", 3)]
+    fields = to_bus(job, cmd.node.state.now)
     assert "headers" not in fields[12]
 
 
@@ -174,7 +174,7 @@ def test_a_replica_holds_the_headers_and_serves_them():
     add_peer(origin)
     producer = Cmd(origin)
     assert producer.raw("ADDJOB", "q", "b", 0, "REPLICATE", 2, "HEADER", "a", "1") is None
-    ((_, repljob),) = origin.outbox.transport.of_type(m.REPLJOB)
+    ((_, repljob),) = origin.state.outbox.transport.of_type(m.REPLJOB)
     replica = make_node(node_id=PEER_ID)
     add_peer(replica, NODE_ID)
     deliver(replica, NODE_ID, msgpack.unpackb(msgpack.packb(repljob, use_bin_type=True),
@@ -188,10 +188,10 @@ def test_a_replica_holds_the_headers_and_serves_them():
     [b"n" * 257, b"v"], [b"a", b"v" * 8192], [b"h%d" % i for i in range(66)],
 ])
 def test_bad_headers_from_the_bus_are_refused(cmd, headers):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b")]
-    fields = to_bus(job, cmd.node.now) + [{"maxdeliver": 0, "headers": headers}]
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
+    fields = to_bus(job, cmd.node.state.now) + [{"maxdeliver": 0, "headers": headers}]
     with pytest.raises(BadJobPayload):
-        from_bus(fields, cmd.node.now, None)
+        from_bus(fields, cmd.node.state.now, None)
 
 
 # ---------------------------------------------------------------- the AOF
@@ -205,8 +205,8 @@ def _stored(job, now) -> bytes:
 
 
 def test_aof_payload_keeps_the_headers(cmd):
-    job = cmd.node.jobs.by_id[cmd.addjob("q", "b", "HEADER", "a", "1", "HEADER", "b", "")]
-    payload = _stored(job, cmd.node.now)
+    job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "HEADER", "a", "1", "HEADER", "b", "")]
+    payload = _stored(job, cmd.node.state.now)
     assert payload[0] == 2  # an extended payload
     copy, queued = load_job(payload, None)
     assert queued and job_headers(copy) == (b"a", b"1", b"b", b"")
@@ -218,14 +218,14 @@ def test_headers_load_in_the_fast_loop_beside_plain_jobs(tmp_path):
     plain = [cmd.addjob("q", "p%d" % i) for i in range(5)]
     rich = [cmd.addjob("q", "r%d" % i, "HEADER", "i", str(i)) for i in range(5)]
     out = bytearray()
-    append_loadjobs(out, [source.jobs.by_id[j] for j in plain + rich], source.now)
+    append_loadjobs(out, [source.state.jobs.by_id[j] for j in plain + rich], source.state.now)
     (tmp_path / "a.aof").write_bytes(bytes(out))
     node = make_node(seed=4)
     loader = load_into(node, tmp_path / "a.aof")
     assert loader.restore.records == 10 and loader._strict_records == 0
-    assert [job_headers(node.jobs.by_id[j]) for j in rich] == [
+    assert [job_headers(node.state.jobs.by_id[j]) for j in rich] == [
         (b"i", str(i).encode()) for i in range(5)]
-    assert all(node.jobs.by_id[j].ext is None for j in plain)
+    assert all(node.state.jobs.by_id[j].ext is None for j in plain)
 
 
 def test_a_schedule_gives_every_ticks_job_its_headers():
@@ -236,5 +236,5 @@ def test_a_schedule_gives_every_ticks_job_its_headers():
     cmd.ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "hello", "HEADER", "tenant", "acme")
     assert cmd.error("SCHEDULE", "SET", "bad", "EVERY", 1, "q", "b", "HEADER", "a") == SYNTAX
     advance(node, 2500, step=100, cron=True)
-    jobs = list(node.queues.get(b"q").jobs.iter_from_head())
+    jobs = list(node.state.queues.get(b"q").jobs.iter_from_head())
     assert len(jobs) == 2 and {job_headers(j) for j in jobs} == {(b"tenant", b"acme")}

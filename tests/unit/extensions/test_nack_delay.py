@@ -145,9 +145,9 @@ def test_holders_wait_for_the_delay_then_their_retry(pair):
     (msg,) = pair.sent("a")
     assert msg == {"type": "WORKING", "id": job_id, "delay": 30}
     pair.pump("a")
-    copy = pair.b.jobs[job_id]
+    copy = pair.b.state.jobs[job_id]
     assert copy.state == ACTIVE
-    assert 35_000 - JITTER <= copy.qtime - pair.b.now <= 35_000 + JITTER
+    assert 35_000 - JITTER <= copy.qtime - pair.b.state.now <= 35_000 + JITTER
     # b stays quiet until then (a's requeue at 30 s would postpone it again).
     advance(pair.b, 34_000, step=500)
     assert copy.state == ACTIVE and not pair.sent("b", "QUEUED")
@@ -160,7 +160,7 @@ def test_without_the_working_a_holder_would_requeue_at_its_retry(pair):
     pair.ca.ok("NACK", job_id, "DELAY", 30)
     pair.drop("a")
     advance(pair.b, 5500, step=100)
-    assert pair.b.jobs[job_id].state == QUEUED
+    assert pair.b.state.jobs[job_id].state == QUEUED
 
 
 def test_the_nack_is_counted_once_everywhere(pair):
@@ -172,8 +172,8 @@ def test_the_nack_is_counted_once_everywhere(pair):
     (queued,) = pair.sent("a", "QUEUED")
     assert queued["mflags"] == m.MFLAG_INCR_NACKS
     pair.pump("a")
-    assert pair.a.jobs[job_id].nacks == pair.b.jobs[job_id].nacks == 1
-    assert pair.a.jobs[job_id].adeliv == pair.b.jobs[job_id].adeliv == 0
+    assert pair.a.state.jobs[job_id].nacks == pair.b.state.jobs[job_id].nacks == 1
+    assert pair.a.state.jobs[job_id].adeliv == pair.b.state.jobs[job_id].adeliv == 0
 
 
 def test_a_requeue_elsewhere_supersedes_the_delayed_nack(pair):
@@ -184,19 +184,19 @@ def test_a_requeue_elsewhere_supersedes_the_delayed_nack(pair):
     pair.ca.ok("NACK", job_id, "DELAY", 8)
     pair.drop("a")
     advance(pair.b, 5500, step=100)
-    assert pair.b.jobs[job_id].state == QUEUED
+    assert pair.b.state.jobs[job_id].state == QUEUED
     advance(pair.a, 4000, step=100)
     pair.pump("b", ("QUEUED",))  # a postpones to 4 + 5 s: past its delayed NACK's 8 s
     advance(pair.a, 4500, step=100)
-    assert pair.a.jobs[job_id].state == ACTIVE and pair.a.jobs[job_id].nacks == 0
+    assert pair.a.state.jobs[job_id].state == ACTIVE and pair.a.state.jobs[job_id].nacks == 0
     assert not pair.sent("a", "QUEUED")
     advance(pair.a, 1000, step=100)  # a's own retry timeout now: not a NACK
-    assert pair.a.jobs[job_id].state == QUEUED
-    assert (pair.a.jobs[job_id].nacks, pair.a.jobs[job_id].adeliv) == (0, 2)
+    assert pair.a.state.jobs[job_id].state == QUEUED
+    assert (pair.a.state.jobs[job_id].nacks, pair.a.state.jobs[job_id].adeliv) == (0, 2)
 
 
 def test_a_bad_delay_field_is_ignored(pair):
     job_id = pair.shared_job("RETRY", 5)
     deliver_one(pair.b, NODE_ID, {"type": "WORKING", "id": job_id, "delay": "x"})
-    copy = pair.b.jobs[job_id]
-    assert 5000 - JITTER <= copy.qtime - pair.b.now <= 5000 + JITTER
+    copy = pair.b.state.jobs[job_id]
+    assert 5000 - JITTER <= copy.qtime - pair.b.state.now <= 5000 + JITTER

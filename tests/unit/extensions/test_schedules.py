@@ -46,7 +46,7 @@ def listing(cmd: Cmd) -> list[dict]:
 
 
 def queued_tokens(node: Node, queue: bytes = b"q") -> list[bytes]:
-    q = node.queues.get(queue)
+    q = node.state.queues.get(queue)
     return [] if q is None else [dedup_token(job) for job in q.jobs.iter_from_head()]
 
 
@@ -107,12 +107,12 @@ def test_a_lone_node_fires_every_tick_once():
     advance(node, 5500, step=100, cron=True)
     ticks = [START_MS + k * 1000 for k in range(1, 6)]
     assert queued_tokens(node) == [b"schedule:beat:%d" % t for t in ticks]
-    job = next(node.queues.get(b"q").jobs.iter_from_head())
+    job = next(node.state.queues.get(b"q").jobs.iter_from_head())
     assert job.body == b"hello" and job.priority == 2
     [entry] = listing(cmd)
     assert entry["last"] == ticks[-1] and entry["firedby"] == NODE_ID
     assert entry["next"] == ticks[-1] + 1000
-    assert node.schedules.fired == 5
+    assert node.state.schedules.fired == 5
 
 
 def test_cron_ticks_follow_the_calendar_in_utc():
@@ -144,7 +144,7 @@ def test_a_refused_tick_is_retried_then_fired():
     cmd.ok("ADDJOB", "q", "x", 0)
     cmd.ok("PAUSE", "q", "in")
     advance(node, 1500, step=100, cron=True)
-    assert node.schedules.refused == 1 and node.schedules.fired == 0
+    assert node.state.schedules.refused == 1 and node.state.schedules.fired == 0
     cmd.ok("PAUSE", "q", "none")
     advance(node, 1000, step=100, cron=True)
     assert queued_tokens(node)[1:] == [b"schedule:beat:%d" % (START_MS + 1000),
@@ -155,18 +155,18 @@ def test_ticks_too_old_are_skipped():
     node = make_node()
     cmd = Cmd(node)
     cmd.ok("SCHEDULE", "SET", "beat", "EVERY", 10, "q", "b")
-    node.clock.advance(3_600_000)  # the node was stopped for an hour
+    node.state.clock.advance(3_600_000)  # the node was stopped for an hour
     advance(node, 100, cron=True)
     advance(node, 2000, step=100, cron=True)
     tokens = queued_tokens(node)
     assert len(tokens) == 6  # the last minute's ticks (catchup_ms), no more
-    assert node.schedules.skipped == 1
+    assert node.state.schedules.skipped == 1
 
 
 def test_no_firing_while_loading():
     node = make_node()
     Cmd(node).ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "b")
-    node.loading = True
+    node.state.loading = True
     advance(node, 2000, step=100, cron=True)
     assert queued_tokens(node) == []
 
@@ -175,7 +175,7 @@ def test_a_leaving_node_does_not_fire():
     node = make_node()
     cmd = Cmd(node)
     cmd.ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "b")
-    node.gossip.set_leaving(True)
+    node.state.gossip.set_leaving(True)
     advance(node, 3000, step=100, cron=True)
     assert queued_tokens(node) == []
 
@@ -197,7 +197,7 @@ def test_a_node_fires_only_with_a_majority_that_sent_its_table():
     add_peer(node, OTHER_ID)  # three nodes: a majority is two
     # A name this node ranks first for against PEER_ID.
     name = next(n for n in (b"beat%d" % k for k in range(20))
-                if node.schedules.rank(Schedule(n, 1, b"", b"q", b"", [], 0, NODE_ID),
+                if node.state.schedules.rank(Schedule(n, 1, b"", b"q", b"", [], 0, NODE_ID),
                                        [NODE_ID, PEER_ID]) == 0)
     Cmd(node).ok("SCHEDULE", "SET", name, "EVERY", 1, "q", "b")
     advance(node, 3000, step=100, cron=True)
@@ -212,11 +212,11 @@ def test_a_node_fires_only_with_a_majority_that_sent_its_table():
 def test_a_table_asked_for_is_answered_and_a_peer_gone_is_not_counted():
     node = make_node()
     add_peer(node)
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     deliver(node, PEER_ID, table(record(), sync=m.SYNC_ASK))
-    assert PEER_ID in node.schedules.synced
+    assert PEER_ID in node.state.schedules.synced
     node.link_down(PEER_ID)
-    assert PEER_ID not in node.schedules.synced
+    assert PEER_ID not in node.state.schedules.synced
 
 
 def test_last_writer_wins_and_the_last_tick_only_grows():
@@ -224,7 +224,7 @@ def test_last_writer_wins_and_the_last_tick_only_grows():
     add_peer(node)
     deliver(node, PEER_ID, table(record(version=START_MS, body=b"v1", last_tick=START_MS + 5000,
                                         last_by=PEER_ID), sync=m.SYNC_PART))
-    s = node.schedules.get(b"beat")
+    s = node.state.schedules.get(b"beat")
     assert s.body == b"v1" and s.next_tick == START_MS + 6000
     deliver(node, PEER_ID, table(record(version=START_MS - 1, body=b"old"), sync=m.SYNC_PART))
     assert s.body == b"v1" and s.last_tick == START_MS + 5000
@@ -238,13 +238,13 @@ def test_last_writer_wins_and_the_last_tick_only_grows():
     assert s.last_tick == START_MS + 7000 and s.next_tick == START_MS + 8000
     # A DEL with a newer version leaves a tombstone; an older SET does not revive it.
     deliver(node, PEER_ID, table(record(version=START_MS + 2, deleted=1), sync=m.SYNC_PART))
-    assert node.schedules.get(b"beat") is None and s.next_tick == NEVER
+    assert node.state.schedules.get(b"beat") is None and s.next_tick == NEVER
     deliver(node, PEER_ID, table(record(version=START_MS + 1), sync=m.SYNC_PART))
-    assert node.schedules.get(b"beat") is None
+    assert node.state.schedules.get(b"beat") is None
     # A SET made here after it is newer, even with this clock behind.
-    node.clock.now = START_MS - 60_000
+    node.state.clock.now = START_MS - 60_000
     Cmd(node).ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "again")
-    assert node.schedules.get(b"beat").version == START_MS + 3
+    assert node.state.schedules.get(b"beat").version == START_MS + 3
 
 
 @pytest.mark.parametrize("bad", [
@@ -267,7 +267,7 @@ def test_malformed_records_are_ignored(bad):
     node = make_node()
     add_peer(node)
     deliver(node, PEER_ID, table(bad, record(name=b"good"), sync=m.SYNC_PART))
-    assert [s.name for s in node.schedules.listing()] == [b"good"]
+    assert [s.name for s in node.state.schedules.listing()] == [b"good"]
 
 
 def test_malformed_messages_are_ignored():
@@ -276,16 +276,16 @@ def test_malformed_messages_are_ignored():
     deliver(node, PEER_ID, {m.TYPE: m.SCHEDULE, m.SCHEDULES: b"x", m.SCHED_SYNC: 1})
     deliver(node, PEER_ID, {m.TYPE: m.SCHEDFIRED, m.SCHED_NAME: b"beat", m.SCHED_TICK: b"1"})
     deliver(node, PEER_ID, {m.TYPE: m.SCHEDFIRED, m.SCHED_NAME: b"nosuch", m.SCHED_TICK: 1})
-    assert node.schedules.table == {}
+    assert node.state.schedules.table == {}
 
 
 def test_set_and_del_are_told_to_every_node():
     node = make_node()
     add_peer(node)
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     Cmd(node).ok("SCHEDULE", "SET", "beat", "EVERY", 1, "q", "b")
     Cmd(node).ok("SCHEDULE", "DEL", "beat")
-    sent = node.outbox.transport.of_type(m.SCHEDULE)
+    sent = node.state.outbox.transport.of_type(m.SCHEDULE)
     assert [(dest, msg[m.SCHED_SYNC], msg[m.SCHEDULES][0][3]) for dest, msg in sent] == [
         (PEER_ID, m.SYNC_PART, 0), (PEER_ID, m.SYNC_PART, 1)]
 
@@ -299,15 +299,15 @@ def test_nodes_conf_keeps_schedules():
     cmd.ok("SCHEDULE", "SET", "gone", "EVERY", 1, "q", "b")
     cmd.ok("SCHEDULE", "DEL", "gone")
     advance(node, 1500, step=100, cron=True)
-    text = nodesconf.render(node.membership, node.schedules)
+    text = nodesconf.render(node.state.membership, node.state.schedules)
     assert len(nodesconf.parse(text, START_MS)) == 1  # the node lines still parse
     restored = make_node()
-    restored.schedules.restore(nodesconf.parse_schedules(text))
-    [s] = restored.schedules.listing()
+    restored.state.schedules.restore(nodesconf.parse_schedules(text))
+    [s] = restored.state.schedules.listing()
     assert (s.name, s.queue, s.body, s.options) == (b"b\x00 in", b"q q", b"\r\nbody",
                                                     [b"DEADLETTER", b"d,e"])
     assert s.last_tick == START_MS + 1000 and s.last_by == NODE_ID
-    assert restored.schedules.table[b"gone"].deleted
+    assert restored.state.schedules.table[b"gone"].deleted
 
 
 @pytest.mark.parametrize("line", [

@@ -49,7 +49,7 @@ def test_the_document_has_every_section_the_page_reads(server):
     add_jobs(server, "orders", 3)
     stats = build_stats(server, Sampler(), 100.0)
     assert set(stats) == {"time_ms", "node", "jobs", "nodes", "queues", "memory", "aof"}
-    assert stats["node"]["id"] == server.node.id.decode()
+    assert stats["node"]["id"] == server.node.state.id.decode()
     assert set(stats["node"]) == {"id", "version", "port", "uptime_s", "connected_clients",
                                   "blocked_clients", "ops_per_sec"}
     assert stats["jobs"]["registered"] == 3
@@ -65,14 +65,14 @@ def test_the_document_has_every_section_the_page_reads(server):
         "rate_out": None, "blocked_clients": 0, "paused": "none", "dead_letter_queue": False,
         "dead_letters": None, "history": [3]}
     memory = stats["memory"]
-    assert memory["used"] == server.node.memory.used
+    assert memory["used"] == server.node.state.memory.used
     assert memory["maxmemory"] == server.config.maxmemory and memory["rss"] > 0
     assert stats["aof"]["enabled"] is False and stats["aof"]["size"] is None
 
 
 def test_a_node_without_maxmemory_says_so(server):
     server.config.maxmemory = 0
-    server.node.update_memory_limits()
+    server.node.state.update_memory_limits()
     memory = build_stats(server, Sampler(), 0.0)["memory"]
     assert memory["maxmemory"] == 0 and memory["maxmemory_human"] is None
 
@@ -181,7 +181,7 @@ def test_a_queue_collected_and_created_again_starts_a_new_history(server):
     sampler = Sampler()
     add_jobs(server, "q", 3)
     build_stats(server, sampler, 1.0)
-    queues = server.node.queues
+    queues = server.node.state.queues
     Cmd(server.node)("GETJOB", "COUNT", 3, "FROM", "q")
     queues.destroy(queues[b"q"])
     add_jobs(server, "q", 1)

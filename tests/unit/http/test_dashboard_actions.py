@@ -114,7 +114,7 @@ async def test_wrong_passwords_unknown_users_and_nopass_users_are_refused_alike(
                            ("default", "x")):
         assert await login(http, user, password) == (401, {"error": LOGIN_FAILED})
     # AUTH's own count: open's AUTH passed, and the open default user's is "no password set".
-    assert server.node.access_stats.auth_failures == 2
+    assert server.node.state.access_stats.auth_failures == 2
     assert (await (await http.get("/api/session")).json())["user"] is None
 
 
@@ -143,7 +143,7 @@ async def test_an_action_runs_the_command_as_the_user(http, server):
     assert await act(http, "pause", token, queue="orders", mode="out") == (200, {"result": "out"})
     assert cmd("PAUSE", "orders", "state") == b"out"
     # BCAST: the other nodes are told (the bus transport here is a message log).
-    assert server.node.outbox.transport
+    assert server.node.state.outbox.transport
     assert await act(http, "resume", token, queue="orders") == (200, {"result": "none"})
     job_id = cmd("ADDJOB", "orders", "body", 0).decode()
     assert await act(http, "deljob", token, job=job_id) == (200, {"result": 1})
@@ -169,8 +169,8 @@ async def test_a_user_without_the_right_is_refused_by_the_command_table(http, se
     assert (status, answer) == (403, {"error": "NOPERM User mailer has no permissions to "
                                                "access the queue 'orders'"})
     assert cmd("QLEN", "orders") == 1
-    assert server.node.access_stats.denied_commands == 1
-    assert server.node.access_stats.denied_queues == 1
+    assert server.node.state.access_stats.denied_commands == 1
+    assert server.node.state.access_stats.denied_queues == 1
 
 
 async def test_command_errors_and_bad_input_are_shown_as_failures(http, server):

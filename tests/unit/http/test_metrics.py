@@ -53,7 +53,7 @@ def test_job_counters_and_jobs_by_state():
     for state, count in (("queued", 1), ("active", 1), ("acked", 0), ("wait-repl", 0)):
         assert value(families, "disque_jobs", state=state) == count
     assert value(families, "disque_queues") == 1
-    assert value(families, "disque_memory_used_bytes") == node.used_memory
+    assert value(families, "disque_memory_used_bytes") == node.state.used_memory
     assert value(families, "disque_commands_processed_total") == 5
 
 
@@ -86,9 +86,9 @@ def test_age_of_the_oldest_job():
     node = make_node()
     cmd = Cmd(node)
     cmd.addjob("q", "old")
-    node.clock.advance(1500)
+    node.state.clock.advance(1500)
     cmd.addjob("q", "new")
-    node.clock.advance(500)
+    node.state.clock.advance(500)
     node.run_timers()  # the node's time is that of its last input
     families = scrape(node_registry(node))
     assert value(families, "disque_queue_oldest_job_age_seconds", queue="q") == pytest.approx(2.0)
@@ -107,7 +107,7 @@ def test_bus_messages_by_type_and_nodes_by_state():
     deliver(node, PEER_ID, {m.TYPE: m.PING, m.GOSSIP: []})  # answered with a PONG
     for i, flag in enumerate((PFAIL, FAIL, FAIL, HANDSHAKE, LEAVING)):
         other = ClusterNode(bytes([ord("a") + i]) * 40, "127.0.0.1", 7720 + i, flag)
-        node.membership.add(other)
+        node.state.membership.add(other)
     families = scrape(node_registry(node))
     assert value(families, "disque_bus_messages_received_total", type="PING") == 1
     assert value(families, "disque_bus_messages_received_total", type="REPLJOB") == 0
@@ -121,7 +121,7 @@ def test_schedules_and_their_ticks():
     node = make_node()
     assert value(scrape(node_registry(node)), "disque_schedules") == 0
     Cmd(node)("SCHEDULE", "SET", "beat", "EVERY", "1", "beats", "ping")
-    node.schedules.fired, node.schedules.refused, node.schedules.skipped = 3, 2, 1
+    node.state.schedules.fired, node.state.schedules.refused, node.state.schedules.skipped = 3, 2, 1
     families = scrape(node_registry(node))
     assert value(families, "disque_schedules") == 1
     assert value(families, "disque_schedule_ticks_fired_total") == 3
@@ -134,9 +134,9 @@ def test_replication_wait_latency():
     add_peer(node)
     cmd = Cmd(node)
     assert cmd.raw("ADDJOB", "q", "x", 0, "REPLICATE", 2) is None  # waits for the copy
-    (_, repljob), = node.outbox.transport.of_type(m.REPLJOB)
+    (_, repljob), = node.state.outbox.transport.of_type(m.REPLJOB)
     job_id = repljob[m.JOB][0]
-    node.clock.advance(30)
+    node.state.clock.advance(30)
     deliver(node, PEER_ID, m.job_message(m.GOTJOB, job_id))
     assert cmd.sent() == [job_id]
     families = scrape(node_registry(node))
@@ -182,7 +182,7 @@ def test_server_series_without_aof_writer(server):
     assert value(families, "disque_connected_clients") == 0
     assert value(families, "disque_memory_rss_bytes") > 0
     (_, labels), = families["disque_build_info"]
-    assert dict(labels)["node_id"] == server.node.id.decode()
+    assert dict(labels)["node_id"] == server.node.state.id.decode()
     assert "disque_aof_enabled" not in families  # no AOF service before start()
 
 

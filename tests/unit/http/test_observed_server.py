@@ -19,7 +19,7 @@ class StandInServer:
 
     def __init__(self, node: Node) -> None:
         self.node = node
-        self.config = node.config
+        self.config = node.state.config
         self.start_time = 1_700_000_000.0
         self.clients = {1: None, 2: None}
         self.connections_received = 3

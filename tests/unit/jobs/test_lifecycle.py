@@ -23,10 +23,10 @@ from tests.unit.helpers import (
 def run_until(node, end: int) -> list[int]:
     """Fire every timer exactly at its due time up to ``end``; return the times
     at which run_timers did something."""
-    clock = node.clock
+    clock = node.state.clock
     fired = []
     while True:
-        due = min(job.awakeme for job in node.jobs.values()) if node.jobs else NEVER
+        due = min(job.awakeme for job in node.state.jobs.values()) if node.state.jobs else NEVER
         if due > end:
             clock.now = max(clock.now, end)
             node.run_timers()
@@ -79,7 +79,7 @@ def test_delayed_retry_zero_job_is_queued_once(node, cmd):
 
 def test_retry_requeues_a_delivered_job(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "5")
-    qtime = node.jobs[job_id].qtime
+    qtime = node.state.jobs[job_id].qtime
     assert START_MS + 5000 - 250 <= qtime <= START_MS + 5000 + 249
     cmd.ok("GETJOB", "FROM", "q")
     run_until(node, qtime - 1)
@@ -95,7 +95,7 @@ def test_requeue_jitter_range(node, cmd):
     offsets = set()
     for i in range(400):
         job_id = cmd.addjob("q", str(i), "RETRY", "1")
-        offsets.add(node.jobs[job_id].qtime - node.clock.now - 1000)
+        offsets.add(node.state.jobs[job_id].qtime - node.state.clock.now - 1000)
     assert min(offsets) >= -250 and max(offsets) <= 249
     assert min(offsets) < -200 and max(offsets) > 200  # both ends are reached
     assert len(offsets) > 200
@@ -103,8 +103,8 @@ def test_requeue_jitter_range(node, cmd):
 
 def test_getjob_does_not_restart_the_retry_clock(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "10")
-    qtime = node.jobs[job_id].qtime
-    node.clock.advance(9000)
+    qtime = node.state.jobs[job_id].qtime
+    node.state.clock.advance(9000)
     cmd.ok("GETJOB", "FROM", "q")
     run_until(node, qtime)
     assert state(cmd, job_id) == b"queued"  # ~1 s after delivery, not 10 s
@@ -113,17 +113,17 @@ def test_getjob_does_not_restart_the_retry_clock(node, cmd):
 def test_queued_job_at_qtime_only_gets_its_qtime_pushed(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "RETRY", "4", "REPLICATE", "2", "ASYNC")
-    node.outbox.transport.clear()
-    qtime = node.jobs[job_id].qtime
+    node.state.outbox.transport.clear()
+    qtime = node.state.jobs[job_id].qtime
     run_until(node, qtime - 500)
-    assert node.outbox.transport == []  # queued: no WILLQUEUE announcement
+    assert node.state.outbox.transport == []  # queued: no WILLQUEUE announcement
     run_until(node, qtime)
     job = cmd.show(job_id)
     assert job["state"] == b"queued"
     assert (job["nacks"], job["additional-deliveries"]) == (0, 0)
     assert 4000 - 250 <= job["next-requeue-within"] <= 4000 + 249
     assert job["next-awake-within"] == job["next-requeue-within"] - 500
-    assert node.outbox.transport == []
+    assert node.state.outbox.transport == []
     assert cmd.ok("QLEN", "q") == 1
 
 
@@ -131,15 +131,15 @@ def test_active_job_announces_willqueue_then_queued(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "RETRY", "4", "REPLICATE", "2", "ASYNC")
     cmd.ok("GETJOB", "FROM", "q")
-    node.outbox.transport.clear()
-    qtime = node.jobs[job_id].qtime
+    node.state.outbox.transport.clear()
+    qtime = node.state.jobs[job_id].qtime
     run_until(node, qtime - 501)
-    assert node.outbox.transport == []
+    assert node.state.outbox.transport == []
     run_until(node, qtime - 500)
-    assert [(d, msg[m.TYPE], msg[m.ID]) for d, msg in node.outbox.transport] == [
+    assert [(d, msg[m.TYPE], msg[m.ID]) for d, msg in node.state.outbox.transport] == [
         (PEER_ID, m.WILLQUEUE, job_id)]
     run_until(node, qtime)
-    queued = node.outbox.transport.of_type(m.QUEUED)
+    queued = node.state.outbox.transport.of_type(m.QUEUED)
     assert [(d, msg[m.MFLAGS]) for d, msg in queued] == [(PEER_ID, m.MFLAG_INCR_DELIV)]
     assert cmd.show(job_id)["additional-deliveries"] == 1
 
@@ -148,14 +148,14 @@ def test_requeue_postponed_while_queue_paused_in(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "5")
     cmd.ok("GETJOB", "FROM", "q")
     cmd.ok("PAUSE", "q", "in")
-    qtime = node.jobs[job_id].qtime
+    qtime = node.state.jobs[job_id].qtime
     run_until(node, qtime)
     job = cmd.show(job_id)
     assert job["state"] == b"active"
     assert 5000 - 250 <= job["next-requeue-within"] <= 5000 + 249
     assert job["additional-deliveries"] == 0
     cmd.ok("PAUSE", "q", "none")
-    run_until(node, node.jobs[job_id].qtime)
+    run_until(node, node.state.jobs[job_id].qtime)
     assert state(cmd, job_id) == b"queued"
 
 
@@ -173,7 +173,7 @@ def test_working_keeps_the_job_out_of_the_queue(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "5")
     cmd.ok("GETJOB", "FROM", "q")
     for _ in range(4):
-        node.clock.advance(4000)
+        node.state.clock.advance(4000)
         node.run_timers()
         assert cmd.ok("WORKING", job_id) == 5
         assert state(cmd, job_id) == b"active"
@@ -190,7 +190,7 @@ def test_ttl_expiry_one_second_after_etime(node, cmd):
     run_until(node, etime_ms + 1000)
     assert cmd.show(job_id) is None
     assert cmd.ok("QLEN", "q") == 0
-    assert node.used_memory == expected_memory(node)
+    assert node.state.used_memory == expected_memory(node)
 
 
 def test_expiry_of_a_retrying_job(node, cmd):
@@ -215,23 +215,23 @@ def test_acked_job_expires_too(node, cmd):
 def test_gc_backoff_for_acked_jobs(node, cmd):
     add_peer(node)
     job_id = cmd.addjob("q", "x", "REPLICATE", "2", "ASYNC")
-    node.outbox.transport.clear()
+    node.state.outbox.transport.clear()
     cmd.ok("ACKJOB", job_id)
     attempts = [START_MS]
-    assert len(node.outbox.transport.of_type(m.SETACK)) == 1
+    assert len(node.state.outbox.transport.of_type(m.SETACK)) == 1
     end = START_MS + 1_000_000
-    while node.clock.now < end:
-        before = len(node.outbox.transport.of_type(m.SETACK))
-        run_until(node, node.jobs[job_id].awakeme)
-        if len(node.outbox.transport.of_type(m.SETACK)) > before:
-            attempts.append(node.clock.now)
+    while node.state.clock.now < end:
+        before = len(node.state.outbox.transport.of_type(m.SETACK))
+        run_until(node, node.state.jobs[job_id].awakeme)
+        if len(node.state.outbox.transport.of_type(m.SETACK)) > before:
+            attempts.append(node.state.clock.now)
     gaps = [b - a for a, b in zip(attempts, attempts[1:])]
     expected = [2000, 4000, 8000, 16000, 32000, 64000, 128000, 180000, 180000, 180000]
     assert len(gaps) >= len(expected)
     for gap, want in zip(gaps, expected):
         assert want - 250 <= gap <= want + 249, (gaps, expected)
-    assert all(msg[m.MAY_HAVE] == 2 for _, msg in node.outbox.transport.of_type(m.SETACK))
-    assert node.jobs[job_id].gc_retry == 10
+    assert all(msg[m.MAY_HAVE] == 2 for _, msg in node.state.outbox.transport.of_type(m.SETACK))
+    assert node.state.jobs[job_id].gc_retry == 10
 
 
 def test_gc_stops_when_every_holder_confirmed(node, cmd):
@@ -239,28 +239,28 @@ def test_gc_stops_when_every_holder_confirmed(node, cmd):
     job_id = cmd.addjob("q", "x", "REPLICATE", "2", "ASYNC")
     cmd.ok("ACKJOB", job_id)
     deliver(node, PEER_ID, {m.TYPE: m.GOTACK, m.ID: job_id, m.KNOWN: 1})
-    assert job_id not in node.jobs
-    node.outbox.transport.clear()
+    assert job_id not in node.state.jobs
+    node.state.outbox.transport.clear()
     run_until(node, START_MS + 60_000)
-    assert node.outbox.transport.of_type(m.SETACK) == []
+    assert node.state.outbox.transport.of_type(m.SETACK) == []
 
 
 # ------------------------------------------------------------------ memory
 
 def test_used_memory_follows_the_dataset(node, cmd):
-    assert node.used_memory == BASE_MEMORY
+    assert node.state.used_memory == BASE_MEMORY
     job_id = cmd.addjob("q", "x" * 1000)
-    assert node.used_memory == BASE_MEMORY + QUEUE_COST + 1 + JOB_COST + 1000
+    assert node.state.used_memory == BASE_MEMORY + QUEUE_COST + 1 + JOB_COST + 1000
     other = cmd.addjob("q", "yy")
-    assert node.used_memory == BASE_MEMORY + QUEUE_COST + 1 + 2 * JOB_COST + 1002
+    assert node.state.used_memory == BASE_MEMORY + QUEUE_COST + 1 + 2 * JOB_COST + 1002
     cmd.ok("ACKJOB", job_id)
-    assert node.used_memory == BASE_MEMORY + QUEUE_COST + 1 + JOB_COST + 2
+    assert node.state.used_memory == BASE_MEMORY + QUEUE_COST + 1 + JOB_COST + 2
     cmd.ok("DELJOB", other)
-    assert node.used_memory == BASE_MEMORY + QUEUE_COST + 1
-    node.clock.advance(300_000)
+    assert node.state.used_memory == BASE_MEMORY + QUEUE_COST + 1
+    node.state.clock.advance(300_000)
     node.cron()
-    assert node.used_memory == BASE_MEMORY
-    assert not node.queues
+    assert node.state.used_memory == BASE_MEMORY
+    assert not node.state.queues
 
 
 def test_used_memory_matches_after_a_mixed_workload(node, cmd):
@@ -271,18 +271,18 @@ def test_used_memory_matches_after_a_mixed_workload(node, cmd):
     cmd.ok("ACKJOB", b"D-00000000-AAAAAAAAAAAAAAAAAAAAAAAB-0001")  # a dummy ACK
     cmd.ok("FASTACK", *ids[5:8])
     cmd.ok("NACK", *ids[8:12])
-    assert node.used_memory == expected_memory(node)
+    assert node.state.used_memory == expected_memory(node)
     run_until(node, START_MS + 400_000)
     node.cron()
-    assert node.used_memory == expected_memory(node)
+    assert node.state.used_memory == expected_memory(node)
     cmd.ok("DEBUG", "FLUSHALL")
-    assert node.used_memory == BASE_MEMORY
+    assert node.state.used_memory == BASE_MEMORY
 
 
 def _set_threshold(node, evict_threshold: int) -> None:
     """maxmemory such that the 95 % level is at (about) ``evict_threshold``."""
-    node.config.maxmemory = (evict_threshold // 95 + 1) * 100
-    node.update_memory_limits()
+    node.state.config.maxmemory = (evict_threshold // 95 + 1) * 100
+    node.state.update_memory_limits()
 
 
 def test_eviction_frees_only_safe_jobs(node, cmd):
@@ -297,20 +297,20 @@ def test_eviction_frees_only_safe_jobs(node, cmd):
     cmd.ok("GETJOB", "COUNT", "2", "FROM", "k")  # delivered but retry > 0: still kept
     evictable = 10 * (JOB_COST + 10_000)
     # Above 95 %: any command first evicts until usage is back under the level.
-    _set_threshold(node, node.used_memory - evictable // 2)
+    _set_threshold(node, node.state.used_memory - evictable // 2)
     assert cmd.raw("PING") == b"+PONG\r\n"
-    assert node.used_memory <= node.memory.evict_threshold
-    gone = [j for j in acked + delivered_once if j not in node.jobs]
+    assert node.state.used_memory <= node.state.memory.evict_threshold
+    gone = [j for j in acked + delivered_once if j not in node.state.jobs]
     assert 0 < len(gone) < 10
-    assert all(j in node.jobs for j in keep + queued_once)
+    assert all(j in node.state.jobs for j in keep + queued_once)
     # Far above: everything safe goes, the rest stays, and m commands get -OOM.
     _set_threshold(node, BASE_MEMORY)
     assert cmd.raw("ENQUEUE", keep[0]) == (
         b"-OOM command not allowed when used memory > 'maxmemory'.\r\n")
-    assert all(j not in node.jobs for j in acked + delivered_once)
-    assert all(j in node.jobs for j in keep + queued_once)
+    assert all(j not in node.state.jobs for j in acked + delivered_once)
+    assert all(j in node.state.jobs for j in keep + queued_once)
     assert cmd.raw("QLEN", "k") == b":3\r\n"
-    assert node.used_memory == expected_memory(node)
+    assert node.state.used_memory == expected_memory(node)
 
 
 def test_eviction_from_the_cron(node, cmd):
@@ -318,51 +318,51 @@ def test_eviction_from_the_cron(node, cmd):
     cmd.ok("GETJOB", "FROM", "d")
     _set_threshold(node, BASE_MEMORY + QUEUE_COST + 1)
     node.cron()
-    assert not node.jobs
+    assert not node.state.jobs
 
 
 def test_noeviction_policy(node, cmd):
     cmd.addjob("d", "z" * 10_000, "RETRY", "0")
     cmd.ok("GETJOB", "FROM", "d")
-    node.config.maxmemory_policy = "noeviction"
+    node.state.config.maxmemory_policy = "noeviction"
     _set_threshold(node, BASE_MEMORY)
     assert cmd.raw("NACK").startswith(b"-OOM")
-    assert len(node.jobs) == 1
+    assert len(node.state.jobs) == 1
 
 
 # --------------------------------------------------------------- queue GC
 
 def test_idle_empty_queue_collected_after_300_seconds(node, cmd):
     cmd.ok("GETJOB", "NOHANG", "FROM", "idle")
-    node.clock.advance(299_999)
+    node.state.clock.advance(299_999)
     node.cron()
-    assert b"idle" in node.queues
-    node.clock.advance(1)
+    assert b"idle" in node.state.queues
+    node.state.clock.advance(1)
     node.cron()
-    assert b"idle" not in node.queues
+    assert b"idle" not in node.state.queues
     assert cmd.raw("QSTAT", "idle") == b"*-1\r\n"
 
 
 def test_queue_activity_resets_idleness(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "0")
-    node.clock.advance(200_000)
+    node.state.clock.advance(200_000)
     cmd.ok("GETJOB", "FROM", "q")  # pop: atime updated
-    node.clock.advance(200_000)
+    node.state.clock.advance(200_000)
     node.cron()
-    assert b"q" in node.queues
-    node.clock.advance(100_000)
+    assert b"q" in node.state.queues
+    node.state.clock.advance(100_000)
     node.cron()
-    assert b"q" not in node.queues
-    assert job_id in node.jobs  # jobs outlive their queue object
+    assert b"q" not in node.state.queues
+    assert job_id in node.state.jobs  # jobs outlive their queue object
 
 
 def test_queues_with_jobs_or_waiters_are_kept(node, cmd):
     from disque.context.clients import ClientState
     cmd.addjob("full", "x")
     Cmd(node, ClientState(3)).raw("GETJOB", "FROM", "waited")
-    node.clock.advance(10_000_000)
+    node.state.clock.advance(10_000_000)
     node.cron()
-    assert b"full" in node.queues and b"waited" in node.queues
+    assert b"full" in node.state.queues and b"waited" in node.state.queues
 
 
 @pytest.mark.parametrize("maxmemory, limit", [(1_000_000, 10), (800_000, 2)])
@@ -370,23 +370,23 @@ def test_queue_gc_is_faster_under_memory_pressure(maxmemory, limit):
     node = make_node(maxmemory=maxmemory)
     cmd = Cmd(node)
     cmd.ok("GETJOB", "NOHANG", "FROM", "idle")
-    node.clock.advance(limit * 1000 - 1)
+    node.state.clock.advance(limit * 1000 - 1)
     node.cron()
-    assert b"idle" in node.queues
-    node.clock.advance(1)
+    assert b"idle" in node.state.queues
+    node.state.clock.advance(1)
     node.cron()
-    assert b"idle" not in node.queues
+    assert b"idle" not in node.state.queues
 
 
 def test_tiny_maxmemory_collects_every_idle_queue(node, cmd):
     for i in range(500):
         cmd.ok("GETJOB", "NOHANG", "FROM", "q%d" % i)
-    node.config.maxmemory = 1
-    node.update_memory_limits()
-    node.clock.advance(2000)
+    node.state.config.maxmemory = 1
+    node.state.update_memory_limits()
+    node.state.clock.advance(2000)
     for _ in range(10):
         node.cron()
-    assert not node.queues
+    assert not node.state.queues
 
 
 # ---------------------------------------------------------------- ordering
@@ -394,9 +394,9 @@ def test_tiny_maxmemory_collects_every_idle_queue(node, cmd):
 def test_ctime_strictly_increases_even_if_the_clock_goes_back(node, cmd):
     a = cmd.show(cmd.addjob("q", "a"))["ctime"]
     b = cmd.show(cmd.addjob("q", "b"))["ctime"]
-    node.clock.advance(-10_000)
+    node.state.clock.advance(-10_000)
     c = cmd.show(cmd.addjob("q", "c"))["ctime"]
-    node.clock.advance(20_000)
+    node.state.clock.advance(20_000)
     d = cmd.show(cmd.addjob("q", "d"))["ctime"]
     assert a < b < c < d
     assert b == a + 1 and c == b + 1
@@ -407,7 +407,7 @@ def test_hundred_jobs_come_out_in_insertion_order(node, cmd):
     ids = []
     for i in range(100):
         if i % 7 == 0:
-            node.clock.advance(1)  # some share a millisecond, some do not
+            node.state.clock.advance(1)  # some share a millisecond, some do not
         ids.append(cmd.addjob("q", str(i), "REPLICATE", "1", "RETRY", "0"))
     got = [cmd.ok("GETJOB", "FROM", "q")[0][1] for _ in range(50)]
     got += [entry[1] for entry in cmd.ok("GETJOB", "COUNT", "100", "FROM", "q")]
@@ -416,10 +416,10 @@ def test_hundred_jobs_come_out_in_insertion_order(node, cmd):
 
 def test_requeued_job_goes_back_to_the_front(node, cmd):
     first = cmd.addjob("q", "1", "RETRY", "5")
-    node.clock.advance(1)
+    node.state.clock.advance(1)
     later = [cmd.addjob("q", str(i)) for i in range(3)]
     cmd.ok("GETJOB", "FROM", "q")
-    run_until(node, node.jobs[first].qtime)
+    run_until(node, node.state.jobs[first].qtime)
     assert [e[1] for e in cmd.ok("QPEEK", "q", 10)] == [first] + later
 
 
@@ -431,10 +431,10 @@ def test_undeliverable_retry_zero_job_does_not_keep_its_timer_due(node, cmd):
     job_id = cmd.addjob("q", "x", "RETRY", "0", "REPLICATE", "1")
     cmd.ok("GETJOB", "FROM", "q")
     from disque.jobs.codec import to_bus
-    payload = to_bus(node.jobs[job_id], node.clock())
+    payload = to_bus(node.state.jobs[job_id], node.state.clock())
     deliver(node, PEER_ID, {m.TYPE: m.YOURJOBS, m.JOBS: [payload]})
     assert state(cmd, job_id) == b"active"
     assert cmd.ok("WORKING", job_id) == 0  # reschedules the job from its qtime
     advance(node, 10)
-    assert node.jobs[job_id].awakeme > node.clock.now
+    assert node.state.jobs[job_id].awakeme > node.state.clock.now
     assert cmd.show(job_id)["next-requeue-within"] is None

@@ -120,8 +120,8 @@ def test_an_http_request_closes_the_connection_before_its_body_runs(server, requ
     server.loop.end_turn()
     assert transport.closed
     assert b"".join(transport.writes) in (b"", b"-ERR unknown command 'GET'\r\n")
-    assert len(server.node.jobs) == 0 and server.config.protected_mode
-    assert server.node.access_stats.cross_protocol == 1
+    assert len(server.node.state.jobs) == 0 and server.config.protected_mode
+    assert server.node.state.access_stats.cross_protocol == 1
 
 
 def test_an_http_request_split_across_reads_runs_nothing_after_post(server):
@@ -130,7 +130,7 @@ def test_an_http_request_split_across_reads_runs_nothing_after_post(server):
     assert transport.closed
     client.data_received(b"ADDJOB q x 0\r\n")  # bytes already in flight
     server.loop.end_turn()
-    assert transport.writes == [] and len(server.node.jobs) == 0
+    assert transport.writes == [] and len(server.node.state.jobs) == 0
 
 
 def test_protocol_error_reply_precedes_the_close(server):

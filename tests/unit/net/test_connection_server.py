@@ -24,7 +24,7 @@ class StandInServer:
 
     def __init__(self, node: Node, loop: FakeLoop) -> None:
         self.node = node
-        self.config = node.config
+        self.config = node.state.config
         self.clients: dict[int, ClientConnection] = {}
         self.output_batch = OutputBatch(loop, lambda: None)
         self.limits = LimitCounters()
@@ -69,7 +69,7 @@ def test_a_connection_runs_on_what_the_protocol_names() -> None:
     assert server.connections_received == 2
     assert server.net_input_bytes == len(GETJOB + PING + ADDJOB)
     assert server.net_output_bytes == len(reply) + len(producer_transport.writes[0])
-    assert "cmd=ping" in waiting.describe(server.node.now)
+    assert "cmd=ping" in waiting.describe(server.node.state.now)
 
     server.config.client_query_buffer_limit = 8
     producer.data_received(b"*1\r\n$100\r\n" + b"x" * 20)  # holds more than the limit allows

@@ -48,7 +48,7 @@ def test_a_remote_client_of_an_open_node_is_denied_and_closed(server):
     client, transport = connect(server, ("10.1.2.3", 5555))
     assert transport.writes == [PROTECTED_MODE_DENIED] and transport.closed
     assert client.id not in server.clients
-    assert server.node.access_stats.protected_mode_denied == 1
+    assert server.node.state.access_stats.protected_mode_denied == 1
     client.connection_lost(None)  # the close completes: nothing else to undo
 
 

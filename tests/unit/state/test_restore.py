@@ -32,11 +32,11 @@ def test_the_reader_frames_as_the_strict_parser():
     source = make_node(seed=3)
     cmd = Cmd(source)
     ids = [cmd.addjob("q", "same size %d" % (i % 10), "RETRY", 3) for i in range(6)]
-    records = [loadjob_record(source.jobs[j], source.now) for j in ids]
+    records = [loadjob_record(source.state.jobs[j], source.state.now) for j in ids]
     payload = read_checked(records[0], 0, len(records[0]), False)[0][1]
     data = b"".join([FILE_MARKER, *records[:3], respelled(payload, b"17"), *records[3:],
-                     deljob_record(source.jobs[ids[1]], source.now, REASON_ACKED),
-                     deljob_record(source.jobs[ids[2]], source.now, REASON_ACKED)])
+                     deljob_record(source.state.jobs[ids[1]], source.state.now, REASON_ACKED),
+                     deljob_record(source.state.jobs[ids[2]], source.state.now, REASON_ACKED)])
     reader, pos, kinds = RecordReader(), 0, []
     while pos < len(data):
         strict = read_checked(data, pos, len(data), reader.required)
@@ -51,15 +51,15 @@ def test_the_loop_applies_every_spelling_without_the_strict_parser():
     source = make_node(seed=3)
     cmd = Cmd(source)
     ids = [cmd.addjob("q", "job %d" % i, "RETRY", 3) for i in range(4)]
-    first = loadjob_record(source.jobs[ids[0]], source.now)
+    first = loadjob_record(source.state.jobs[ids[0]], source.state.now)
     payload = read_checked(first, 0, len(first), False)[0][1]
-    data = b"".join([msgpack_loadjob_record(source.jobs[ids[3]], source.now), FILE_MARKER,
+    data = b"".join([msgpack_loadjob_record(source.state.jobs[ids[3]], source.state.now), FILE_MARKER,
                      first, respelled(payload, b"1"),
-                     *(loadjob_record(source.jobs[j], source.now) for j in ids[1:3]),
-                     deljob_record(source.jobs[ids[1]], source.now, REASON_ACKED)])
+                     *(loadjob_record(source.state.jobs[j], source.state.now) for j in ids[1:3]),
+                     deljob_record(source.state.jobs[ids[1]], source.state.now, REASON_ACKED)])
     node = make_node()
-    node.read_clock()
-    restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes, False)
+    node.state.read_clock()
+    restore = JobRestore(node.state.lifecycle, node.state.jobs, node.state.runtime, node.state.membership.nodes, False)
     assert restore.load_written(data, 0, 100) == len(data)
     assert restore.records == 7 and restore.jobs_loaded == 4 and restore.reader.required
-    assert sorted(node.jobs) == sorted([ids[0], ids[2], ids[3]])
+    assert sorted(node.state.jobs) == sorted([ids[0], ids[2], ids[3]])
