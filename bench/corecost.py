@@ -12,8 +12,8 @@ valgrind's ``--instr-atstart=no``) only the measured commands are counted,
 not the start nor a workload's setup: the total divided by JOBS is the
 figure (the GETJOB workloads need it, their setup adds the jobs). The
 cyclic garbage collector is off meanwhile: where its passes fall depends
-on the whole allocation history, which moved the counts of one path by up
-to 3 % between two builds that differed elsewhere.
+on the whole allocation history, enough to move the counts of one path by
+up to 3 % between two builds that differ elsewhere.
 
 Workloads:
 * ``addjob``: ``ADDJOB q <64 bytes> 0`` one by one through ``Node.call`` (the -P 1 path);

@@ -1,4 +1,5 @@
-"""Knobs of a run: the issue's full-size values and the smaller ``--quick`` ones."""
+"""Knobs of a run: the full sizes the benchmark's figures are measured at,
+and smaller ``--quick`` ones that only check the harness."""
 
 from __future__ import annotations
 

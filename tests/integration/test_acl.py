@@ -1,8 +1,8 @@
 """Access control on real servers (docs/security.md), through redis-py and
-redis-cli: the issue's consumer limited to ``@consume ~orders:*``, users
-that survive CONFIG REWRITE and a restart, MONITOR and the log keeping
-passwords out, DEBUG and CONFIG SET dir refused by default, and protected
-mode seen from another network namespace (as root)."""
+redis-cli: a consumer limited to ``@consume ~orders:*``, users that survive
+CONFIG REWRITE and a restart, MONITOR and the log keeping passwords out,
+DEBUG and CONFIG SET dir refused by default, and protected mode seen from
+another network namespace (as root)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def cli(redis_cli: str, port: int, *args: str, host: str = "127.0.0.1",
 
 
 def test_consumer_cannot_add_jobs_or_take_from_another_queue(server_factory, redis_cli):
-    """The issue's done-when: a user limited to @consume ~orders:*."""
+    """A user limited to @consume ~orders:* takes and acknowledges jobs of
+    its queues only: ADDJOB, another queue and another queue's job are
+    refused, each refusal counted in INFO security."""
     proc = server_factory(WORKER)
     admin = proc.client()
     job_id = admin.execute_command("ADDJOB", "orders:eu", "o1", 0)

@@ -4,32 +4,42 @@ CONFIG REWRITE, so that ACL SETUSER, CONFIG SET protected-mode and the
 controlled restart of docs/persistence.md can be saved.
 
 The layout is built from the unit file itself in a directory that stands
-for ``/``: the install steps' directories and file modes (the ``disque``
-user becomes an unprivileged uid), and the unit's StateDirectory,
+for ``/``: the install steps' venv, directories and file modes (the
+``disque`` user becomes an unprivileged uid), and the unit's StateDirectory,
 LogsDirectory, RuntimeDirectory and ReadWritePaths. The node runs as that
 uid in a mount namespace of the test's own where every mount is read-only
 but those paths (as ProtectSystem=strict does), with the unit's UMask and
-NoNewPrivileges.
+NoNewPrivileges. The node is the unit's ExecStart, in that venv: the
+clone's package and what it requires are installed there, so the node's
+uid reaches them wherever the clone sits (a 0700 home, a ``mktemp -d``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
+import sysconfig
 import tempfile
+import tomllib
+import venv
 from pathlib import Path
 
 import pytest
 import redis
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from tests.support.process import REPO, DisqueProcess, wait_until
 
 UNIT = REPO / "conf" / "disque.service"
 SHIPPED_CONFIG = REPO / "conf" / "disque.conf"
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 NODE_UID = NODE_GID = 64_711  # stands for the disque user: no file of the machine is its
 
 # Inside the namespace, as root: the unit's writable paths stay writable
@@ -66,6 +76,50 @@ def install_steps() -> list[list[str]]:
     return [shlex.split(line.lstrip("# "))
             for line in UNIT.read_text().splitlines()
             if re.match(r"#\s+install\s", line)]
+
+
+def venv_step() -> str:
+    """The directory of the install steps' ``python3 -m venv <dir> && <dir>/bin/pip install .``."""
+    found = re.search(r"^#\s+\S+ -m venv (\S+) && \1/bin/pip install \.$", UNIT.read_text(), re.M)
+    assert found, "the unit's install steps make no venv for the package"
+    return found.group(1)
+
+
+def required_distributions() -> list[importlib.metadata.Distribution]:
+    """The distributions ``pip install .`` brings beside the package: its
+    dependencies and theirs (no extras), as the tests' environment has them."""
+    pending = [Requirement(spec) for spec in PROJECT["dependencies"]]
+    found: dict[str, importlib.metadata.Distribution] = {}
+    while pending:
+        requirement = pending.pop()
+        if requirement.marker and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        distribution = importlib.metadata.distribution(requirement.name)
+        name = canonicalize_name(distribution.metadata["Name"])
+        if name not in found:
+            found[name] = distribution
+            pending.extend(Requirement(spec) for spec in distribution.requires or ())
+    return list(found.values())
+
+
+def place(source: Path, target: Path) -> None:
+    """Give ``target`` the content of ``source``, readable by every user: a hard
+    link where ``source`` already is and the file system allows, else a copy."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if os.stat(source).st_mode & stat.S_IROTH:
+            os.link(source, target)
+            return
+    except OSError:  # another file system
+        pass
+    shutil.copy2(source, target)
+    os.chmod(target, os.stat(target).st_mode | 0o444)
+
+
+def node_can_read(path: Path) -> bool:
+    """Whether the node's uid can enter every directory down to ``path`` and read it."""
+    return subprocess.run(["setpriv", "--reuid", str(NODE_UID), "--regid", str(NODE_GID),
+                           "--clear-groups", "--", "test", "-r", str(path)]).returncode == 0
 
 
 class Layout:
@@ -115,6 +169,34 @@ class Layout:
         os.chown(target, self.owner(user), self.owner(group))
         os.chmod(target, mode)
 
+    def install_package(self, directory: str) -> None:
+        """Do what the venv step does, from the tests' environment: a venv on
+        the interpreter running the tests, with this clone's package, the
+        distributions it requires and its console scripts."""
+        target = self.path(directory)
+        venv.create(target, symlinks=True)
+        python = target / "bin" / "python"
+        site = Path(subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True, capture_output=True, text=True).stdout.strip())
+        for distribution in required_distributions():
+            assert distribution.files is not None, "no RECORD: %s" % distribution.metadata["Name"]
+            for file in distribution.files:
+                if file.parts[0] != "..":  # its own scripts, which the node does not run
+                    place(distribution.locate_file(file), site / file)
+        package = [path for path in (REPO / "disque").rglob("*")
+                   if path.is_file() and "__pycache__" not in path.parts]
+        # The compiled core's shared library, if it is built in place.
+        package.extend(REPO.glob("*__mypyc.*.so"))
+        for path in package:
+            place(path, site / path.relative_to(REPO))
+        for name, entry_point in PROJECT["scripts"].items():
+            module, function = entry_point.split(":")
+            script = target / "bin" / name
+            script.write_text("#!%s\nimport sys\nfrom %s import %s\nsys.exit(%s())\n"
+                              % (python, module, function, function))
+            script.chmod(0o755)
+
     def service_directory(self, base: str, name: str, mode: str = "0755") -> None:
         """What systemd makes of StateDirectory= and its kin: owned by User=."""
         path = self.path(base + "/" + name)
@@ -144,12 +226,36 @@ def layout():
     if reason:
         pytest.skip(reason)
     # Not pytest's tmp_path: its parents are private to root, and the node's
-    # uid must reach its files.
-    root = Path(tempfile.mkdtemp(prefix="disque-systemd-"))
+    # uid must reach its files. TMPDIR may be private too (pam_tmpdir's is).
+    parent = next((Path(p) for p in (tempfile.gettempdir(), "/tmp") if node_can_read(Path(p))),
+                  None)
+    if parent is None:
+        pytest.skip("the node's uid cannot enter %s or /tmp to reach the layout"
+                    % tempfile.gettempdir())
+    root = Path(tempfile.mkdtemp(prefix="disque-systemd-", dir=parent))
     os.chmod(root, 0o755)
     try:
         tree = Layout(root)
+        build(tree)
+        yield tree
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def build(tree: Layout) -> None:
+    """Make what the install steps and systemd make, with the modes they give
+    under the usual umask (022) whatever this process's is."""
+    previous_umask = os.umask(0o022)
+    try:
         settings = unit_settings()
+        venv_directory = venv_step()
+        tree.install_package(venv_directory)
+        interpreter = (tree.path(venv_directory) / "bin" / "python").resolve()
+        for needed in (interpreter, Path(sysconfig.get_path("stdlib"))):
+            if not node_can_read(needed):
+                pytest.skip("the node's uid cannot reach %s, of the interpreter running the"
+                            " tests (%s): a service needs one every user can run, like the"
+                            " install steps' /usr/bin/python3" % (needed, interpreter))
         for step in install_steps():
             tree.install(step)
         assert tree.config is not None, "the unit's install steps install no config file"
@@ -161,9 +267,8 @@ def layout():
         for value in settings.get("ReadWritePaths", []):
             for path in value.split():
                 tree.writable.append(tree.path(path))
-        yield tree
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        os.umask(previous_umask)
 
 
 def sandbox_prefix(tree: Layout) -> tuple[str, ...]:
@@ -190,10 +295,12 @@ def sandboxed_node(tree: Layout) -> DisqueProcess:
     # NOTIFY_SOCKET here, so no systemd supervision either.
     args = [tree.path(a).as_posix() if a.startswith("/") else a for a in exec_start[2:]]
     args[args.index("--supervised") + 1] = "no"
+    # No PYTHONPATH, as under systemd: the node imports the installed package.
     node = DisqueProcess(
         state, config_path=tree.config, config_head=SHIPPED_CONFIG.read_text(),
         config="appendonly yes\n", args=tuple(args),
-        env=dict(sandbox_env(tree), HOME=str(state)), prefix=sandbox_prefix(tree))
+        env=dict(sandbox_env(tree), HOME=str(state), PYTHONPATH=""),
+        prefix=sandbox_prefix(tree), server=(tree.path(exec_start[0]).as_posix(),))
     # DisqueProcess wrote the file as root: the install step's owner again.
     os.chown(tree.config, NODE_UID, NODE_GID)
     return node

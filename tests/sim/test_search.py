@@ -114,10 +114,9 @@ def test_job_in_flight_to_a_stalled_node_is_not_gone(seed):
     may have a YOURJOBS carrying a job waiting for it while a FASTACK
     elsewhere deletes every other copy, and its delivery of that job on
     resuming (before the DELJOB that waits behind it on the same link) is
-    not a resurrection. The history of seed 1004525 (which no longer
-    replays it), staged: n2's consumer asked for jobs before n2 froze; n0
-    pushes it the job it queues next, then FASTACKs it while n2 is frozen
-    for longer than the ledger's GONE_AFTER_MS."""
+    not a resurrection. Staged: n2's consumer asked for jobs before n2
+    froze; n0 pushes it the job it queues next, then FASTACKs it while n2
+    is frozen for longer than the ledger's GONE_AFTER_MS."""
     # A node timeout longer than the stall: the others keep their links to n2.
     sim = Sim(3, seed, node_timeout=10_000)
     try:
@@ -207,11 +206,10 @@ def test_holders_learned_later_survive_a_restart_from_the_aof(seed):
     """Holders a replica learns from a re-sent REPLJOB reach its AOF too, so
     that after every node is killed and restarted from its AOF, an ACK there
     reaches every holder and no copy stays behind to be delivered again.
-    The history of seed 5001556 (which no longer replays it), staged: a
-    REPLICATE 3 job's first REPLJOBs go to replicas a and b; b's is lost,
-    so the origin re-sends REPLJOB to a wider list (a, b, c) and c confirms.
-    Then every node is killed; the origin (no AOF) comes back without the
-    job, a and c from their AOFs. An ACKJOB on a must reach c."""
+    Staged: a REPLICATE 3 job's first REPLJOBs go to replicas a and b; b's
+    is lost, so the origin re-sends REPLJOB to a wider list (a, b, c) and c
+    confirms. Then every node is killed; the origin (no AOF) comes back
+    without the job, a and c from their AOFs. An ACKJOB on a must reach c."""
     sim = Sim(4, seed, aof=[1, 2, 3])
     try:
         sim.join()

@@ -106,12 +106,14 @@ class DisqueProcess:
                  args: tuple[str, ...] = (), env: dict | None = None,
                  config_file: bool = True, config_path: Path | None = None,
                  config_head: str = "", host: str = "127.0.0.1",
-                 prefix: tuple[str, ...] = (), config_stdin: bool = False) -> None:
+                 prefix: tuple[str, ...] = (), config_stdin: bool = False,
+                 server: tuple[str, ...] = tuple(SERVER)) -> None:
         """``config_path`` puts the config file elsewhere than in ``workdir``,
         after ``config_head`` (a shipped file the test's lines override);
         ``host`` is the address the test reaches it on; ``prefix`` runs the
         server through a wrapper command that execs it (``ip netns exec
-        <ns>`` for a node on another "machine", a sandbox)."""
+        <ns>`` for a node on another "machine", a sandbox); ``server`` is the
+        command that runs the server (an installed ``disque-server``)."""
         self.host = host
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +136,7 @@ class DisqueProcess:
         self.config_stdin = config_stdin
         self.env = env
         self.prefix = tuple(prefix)
+        self.server = tuple(server)
         self.proc: subprocess.Popen | None = None
         self._clients: list[redis.Redis] = []
         self.shared = False  # owned by a module-scoped fixture, judged at its teardown
@@ -156,10 +159,10 @@ class DisqueProcess:
             env.update(self.env)
         with open(self.dir / "stderr.log", "ab") as stderr:
             if self.config_stdin and self.config_path:
-                command = [*self.prefix, *SERVER, "-"]
+                command = [*self.prefix, *self.server, "-"]
                 stdin = open(self.config_path, "rb")
             else:
-                command = [*self.prefix, *SERVER] + (
+                command = [*self.prefix, *self.server] + (
                     [str(self.config_path)] if self.config_path else [])
                 stdin = None
             try:

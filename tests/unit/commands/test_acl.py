@@ -31,7 +31,7 @@ def client(n: int = 2, addr: str = "127.0.0.1:40000", local: bool = False) -> Cl
 
 
 def worker_node(**settings):
-    """A node with the issue's worker: @consume (+@connection) on orders:*."""
+    """A node with a consumer user: @consume (+@connection) on orders:*."""
     node = make_node(**settings)
     assert Cmd(node).raw("ACL", "SETUSER", "worker", *WORKER_RULES) == b"+OK\r\n"
     return node
@@ -197,7 +197,9 @@ def test_hello_auth_with_a_user():
 
 
 def test_consumer_cannot_add_jobs_or_take_from_other_queues():
-    """The issue's done-when, through the table."""
+    """A user limited to @consume ~orders:* takes and acknowledges jobs of
+    its queues only: commands outside its categories, other queues and their
+    jobs are refused with NOPERM and counted."""
     node = worker_node()
     admin = Cmd(node)
     mine = admin.addjob("orders:eu", "o1")
