@@ -22,6 +22,7 @@ and the Spark connector),
 ``tracing`` (W3C trace context in job headers, when OpenTelemetry is
 installed), ``disqueclient`` (the DisqueClient class: node choice, failover,
 pipelining, commands).
+This package only re-exports them; they import one another, never it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from typing import Any, Iterable, Iterator, Sequence
 import redis
 
 from disque.client.addresses import DEFAULT_SEED, NodeAddress, parse_nodes
-from disque.client import tracing
 from disque.client.arguments import (Headers, addjob_args, addjob_options, encode_arg,
                                      ids_command, pack_commands, with_headers)
 from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
@@ -21,6 +20,7 @@ from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, Disque
                                   is_syntax_error)
 from disque.client.replies import Job, job_from_entry, job_info, text
 from disque.client.security import ConnectionSecurity
+from disque.client.tracing import context_headers
 
 DEFAULT_CHUNK = 500
 # add_many: jobs per ADDJOBS (the node takes at most 10,000), and ADDJOBS per round trip.
@@ -397,7 +397,7 @@ class DisqueClient:
         (``headers`` itself when not)."""
         if not self.propagate_trace or self.node in self._untraced:
             return headers
-        return with_headers(headers, tracing.context_headers())
+        return with_headers(headers, context_headers())
 
     def add_job(self, queue: str | bytes, body: bytes | str, timeout_ms: int = 0,
                 **options: Any) -> str:
