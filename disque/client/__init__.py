@@ -20,8 +20,10 @@ errors, which failures move to another node), ``replies`` (Job, job_info),
 (``ConnectionSecurity``: TLS and the ACL user, shared with ``disque-worker``
 and the Spark connector),
 ``tracing`` (W3C trace context in job headers, when OpenTelemetry is
-installed), ``disqueclient`` (the DisqueClient class: node choice, failover,
-pipelining, commands).
+installed), ``nodechoice`` (seeds, HELLO's view, lately failed nodes),
+``failover`` (``FailoverConnection``: the connection, failover, pipelining),
+``disqueclient`` (the DisqueClient class: the job and queue commands).
+This package only re-exports them; they import one another, never it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from disque.client.addresses import (DEFAULT_PORT, DEFAULT_SEED, PRIORITY_FAILIN
 from disque.client.arguments import (AddJobEncoder, AddJobsEncoder, addjob_args,
                                      addjob_options)
 from disque.client.disqueclient import (DEFAULT_BULK_CHUNK, DEFAULT_CHUNK, DEFAULT_GETJOB_COUNT,
-                                       FAILED_NODE_QUARANTINE, DisqueClient)
+                                       DisqueClient)
 from disque.client.errors import (LEAVING_PREFIX, NOREPL_LEAVING_TEXT, AuthenticationError,
                                   DisqueError, NoNodeAvailable, ResponseError)
+from disque.client.nodechoice import FAILED_NODE_QUARANTINE
 from disque.client.replies import Job, job_info
 from disque.client.security import ConnectionSecurity
 

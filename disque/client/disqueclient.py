@@ -1,42 +1,35 @@
-"""``DisqueClient``: one connection to the best reachable node, with failover.
+"""``DisqueClient``: the job and queue commands, sent through a ``FailoverConnection``.
 
-Node choice by HELLO, failover on connection errors and -LEAVING, chunked
-pipelining, and the job and queue commands (see the package docstring).
+Where a command goes (node choice by HELLO, failover on connection errors
+and -LEAVING) is ``failover``'s; this module says what is sent: ADDJOB's
+options and trace context, chunked pipelining of bulk commands, and the
+replies as Python values (see the package docstring).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any, Iterable, Iterator, Sequence
 
-import redis
-
 from disque.client.addresses import DEFAULT_SEED, NodeAddress, parse_nodes
-from disque.client import tracing
 from disque.client.arguments import (Headers, addjob_args, addjob_options, encode_arg,
-                                     ids_command, pack_commands, with_headers)
-from disque.client.errors import (CONNECTION_ERRORS, AuthenticationError, DisqueError,
-                                  NoNodeAvailable, ResponseError, is_badid, is_leaving,
-                                  is_syntax_error)
+                                     ids_command, with_headers)
+from disque.client.errors import ResponseError, is_badid, is_leaving, is_syntax_error
+from disque.client.failover import SOCKET_DEFAULT, FailoverConnection
 from disque.client.replies import Job, job_from_entry, job_info, text
 from disque.client.security import ConnectionSecurity
+from disque.client.tracing import context_headers
 
 DEFAULT_CHUNK = 500
 # add_many: jobs per ADDJOBS (the node takes at most 10,000), and ADDJOBS per round trip.
 DEFAULT_BULK_CHUNK = 1000
 BULK_PIPELINE = 4
-_LINES_READ = 1 << 16
 # Jobs per GETJOB when get_job_entries pipelines several.
 DEFAULT_GETJOB_COUNT = 1000
-# How long a node that failed is skipped when choosing where to go next.
-FAILED_NODE_QUARANTINE = 5.0
 NACK = "NACK"
 DELAY = b"DELAY"
 # A well-formed job ID no node makes (node prefix and random part all zeros).
 NACK_DELAY_PROBE_ID = "D-00000000-000000000000000000000000-0000"
-
-_SOCKET_DEFAULT = object()  # read with the connection's own socket timeout
 
 
 class DisqueClient:
@@ -53,7 +46,6 @@ class DisqueClient:
         ``propagate_trace``: jobs added inside an OpenTelemetry span carry its context
         in a ``traceparent`` header (``disque.client.tracing``; nothing without
         OpenTelemetry installed)."""
-        self.seeds = parse_nodes(nodes)
         if security is None:
             security = ConnectionSecurity(user=username, password=password)
         elif password is not None or username is not None:
@@ -64,23 +56,39 @@ class DisqueClient:
         self.security = security
         self.password = security.password
         self.username = security.user  # AUTH <username> <password> (a node's ACL user)
-        self._connection_class = redis.SSLConnection if security.uses_tls else redis.Connection
-        self._connection_kwargs = security.connection_kwargs()
-        self.socket_timeout = socket_timeout
-        self.connect_timeout = connect_timeout
-        self.use_hello = use_hello
-        self.max_attempts = max_attempts
+        self.connection = FailoverConnection(
+            parse_nodes(nodes), security, socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout, use_hello=use_hello, max_attempts=max_attempts)
         self.propagate_trace = propagate_trace
-        self.known: list[NodeAddress] = []       # from the last HELLO, best first
-        self.node: NodeAddress | None = None     # where the connection goes
-        self.node_id: str | None = None
-        self.failovers = 0
-        self._failed: dict[NodeAddress, float] = {}
         self._nack_delay: dict[NodeAddress, bool] = {}   # supports_nack_delay, per node
         self._untraced: set[NodeAddress] = set()  # nodes that refused HEADER (Disque 1.0)
-        self._conn: redis.Connection | None = None
 
-    # -- connection management -------------------------------------------
+    # -- the connection ----------------------------------------------------
+
+    @property
+    def seeds(self) -> list[NodeAddress]:
+        """The nodes given to the constructor."""
+        return self.connection.nodes.seeds
+
+    @property
+    def known(self) -> list[NodeAddress]:
+        """The nodes the last HELLO reported, best first."""
+        return self.connection.nodes.known
+
+    @property
+    def node(self) -> NodeAddress | None:
+        """Where the connection goes (None before the first command)."""
+        return self.connection.node
+
+    @property
+    def node_id(self) -> str | None:
+        """The ID of the node the connection goes to, once HELLO told it."""
+        return self.connection.node_id
+
+    @property
+    def failovers(self) -> int:
+        """How many times an operation moved to another node."""
+        return self.connection.failovers
 
     def __enter__(self) -> "DisqueClient":
         return self
@@ -90,181 +98,34 @@ class DisqueClient:
 
     def close(self) -> None:
         """Drop the connection (the next command reconnects)."""
-        if self._conn is not None:
-            self._conn.disconnect()
-            self._conn = None
-
-    def _open(self, node: NodeAddress) -> redis.Connection:
-        conn = self._connection_class(host=node.host, port=node.port,
-                                      socket_timeout=self.socket_timeout,
-                                      socket_connect_timeout=self.connect_timeout,
-                                      protocol=2, driver_info=None, **self._connection_kwargs)
-        conn.connect()
-        return conn
-
-    def _candidates(self) -> list[NodeAddress]:
-        """Nodes to try, best first: HELLO's view, then the seeds; recent failures last."""
-        now = time.monotonic()
-        seen: set[NodeAddress] = set()
-        ordered: list[NodeAddress] = []
-        for node in [*self.known, *self.seeds]:
-            if node not in seen:
-                seen.add(node)
-                ordered.append(node)
-        fresh = [n for n in ordered if now - self._failed.get(n, -1e9) > FAILED_NODE_QUARANTINE]
-        stale = [n for n in ordered if n not in fresh]
-        return fresh + stale
+        self.connection.close()
 
     def connect(self) -> NodeAddress:
         """Connect to the best node: any reachable one, then the lowest HELLO priority."""
-        if self._conn is not None:
-            return self.node
-        errors: list[str] = []
-        for node in self._candidates():
-            try:
-                conn = self._open(node)
-            except AuthenticationError:
-                raise  # a wrong password is no reason to try the next node
-            except (*CONNECTION_ERRORS, ResponseError) as exc:
-                self._failed[node] = time.monotonic()
-                errors.append("%s: %s" % (node, exc))
-                continue
-            self._conn, self.node = conn, node
-            if self.use_hello:
-                try:
-                    self._switch_to_best(node)
-                except AuthenticationError:
-                    self.close()
-                    raise
-                except CONNECTION_ERRORS as exc:
-                    self._drop()
-                    errors.append("%s: %s" % (node, exc))
-                    continue
-            return self.node
-        raise NoNodeAvailable("no Disque node reachable (%s)" % "; ".join(errors))
-
-    def _switch_to_best(self, via: NodeAddress) -> None:
-        """Ask ``via`` for HELLO and move to the best node it reports, if reachable."""
-        self.known = self._hello(via)
-        self.node_id = next((n.node_id for n in self.known if n == via), self.node_id)
-        now = time.monotonic()
-        current = next((n for n in self.known if n == via), None)
-        for best in self.known:
-            if best == via or now - self._failed.get(best, -1e9) <= FAILED_NODE_QUARANTINE:
-                continue
-            if current is not None and best.priority >= current.priority:
-                break
-            try:
-                conn = self._open(best)
-            except (*CONNECTION_ERRORS, ResponseError):
-                self._failed[best] = now
-                continue
-            self._conn.disconnect()
-            self._conn, self.node, self.node_id = conn, best, best.node_id
-            return
-        if current is not None:
-            self.node = current
-
-    def _hello(self, via: NodeAddress) -> list[NodeAddress]:
-        reply = self._call_once("HELLO", read_timeout=_SOCKET_DEFAULT)
-        my_id = text(reply[1])
-        nodes: list[NodeAddress] = []
-        for entry in reply[2:]:
-            node_id, ip, port, priority = (text(x) for x in entry)
-            if node_id == my_id:
-                # Self may have no address yet (no peer contacted it), and the address
-                # we dialled is the one known to work from here.
-                ip, port = via.host, str(via.port)
-            nodes.append(NodeAddress(ip, int(port), node_id, int(priority)))
-        # Stable sort: among equal priorities, the node we are on stays first.
-        nodes.sort(key=lambda n: (n.priority, n != via))
-        return nodes
+        return self.connection.connect()
 
     def use_node(self, node: NodeAddress) -> NodeAddress:
         """Talk to ``node`` from now on, for commands only some nodes can serve (a NACK
         or WORKING belongs on the node that delivered the job). A node that failed
         recently or does not answer is not used: the client stays where it is, or
         connects as usual, and the next command fails over as always."""
-        if self._conn is not None and self.node == node:
-            return node
-        now = time.monotonic()
-        if now - self._failed.get(node, -1e9) > FAILED_NODE_QUARANTINE:
-            try:
-                conn = self._open(node)
-            except (*CONNECTION_ERRORS, ResponseError):
-                self._failed[node] = now
-            else:
-                self.close()
-                self._conn, self.node, self.node_id = conn, node, node.node_id
-                return node
-        return self.connect()
+        return self.connection.use_node(node)
 
     def rebalance(self) -> NodeAddress:
         """Ask HELLO again and move to a node with a lower priority than the current one,
         if one answers: a long-lived client leaves a node that started failing or
         leaving before its commands fail there."""
-        self.connect()
-        self._retrying(lambda: self._switch_to_best(self.node))
-        return self.node
+        return self.connection.rebalance()
 
     def hello(self) -> list[NodeAddress]:
         """HELLO on the current node: every node it knows, best (lowest priority) first."""
-        self.connect()
-        return self._retrying(lambda: self._hello(self.node))
-
-    def _drop(self) -> None:
-        if self.node is not None:
-            self._failed[self.node] = time.monotonic()
-        self.close()
-
-    def _attempts(self) -> int:
-        if self.max_attempts is not None:
-            return self.max_attempts
-        return max(2, len(set(self.known) | set(self.seeds)) + 1)
-
-    def _retrying(self, operation):
-        last: BaseException | None = None
-        for attempt in range(self._attempts()):
-            if attempt:
-                self.failovers += 1
-            try:
-                self.connect()
-                return operation()
-            except AuthenticationError:
-                raise  # another node would refuse us too
-            except CONNECTION_ERRORS as exc:
-                last = exc
-                self._drop()
-            except ResponseError as exc:
-                if not is_leaving(exc):
-                    raise
-                last = exc
-                self._drop()
-        raise DisqueError("command failed on every node tried: %s" % last) from last
+        return self.connection.hello()
 
     # -- raw commands ---------------------------------------------------------
 
-    def _call_once(self, *args: Any, read_timeout: Any = None) -> Any:
-        conn = self._conn
-        conn.send_command(*[encode_arg(a) for a in args], check_health=False)
-        if read_timeout is _SOCKET_DEFAULT:
-            return conn.read_response()
-        return conn.read_response(timeout=read_timeout)
-
     def execute(self, *args: Any) -> Any:
         """Run one command, failing over to another node on connection errors and -LEAVING."""
-        return self._retrying(lambda: self._call_once(*args, read_timeout=_SOCKET_DEFAULT))
-
-    def _encoded_once(self, data: Sequence[Any], count: int) -> list[Any]:
-        conn = self._conn
-        conn.send_packed_command(list(data), check_health=False)
-        replies: list[Any] = []
-        for _ in range(count):
-            try:
-                replies.append(conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
-        return replies
+        return self.connection.execute(*args)
 
     def pipeline_encoded(self, data: Sequence[Any], count: int) -> list[Any]:
         """Send ``count`` commands RESP-encoded already, as the pieces ``data``
@@ -274,66 +135,14 @@ class DisqueClient:
         that encode their commands column-wise. Connection errors move to
         another node and send everything again; replies saying the node is
         leaving are left to the caller."""
-        return self._retrying(lambda: self._encoded_once(data, count))
-
-    def _pipeline_once(self, commands: Sequence[tuple]) -> list[Any]:
-        conn = self._conn
-        conn.send_packed_command(pack_commands(conn, commands), check_health=False)
-        replies: list[Any] = []
-        for _ in commands:
-            try:
-                replies.append(conn.read_response())
-            except ResponseError as exc:
-                replies.append(exc)
-        return replies
+        return self.connection.pipeline_encoded(data, count)
 
     def pipeline(self, commands: Sequence[tuple]) -> list[Any]:
         """Send ``commands`` in one write and read every reply; errors come back as exceptions.
 
         On a connection error the whole chunk is sent again to another node; commands
         answered with -LEAVING are sent again to another node."""
-        replies: list[Any] = [None] * len(commands)
-        todo = list(range(len(commands)))
-
-        def send_todo() -> list[Any]:
-            nonlocal todo
-            got = self._pipeline_once([commands[i] for i in todo])
-            leaving = []
-            for i, reply in zip(todo, got):
-                replies[i] = reply
-                if isinstance(reply, ResponseError) and is_leaving(reply):
-                    leaving.append(i)
-            todo = leaving
-            if leaving:
-                raise replies[leaving[0]]  # _retrying moves to another node
-            return replies
-
-        try:
-            return self._retrying(send_todo)
-        except DisqueError:
-            # Out of nodes while some commands still got -LEAVING: those replies stand.
-            if todo and all(isinstance(replies[i], ResponseError) for i in todo):
-                return replies
-            raise
-
-    def _lines_once(self, data: bytes | memoryview, count: int) -> bytes:
-        conn = self._conn
-        conn.send_packed_command([data], check_health=False)
-        # The replies come straight off the socket: redis-py's parser holds
-        # nothing between complete replies, and the server sends only replies.
-        sock = conn._sock
-        received = bytearray()
-        lines = 0
-        while lines < count:
-            chunk = sock.recv(_LINES_READ)
-            if not chunk:
-                raise ConnectionError("connection closed by the server")
-            lines += chunk.count(b"\n")
-            received += chunk
-        if lines > count or not received.endswith(b"\r\n"):
-            conn.disconnect()
-            raise DisqueError("%d reply lines to %d commands: not one-line replies" % (lines, count))
-        return bytes(received)
+        return self.connection.pipeline(commands)
 
     def pipeline_lines(self, data: bytes | memoryview, count: int) -> bytes:
         """Send ``count`` RESP-encoded commands whose replies are one line each
@@ -344,7 +153,7 @@ class DisqueClient:
         finds an error) instead of an object per reply. Connection errors
         move to another node and send everything again; replies saying the
         node is leaving are left to the caller (``pipeline`` resends them)."""
-        return self._retrying(lambda: self._lines_once(data, count))
+        return self.connection.pipeline_lines(data, count)
 
     def pipeline_chunks(self, commands: Iterable[tuple], chunk_size: int = DEFAULT_CHUNK
                         ) -> Iterator[list[Any]]:
@@ -397,7 +206,7 @@ class DisqueClient:
         (``headers`` itself when not)."""
         if not self.propagate_trace or self.node in self._untraced:
             return headers
-        return with_headers(headers, tracing.context_headers())
+        return with_headers(headers, context_headers())
 
     def add_job(self, queue: str | bytes, body: bytes | str, timeout_ms: int = 0,
                 **options: Any) -> str:
@@ -451,10 +260,9 @@ class DisqueClient:
         head = ("ADDJOBS", encode_arg(queue), timeout_ms) + addjob_options(**options)
         replies: list[Any] = [None] * len(bodies)
         todo = list(range(len(bodies)))
-        for attempt in range(self._attempts()):
+        for attempt in range(self.connection.attempts()):
             if attempt:
-                self.failovers += 1
-                self._drop()  # the node is leaving: the next command goes elsewhere
+                self.connection.fail_over()  # the node is leaving: the next command goes elsewhere
             chunks = [todo[i:i + chunk_size] for i in range(0, len(todo), chunk_size)]
             commands = [head + (("BODIES", *[bodies[j] for j in chunk]) if tokens is None else
                                 ("DEDUPIDS", *[w for j in chunk for w in (tokens[j], bodies[j])]))
@@ -494,13 +302,13 @@ class DisqueClient:
             args.append("WITHHEADERS")
         args += ["FROM", *queues]
         if nohang:
-            read_timeout: Any = _SOCKET_DEFAULT
+            read_timeout: Any = SOCKET_DEFAULT
         elif timeout_ms:
             # A blocking GETJOB may legitimately wait longer than the socket timeout.
-            read_timeout = timeout_ms / 1000 + (self.socket_timeout or 0)
+            read_timeout = timeout_ms / 1000 + (self.connection.socket_timeout or 0)
         else:
             read_timeout = None  # blocks until a job arrives
-        reply = self._retrying(lambda: self._call_once(*args, read_timeout=read_timeout))
+        reply = self.connection.execute(*args, read_timeout=read_timeout)
         return [job_from_entry(entry) for entry in reply or ()]
 
     def get_job_entries(self, *queues: str | bytes, want: int, count: int = DEFAULT_GETJOB_COUNT

@@ -128,7 +128,7 @@ def test_gives_up_after_every_node_failed(server_factory):
 def test_pipelines_addjob_and_ackjob_in_chunks(server, monkeypatch):
     client = DisqueClient("127.0.0.1:%d" % server.port)
     chunks = []
-    real = client._pipeline_once
+    real = client.connection._pipeline_once
 
     def recording(commands):
         # A command is an argv tuple, or bytes already RESP-encoded (*n, $len, name, ...).
@@ -136,7 +136,7 @@ def test_pipelines_addjob_and_ackjob_in_chunks(server, monkeypatch):
                        for c in commands])
         return real(commands)
 
-    monkeypatch.setattr(client, "_pipeline_once", recording)
+    monkeypatch.setattr(client.connection, "_pipeline_once", recording)
     ids = client.add_jobs([("bulk", b"job %d" % i) for i in range(1234)], chunk_size=100,
                           retry=42, ttl=600)
     assert [len(c) for c in chunks] == [100] * 12 + [34]
@@ -170,8 +170,8 @@ def test_job_entries_come_raw_from_pipelined_getjobs(server, monkeypatch):
         ids = client.add_jobs([("raw", b"job %d\r\n" % i) for i in range(2500)], retry=30)
         client.nack([client.get_jobs("raw", nohang=True)[0].id])  # the first job, NACKed once
         rounds = []
-        recording = client._pipeline_once
-        monkeypatch.setattr(client, "_pipeline_once",
+        recording = client.connection._pipeline_once
+        monkeypatch.setattr(client.connection, "_pipeline_once",
                             lambda commands: rounds.append(commands) or recording(commands))
         entries = client.get_job_entries("raw", want=2300, count=1000)
         # COUNT 1000, 1000 and 300 in one round trip.

@@ -223,7 +223,7 @@ class RecordingClient(DisqueClient):
         super().__init__("127.0.0.1:1")
         self.delay_supported = delay_supported
         self.sent: list[tuple] = []
-        self.node = NodeAddress("127.0.0.1", 1)
+        self.connection.node = NodeAddress("127.0.0.1", 1)
 
     def connect(self) -> NodeAddress:
         return self.node

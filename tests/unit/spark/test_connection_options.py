@@ -25,8 +25,8 @@ def test_tls_and_user_options_reach_the_client():
     shipped = pickle.loads(pickle.dumps(connection))
     assert shipped == connection
     for client in (shipped.client(), shipped.client([("127.0.0.2", 7721)])):
-        assert client._connection_class is redis.SSLConnection
-        assert client._connection_kwargs == {
+        assert client.connection.connection_class is redis.SSLConnection
+        assert client.connection.connection_kwargs == {
             "username": "app", "password": "pw", "ssl_ca_certs": "/ca.crt",
             "ssl_certfile": "/c.crt", "ssl_keyfile": "/c.key", "ssl_cert_reqs": "required",
             "ssl_check_hostname": True}
@@ -36,15 +36,15 @@ def test_tls_and_user_options_reach_the_client():
 def test_tls_insecure_turns_verification_off():
     connection = ConnectionOptions.parse(Options({"tlsInsecure": "yes"}))
     client = connection.client()
-    assert client._connection_class is redis.SSLConnection
-    assert (client._connection_kwargs["ssl_cert_reqs"],
-            client._connection_kwargs["ssl_check_hostname"]) == ("none", False)
+    assert client.connection.connection_class is redis.SSLConnection
+    assert (client.connection.connection_kwargs["ssl_cert_reqs"],
+            client.connection.connection_kwargs["ssl_check_hostname"]) == ("none", False)
 
 
 def test_without_tls_options_the_connection_is_plain():
     client = ConnectionOptions.parse(Options({"password": "pw"})).client()
-    assert client._connection_class is redis.Connection
-    assert client._connection_kwargs == {"username": None, "password": "pw"}
+    assert client.connection.connection_class is redis.Connection
+    assert client.connection.connection_kwargs == {"username": None, "password": "pw"}
 
 
 @pytest.mark.parametrize("options, message", [
