@@ -1,16 +1,18 @@
 """ADDJOB (spec: commands.md §1 ADDJOB) and its extensions' options
 (docs/commands.md "Extensions").
 
-``_addjob`` holds every rule of the command once its options are known, in
-the spec's order: the timeout, the DEDUPID answer, the defaults and their
-errors, NOREPL, MAXLEN, PAUSED, the user's quota, and the path the new job
-takes. The entry
-points only find the options: ``addjob`` for one command and ``addjob_run``
-for a pipelined run on a lone node, each passing the plain form and the
-one-option PRIORITY and DEDUPID forms straight to it, without the options
-parser (the common producers' commands, see docs/benchmarks.md), and
-``addjobs`` (ADDJOBS, many jobs of one queue sharing the options) for each
-of its jobs."""
+The options and the timeout are parsed first, in the spec's order, into an
+``AddjobOptions``; ``_addjob`` then holds every other rule of the command,
+in the spec's order: the defaults and their errors, NOREPL, MAXLEN, PAUSED,
+the user's quota, and the path the new job takes, each refusal through
+``_refused`` (a DEDUPID that names a job is answered with it first). The
+entry points only find the options: ``addjob`` for one command and
+``addjob_run`` for a pipelined run on a lone node pass the plain form and
+the one-option PRIORITY and DEDUPID forms straight to it with a shared
+options object, without the parser (the common producers' commands, see
+docs/benchmarks.md), and parse any other form once (per run of equal ones);
+``addjobs`` (ADDJOBS, many jobs of one queue) parses its options once for
+all of its jobs."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ _MAXRETRY: Final = b"MAXRETRY"
 _HEADER: Final = b"HEADER"
 MAX_DEDUPID_LEN: Final = 256
 MAX_BACKOFF: Final = 1000.0
+_NO_TIMEOUT: Final = b"0"  # the usual timeout, which needs no parsing
 MAXDELIVER_UNSET: Final = -1  # in parsed extras: the server's maxdeliver-default applies
 QUOTA_JOBS_REACHED: Final = "QUOTA User %s has %d jobs pending on this node, its quota-jobs is %d"
 QUOTA_BYTES_REACHED: Final = ("QUOTA User %s has %d bytes pending on this node, %d more would "
@@ -67,11 +70,34 @@ _HEADER_ERRORS: Final = {HEADER_NAME_SIZE: errors.HEADER_NAME_SIZE,
                          HEADER_REPEATED: errors.HEADER_REPEATED}
 
 
-# repl, ttl, retry, delay, maxlen, async (None: not given), priority, and the
-# extensions' fields when any was given (a template: each job gets a copy).
-_AddjobOptions = tuple[int | None, int | None, int | None, int, int | None, bool, int,
-                       JobExtras | None]
-_NO_OPTIONS: Final[_AddjobOptions] = (None, None, None, 0, None, False, DEFAULT_PRIORITY, None)
+class AddjobOptions:
+    """What an ADDJOB's words after its body say (ADDJOBS's after its queue),
+    found once per command: once for every job of an ADDJOBS, once for a run
+    of pipelined ADDJOBs with the same words. Never changed once made, so
+    that one object serves all those jobs (and the module's shared ones
+    every plain ADDJOB). Values not given are held as ints, not None: the
+    compiled core reads an int field without unboxing it."""
+
+    __slots__ = ("timeout", "replicate", "ttl", "retry", "delay", "maxlen", "asynchronous",
+                 "priority", "dedupid", "extras")
+
+    def __init__(self, priority: int = DEFAULT_PRIORITY) -> None:
+        self.timeout = 0  # ms the producer waits for the replicas; 0: no limit
+        self.replicate = 0  # 0: not given, the node's default number of copies
+        self.ttl = DEFAULT_TTL
+        self.retry = MAX_DEFAULT_RETRY  # RETRY's value, or the default for the TTL
+        self.delay = 0
+        self.maxlen = 0  # 0: no limit
+        self.asynchronous = False
+        self.priority = priority
+        self.dedupid: bytes | None = None
+        # The other extensions' fields when any was given: a template each job copies.
+        self.extras: JobExtras | None = None
+
+
+_NO_OPTIONS: Final = AddjobOptions()  # the plain form: ADDJOB queue body 0
+# ADDJOB queue body 0 PRIORITY p, by p.
+_PRIORITY_ALONE: Final = tuple([AddjobOptions(p) for p in range(MAX_PRIORITY + 1)])
 
 
 def _priority_value(value: int | None) -> int:
@@ -84,14 +110,18 @@ def _is_dedupid(arg: bytes) -> bool:
     return 0 < len(arg) <= MAX_DEDUPID_LEN
 
 
+def _default_retry(ttl: int) -> int:
+    """The retry period of a job given a TTL and no RETRY: a tenth of the
+    TTL, at most MAX_DEFAULT_RETRY, at least a second."""
+    if ttl >= 10 * MAX_DEFAULT_RETRY:
+        return MAX_DEFAULT_RETRY
+    return ttl // 10 or 1
+
+
 def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtras) -> bytes | None:
-    """Set one of the extensions' job options (not PRIORITY) in ``extras``;
-    an error reply, or None."""
-    if opt == _DEDUPID:
-        if not _is_dedupid(arg):
-            return errors.DEDUPID_RANGE
-        extras.dedupid = arg
-    elif opt == _MAXDELIVER:
+    """Set one of the extensions' job options (not PRIORITY nor DEDUPID) in
+    ``extras``; an error reply, or None."""
+    if opt == _MAXDELIVER:
         if value is None or not 0 <= value <= MAX_DELIVERIES:
             return errors.MAXDELIVER_RANGE
         extras.maxdeliver = value
@@ -113,27 +143,24 @@ def _parse_extension(opt: bytes, arg: bytes, value: int | None, extras: JobExtra
     return None
 
 
-def _parse_addjob_options(argv: list[bytes], start: int = 4,
-                          stop: int = -1) -> _AddjobOptions | bytes:
-    """Options after the timeout, left to right (the spec checks them before
-    the timeout), in ``argv[start:stop]`` (``stop`` -1: to the end); returns
-    an error reply or the values."""
-    repl = ttl = retry = maxlen = None
-    delay = 0
-    async_ = False
-    priority = DEFAULT_PRIORITY
+def _parse_options(argv: list[bytes], start: int, stop: int) -> AddjobOptions | bytes:
+    """The options in ``argv[start:stop]``, left to right (the spec checks
+    them before the timeout, which is left at 0 here): an error reply, or
+    what they say."""
+    options = AddjobOptions()
+    ttl = 0  # not given
+    retry = -1  # not given
     extras: JobExtras | None = None
     headers: list[bytes] | None = None
     i = start
-    n = len(argv) if stop < 0 else stop
-    while i < n:
+    while i < stop:
         opt = option_name(argv[i])
         if opt == _ASYNC:
-            async_ = True
+            options.asynchronous = True
             i += 1
             continue
         if opt == _HEADER:
-            if i + 2 >= n:
+            if i + 2 >= stop:
                 return errors.SYNTAX
             if headers is None:
                 headers = []
@@ -141,17 +168,18 @@ def _parse_addjob_options(argv: list[bytes], start: int = 4,
             headers.append(argv[i + 2])
             i += 3
             continue
-        if i + 1 >= n:
+        if i + 1 >= stop:
             return errors.SYNTAX
-        value = parse_int(argv[i + 1])
+        arg = argv[i + 1]
+        value = parse_int(arg)
         if opt == _REPLICATE:
             if value is None or not 0 < value <= MAX_REPLICATE:
                 return errors.REPLICATE_RANGE
-            repl = value
+            options.replicate = value
         elif opt == _DELAY:
             if value is None or value < 0:
                 return errors.DELAY_RANGE
-            delay = value
+            options.delay = value
         elif opt == _RETRY:
             if value is None or value < 0:
                 return errors.RETRY_RANGE
@@ -163,15 +191,20 @@ def _parse_addjob_options(argv: list[bytes], start: int = 4,
         elif opt == _MAXLEN:
             if value is None or value <= 0:
                 return errors.MAXLEN_RANGE
-            maxlen = value
+            options.maxlen = value
         elif opt == _PRIORITY:
             priority = _priority_value(value)
             if priority < 0:
                 return errors.PRIORITY_RANGE
+            options.priority = priority
+        elif opt == _DEDUPID:
+            if not _is_dedupid(arg):
+                return errors.DEDUPID_RANGE
+            options.dedupid = arg
         else:
             if extras is None:
                 extras = JobExtras(MAXDELIVER_UNSET)
-            error = _parse_extension(opt, argv[i + 1], value, extras)
+            error = _parse_extension(opt, arg, value, extras)
             if error is not None:
                 return error
         i += 2
@@ -184,25 +217,51 @@ def _parse_addjob_options(argv: list[bytes], start: int = 4,
         if extras is None:
             extras = JobExtras(MAXDELIVER_UNSET)
         extras.headers = tuple(headers)
-    return repl, ttl, retry, delay, maxlen, async_, priority, extras
+    options.extras = extras
+    if ttl:
+        options.ttl = ttl
+        options.retry = retry if retry >= 0 else _default_retry(ttl)
+    elif retry >= 0:
+        options.retry = retry
+    return options
+
+
+def _set_timeout(options: AddjobOptions, timeout: bytes) -> bytes | None:
+    """Give ``options`` the command's ``timeout`` argument, checked after
+    them as the spec does: its error reply, or None."""
+    value = parse_timeout(timeout)
+    if isinstance(value, bytes):
+        return value
+    options.timeout = value
+    return None
+
+
+def _parse_addjob(argv: list[bytes]) -> AddjobOptions | bytes:
+    """ADDJOB's options and timeout: an error reply, or what they say."""
+    options = _parse_options(argv, 4, len(argv))
+    if isinstance(options, AddjobOptions):
+        problem = _set_timeout(options, argv[3])
+        if problem is not None:
+            return problem
+    return options
 
 
 def check_options(options: list[bytes]) -> tuple[bytes | None, bool]:
     """What ADDJOB says of these words after its timeout: its error reply
     (None if they are valid), and whether REPLICATE is among them
     (SCHEDULE SET and the ADDJOBs of the schedules' ticks)."""
-    parsed = _parse_addjob_options([b"ADDJOB", b"", b"", b"0"] + options)
-    if isinstance(parsed, bytes):
-        return parsed, False
-    return None, parsed[0] is not None
+    parsed = _parse_options(options, 0, len(options))
+    if isinstance(parsed, AddjobOptions):
+        return None, parsed.replicate != 0
+    return parsed, False
 
 
-def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
-    """The two ADDJOBs have the same words after the timeout."""
+def _same_words(argv: list[bytes], other: list[bytes]) -> bool:
+    """The two ADDJOBs have the same timeout and options."""
     n = len(argv)
     if len(other) != n:
         return False
-    i = 4
+    i = 3
     while i < n:
         if argv[i] != other[i]:
             return False
@@ -212,24 +271,25 @@ def _same_options(argv: list[bytes], other: list[bytes]) -> bool:
 
 def addjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | None:
     """ADDJOB queue body ms-timeout [options]."""
-    size = len(argv)
-    if size == 4:
-        return _addjob(node, client, argv)
-    if size == 6:
-        opt = argv[4]
-        if opt == _PRIORITY or opt == _DEDUPID:
-            return _addjob_one_option(node, client, argv, opt)
-    return _addjob_parsed(node, client, argv, _parse_addjob_options(argv))
+    if argv[3] == _NO_TIMEOUT:
+        size = len(argv)
+        if size == 4:
+            return _addjob(node, client, argv[1], argv[2], _NO_OPTIONS)
+        if size == 6:
+            opt = argv[4]
+            if opt == _PRIORITY or opt == _DEDUPID:
+                return _addjob_one_option(node, client, argv, opt)
+    return _addjob_parsed(node, client, argv, _parse_addjob(argv))
 
 
 def addjob_run(node: NodeState, client: ClientState, commands: list[list[bytes]], start: int,
                out: list[bytes]) -> int:
     """Pipelined ADDJOBs on a lone node (see ``Node.call_run``), each answered
-    as ``addjob`` answers it, errors included, with the options parsed once
-    per run of equal ones. A lone node never blocks an ADDJOB (it cannot have
-    the replicas a synchronous one waits for), so every command of the run
-    gets its reply here. The run stops when memory passes the eviction
-    threshold, where ``Node.call`` must act."""
+    as ``addjob`` answers it, errors included, with the timeout and options
+    parsed once per run of equal ones. A lone node never blocks an ADDJOB (it
+    cannot have the replicas a synchronous one waits for), so every command
+    of the run gets its reply here. The run stops when memory passes the
+    eviction threshold, where ``Node.call``'s OOM gate must act."""
     if node.membership.size != 1:
         return start
     name = commands[start][0]
@@ -237,8 +297,8 @@ def addjob_run(node: NodeState, client: ClientState, commands: list[list[bytes]]
     memory = node.memory
     ready = node.ready_queues
     wanted = node.wanted_queues
-    parsed_argv: list[bytes] | None = None  # the command whose options ``parsed`` holds
-    parsed: _AddjobOptions | bytes = _NO_OPTIONS
+    parsed_argv: list[bytes] | None = None  # the command whose words ``parsed`` holds
+    parsed: AddjobOptions | bytes = _NO_OPTIONS
     i = start
     n = len(commands)
     while i < n:
@@ -246,14 +306,15 @@ def addjob_run(node: NodeState, client: ClientState, commands: list[list[bytes]]
         size = len(argv)
         if size < 4 or argv[0] != name or memory.used > memory.evict_threshold:
             break  # an arity error, another spelling, or memory: Node.call answers
-        if size == 4:
-            reply = _addjob(node, client, argv)
-        elif size == 6 and ((opt := argv[4]) == _PRIORITY or opt == _DEDUPID):
+        if size == 4 and argv[3] == _NO_TIMEOUT:
+            reply = _addjob(node, client, argv[1], argv[2], _NO_OPTIONS)
+        elif (size == 6 and ((opt := argv[4]) == _PRIORITY or opt == _DEDUPID)
+              and argv[3] == _NO_TIMEOUT):
             reply = _addjob_one_option(node, client, argv, opt)
         else:
             # A producer repeats its options: parsed once per run of equal ones.
-            if parsed_argv is None or not _same_options(argv, parsed_argv):
-                parsed = _parse_addjob_options(argv)
+            if parsed_argv is None or not _same_words(argv, parsed_argv):
+                parsed = _parse_addjob(argv)
                 parsed_argv = argv
             reply = _addjob_parsed(node, client, argv, parsed)
         assert reply is not None  # see above: never blocked here
@@ -266,77 +327,50 @@ def addjob_run(node: NodeState, client: ClientState, commands: list[list[bytes]]
 
 def _addjob_one_option(node: NodeState, client: ClientState, argv: list[bytes],
                        opt: bytes) -> bytes | None:
-    """``ADDJOB queue body timeout PRIORITY n`` or ``... DEDUPID token``
-    (``opt``, spelt in upper case): the option's value checked as the options
-    parser checks it, without the parser (its cost over the plain ADDJOB is
-    the option's own)."""
+    """``ADDJOB queue body 0 PRIORITY n`` or ``... DEDUPID token`` (``opt``,
+    spelt in upper case): the option's value checked as the options parser
+    checks it, without the parser and without a new options object (its
+    cost over the plain ADDJOB is the option's own)."""
     if opt == _DEDUPID:
         token = argv[5]
         if not _is_dedupid(token):
             return errors.DEDUPID_RANGE
-        return _addjob(node, client, argv, DEFAULT_PRIORITY, token)
+        return _addjob(node, client, argv[1], argv[2], _NO_OPTIONS, token)
     priority = _priority_value(parse_int(argv[5]))
     if priority < 0:
         return errors.PRIORITY_RANGE
-    return _addjob(node, client, argv, priority)
+    return _addjob(node, client, argv[1], argv[2], _PRIORITY_ALONE[priority])
 
 
 def _addjob_parsed(node: NodeState, client: ClientState, argv: list[bytes],
-                   parsed: _AddjobOptions | bytes) -> bytes | None:
-    """ADDJOB with what ``_parse_addjob_options`` gave: its error, or its options."""
-    if type(parsed) is bytes:
-        return parsed
-    # mypy keeps bytes in the union after `type(...) is bytes` (bytes can be
-    # subclassed); isinstance would narrow it but costs ADDJOB more.
-    options: _AddjobOptions = parsed  # type: ignore[assignment]
-    repl, ttl, retry, delay, maxlen, async_, priority, extras = options
-    return _addjob(node, client, argv, priority, None if extras is None else extras.dedupid,
-                   repl, ttl, retry, delay, maxlen, async_, extras)
+                   parsed: AddjobOptions | bytes) -> bytes | None:
+    """ADDJOB with what ``_parse_addjob`` gave: its error, or its options."""
+    if isinstance(parsed, AddjobOptions):
+        return _addjob(node, client, argv[1], argv[2], parsed, parsed.dedupid)
+    return parsed
 
 
-def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
-            priority: int = DEFAULT_PRIORITY, token: bytes | None = None,
-            repl: int | None = None, ttl: int | None = None, retry: int | None = None,
-            delay: int = 0, maxlen: int | None = None, async_: bool = False,
-            extras: JobExtras | None = None, batch: ReplyBatch | None = None) -> bytes | None:
-    """ADDJOB once its options are known (None: not given; the plain form
-    passes none, the one-option forms only theirs): the reply, or None while
-    the producer waits for its replicas. ``token`` is the DEDUPID (the job's
-    own: ``extras`` may be shared by an ADDJOBS's jobs). Every refusal after
-    the timeout's goes through ``_refused``: a DEDUPID that names a job is
-    answered with it first. ``batch`` gathers an ADDJOBS's replies: a job
-    that waits for replicas is recorded there, and its producer is parked
-    once every job of the command has been added."""
-    timeout = 0
-    arg = argv[3]
-    if arg != b"0":  # the usual timeout needs no parsing
-        value = parse_timeout(arg)
-        if isinstance(value, bytes):
-            return value
-        timeout = value
-    name = argv[1]
+def _addjob(node: NodeState, client: ClientState, name: bytes, body: bytes,
+            options: AddjobOptions, token: bytes | None = None,
+            batch: ReplyBatch | None = None) -> bytes | None:
+    """ADDJOB of ``body`` to queue ``name`` once its timeout and options are
+    known: the reply, or None while the producer waits for its replicas.
+    ``token`` is the job's DEDUPID (``options`` may be shared by an ADDJOBS's
+    jobs, each with its own). Every refusal goes through ``_refused``: a
+    DEDUPID that names a job is answered with it first. ``batch`` gathers an
+    ADDJOBS's replies: a job that waits for replicas is recorded there, and
+    its producer is parked once every job of the command has been added."""
     membership = node.membership
-    # The options' values as ints from here on (compiled, ``int | None`` is
-    # a boxed object that every use would unbox).
-    if repl is None:
+    copies = options.replicate
+    if not copies:
         size = membership.size
         copies = size if size < 3 else 3
-    else:
-        copies = repl
-    if ttl is None:
-        ttl_s = DEFAULT_TTL
-        retry_s = MAX_DEFAULT_RETRY if retry is None else retry
-    else:
-        ttl_s = ttl
-        if retry is None:
-            retry_s = ttl // 10 if ttl < 10 * MAX_DEFAULT_RETRY else MAX_DEFAULT_RETRY
-            if not retry_s:
-                retry_s = 1
-        else:
-            retry_s = retry
-    if copies > 1 and retry_s == 0:  # only a RETRY 0 given is 0
+    retry = options.retry
+    if copies > 1 and retry == 0:  # only a RETRY 0 given is 0
         return _refused(node, name, token, errors.RETRY0_REPLICATE)
-    if delay >= ttl_s:
+    ttl = options.ttl
+    delay = options.delay
+    if delay >= ttl:
         return _refused(node, name, token, errors.DELAY_TTL)
     # A node leaving the cluster or past the memory warning level holds no
     # copy: every copy goes to other nodes (spec: commands.md ADDJOB).
@@ -351,7 +385,7 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
         return _refused(node, name, token, errors.NOREPL_UNREACHABLE)
     queue = node.queues.by_name.get(name)
     if queue is not None:
-        if maxlen is not None and len(queue.jobs) >= maxlen:
+        if options.maxlen and len(queue.jobs) >= options.maxlen:
             return _refused(node, name, token, errors.MAXLEN_EXCEEDED)
         if queue.paused & PAUSE_IN:
             return _refused(node, name, token, errors.PAUSED)
@@ -363,33 +397,33 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
             user = node.config.users[DEFAULT_USER]
         if user.has_quota():
             account = node.quotas.account(user.name)
-            refusal = _over_quota(user, account, len(argv[2]))
+            refusal = _over_quota(user, account, len(body))
             if refusal is not None:
                 node.stats.quota_refused += 1
                 return _refused(node, name, token, refusal)
 
     # The job (spec: commands.md ADDJOB, execution).
     now = node.runtime.now
-    job_id = node.ids.new_id(ttl_s, retry_s)
+    job_id = node.ids.new_id(ttl, retry)
     if token is not None:
         # Finding the token and taking it for this job is one lookup.
         known = node.dedup.claim(name, token, job_id, now, node.config.dedup_window * 1000)
         if known is not None:
             node.counters.added -= 1  # the ID was handed out, the job is dropped unseen
             return _known_job(node, known)
-    job = Job(job_id, name, argv[2], copies, node.jobs.new_ctime(now), now // 1000 + ttl_s,
-              delay, retry_s)
-    job.qtime = now + (delay or retry_s) * 1000
-    if priority != DEFAULT_PRIORITY:
-        job.priority = priority
-    if extras is not None or node.config.maxdeliver_default:
-        _extend(node, job, extras, token)
+    job = Job(job_id, name, body, copies, node.jobs.new_ctime(now), now // 1000 + ttl, delay,
+              retry)
+    job.qtime = now + (delay or retry) * 1000
+    if options.priority != DEFAULT_PRIORITY:
+        job.priority = options.priority
+    if options.extras is not None or node.config.maxdeliver_default:
+        _extend(node, job, options.extras, token)
     elif token is not None:
         job.ext = token  # a DEDUPID alone is held as the token (Job.ext)
     reply = b"+" + job_id + b"\r\n"
     if not extrepl:
         job.delivered = node.runtime.self_delivered
-        if async_ or copies == 1:
+        if copies == 1 or options.asynchronous:
             if delay == 0:
                 node.jobs.add_new(job)
                 node.lifecycle.queue_job(job)
@@ -402,13 +436,14 @@ def _addjob(node: NodeState, client: ClientState, argv: list[bytes],
             if node.journaling:
                 node.journal.job_stored(job)  # spec decision 14: after replication, real holders
             return reply
-    if async_:
+    if options.asynchronous:
         # Externally replicated and asynchronous: never registered here.
         node.replication.hand_off(job, copies, delay)
         return reply
     if account is not None:
         node.quotas.charge(job, account)  # held here from now on, released as any job is
     if batch is None:
+        timeout = options.timeout
         node.replication.wait_for_replicas(client, job, extrepl, additional,
                                            now + timeout if timeout else 0)
     else:
@@ -482,52 +517,45 @@ def addjobs(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | 
         count >>= 1
     if count > MAX_BULK_JOBS:
         return errors.ADDJOBS_TOO_MANY
-    parsed = _parse_addjob_options(argv, 3, start - 1)
-    if type(parsed) is bytes:
-        return parsed
-    options: _AddjobOptions = parsed  # type: ignore[assignment]  # as in _addjob_parsed
-    repl, ttl, retry, delay, maxlen, async_, priority, extras = options
-    if extras is not None and extras.dedupid is not None:
+    options = _parse_options(argv, 3, start - 1)
+    if not isinstance(options, AddjobOptions):
+        return options
+    if options.dedupid is not None:
         return errors.ADDJOBS_DEDUPID
-    timeout = argv[2]
-    deadline = 0
-    if timeout != b"0":
-        value = parse_timeout(timeout)
-        if isinstance(value, bytes):
-            return value
-        if value:
-            deadline = node.runtime.now + value
+    problem = _set_timeout(options, argv[2])
+    if problem is not None:
+        return problem
     if paired:
         i = start
         while i < n:
             if not _is_dedupid(argv[i]):
                 return errors.DEDUPID_RANGE
             i += 2
-    # Each job goes through _addjob as an ADDJOB of its body (the same list,
-    # its body swapped in: what _addjob keeps is the body, not the list).
-    job_argv = [argv[0], argv[1], b"", timeout]
+    name = argv[1]
     batch = ReplyBatch()
     replies = batch.replies
     memory = node.memory
     token: bytes | None = None
-    full = False  # memory stayed above the eviction threshold: -OOM from then on
+    full = False  # memory past the eviction threshold that eviction cannot free
     i = start
     while i < n:
         if paired:
             token = argv[i]
             i += 1
-        job_argv[2] = argv[i]
+        body = argv[i]
         i += 1
-        # What Node.call checks before each ADDJOB.
-        if memory.used > memory.evict_threshold and (full or not node.eviction.free_memory()):
-            full = True
+        if full:
             replies.append(errors.OOM)
             continue
-        reply = _addjob(node, client, job_argv, priority, token, repl, ttl, retry, delay,
-                        maxlen, async_, extras, batch)
+        reply = _addjob(node, client, name, body, options, token, batch)
         replies.append(b"" if reply is None else reply)  # None: in batch.waiting
+        # Node.call's OOM gate let the command in; each job after the first
+        # meets it again, as its own ADDJOB would, since every job takes memory.
+        if i < n and memory.used > memory.evict_threshold:
+            full = not node.eviction.free_memory()
     if batch.waiting:
-        node.blocked.block_for_batch(client, batch, deadline)
+        timeout = options.timeout
+        node.blocked.block_for_batch(client, batch, node.runtime.now + timeout if timeout else 0)
         return None
     return batch.reply(errors.NOREPL_TIMEOUT)
 

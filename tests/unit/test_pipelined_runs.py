@@ -150,15 +150,16 @@ def test_a_run_takes_addjobs_with_options_as_one_by_one_does():
 
 
 def test_repeated_options_in_a_run_are_each_applied_as_one_by_one():
-    """A run parses equal options once: what follows must not depend on it."""
+    """A run parses equal timeouts and options once: what follows must not
+    depend on it."""
     same = ("REPLICATE", 1, "RETRY", 60, "TTL", 3600)
     commands = [
         *[resp("ADDJOB", "q", BODY, 0, *same)] * 3,
+        resp("ADDJOB", "q", BODY, "soon", *same),  # equal options, bad timeout
         resp("ADDJOB", "q", BODY, 0, "REPLICATE", 1, "RETRY", 60, "TTL", 3601),  # one digit apart
         resp("ADDJOB", "q", BODY, 0, "replicate", 1, "retry", 60, "ttl", 3600),
         *[resp("ADDJOB", "q", BODY, 0, "MAXLEN", 6)] * 3,  # the second and third are refused
         *[resp("ADDJOB", "q", BODY, 0, "TTL", 0)] * 2,  # the same error twice
-        resp("ADDJOB", "q", BODY, "soon", *same),  # equal options, bad timeout
         resp("ADDJOB", "q", BODY, 0, "DELAY", 5, "TTL", 60),
         resp("ADDJOB", "q", BODY, 0, *same),
     ]

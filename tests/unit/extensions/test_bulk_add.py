@@ -95,6 +95,15 @@ def test_a_bad_timeout_adds_nothing(cmd, timeout, error):
     assert not cmd.node.state.jobs.by_id
 
 
+@pytest.mark.parametrize("timeout, words, error", [
+    ("x", ["RETRY", "-1"], "ERR RETRY time must be a non negative number"),
+    ("-5", ["DEDUPID", "t"],
+     "ERR ADDJOBS gives each job its own DEDUPID: use DEDUPIDS token body [token body ...]"),
+])
+def test_the_options_are_checked_before_the_timeout(cmd, timeout, words, error):
+    assert cmd.error("ADDJOBS", "q", timeout, *words, "BODIES", "a") == error
+
+
 def test_too_many_jobs(cmd):
     bodies = ["b"] * (MAX_BULK_JOBS + 1)
     assert cmd.error("ADDJOBS", "q", 0, "BODIES", *bodies) == (
