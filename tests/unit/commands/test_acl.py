@@ -14,6 +14,7 @@ from disque.commands.table import build_command_table
 from disque.commands.access import KEY_SPECS, is_loopback, protected_mode_refuses
 from disque.commands.admin import PROTECTED_CONFIGS
 from disque.config import DIRECTIVES, Config
+from disque.config.globmatch import MAX_PATTERN_LEN
 from disque.process.configfile import load_config
 from disque.config.users import (ALL_UNITS, CATEGORIES, SUBCOMMANDS, RuleError, User,
                                  user_with_rules)
@@ -121,6 +122,18 @@ def test_queue_patterns_are_globs():
     assert user.may_access(b"orders:eu")  # from the cache, same answer
     assert user_with_rules(user, [b"allqueues"]).may_access(b"payments")
     assert not user_with_rules(user, [b"resetqueues"]).may_access(b"orders:eu")
+
+
+def test_queue_patterns_are_bounded():
+    longest = b"~" + b"*" * MAX_PATTERN_LEN
+    assert user_with_rules(User(b"u"), [longest]).may_access(b"anything")
+    with pytest.raises(RuleError) as info:
+        user_with_rules(User(b"u"), [longest + b"x"])
+    assert str(info.value).endswith(": A queue pattern may be at most 1024 bytes")
+    node = make_node()
+    reply = Cmd(node).raw("ACL", "SETUSER", "u", "on", longest + b"x")
+    assert reply.startswith(b"-ERR Error in ACL SETUSER modifier '~***")
+    assert reply.endswith(b"': A queue pattern may be at most 1024 bytes\r\n")
 
 
 # ----------------------------------------------------- the default user
