@@ -28,6 +28,9 @@ from disque.config.values import format_memory, parse_memory
 
 DEFAULT_USER: Final = b"default"
 MAX_CACHED_QUEUES: Final = 4096  # a user's queue-pattern answers kept (cleared when full)
+# Longer names are matched each time: the cache keeps at most 4096 x 1 KB of
+# client-chosen names alive, where 4096 names of 100 MB each would be 400 GB.
+MAX_CACHED_NAME_LEN: Final = 1024
 QUOTA_JOBS: Final = "quota-jobs="
 QUOTA_BYTES: Final = "quota-bytes="
 MAX_QUOTA: Final = 2 ** 62
@@ -159,9 +162,10 @@ class User:
             if stringmatch(pattern, queue):
                 allowed = True
                 break
-        if len(cache) >= MAX_CACHED_QUEUES:
-            cache.clear()
-        cache[queue] = allowed
+        if len(queue) <= MAX_CACHED_NAME_LEN:
+            if len(cache) >= MAX_CACHED_QUEUES:
+                cache.clear()
+            cache[queue] = allowed
         return allowed
 
     def check_password(self, password: bytes) -> bool:

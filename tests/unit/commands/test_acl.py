@@ -16,8 +16,8 @@ from disque.commands.admin import PROTECTED_CONFIGS
 from disque.config import DIRECTIVES, Config
 from disque.config.globmatch import MAX_PATTERN_LEN
 from disque.process.configfile import load_config
-from disque.config.users import (ALL_UNITS, CATEGORIES, SUBCOMMANDS, RuleError, User,
-                                 user_with_rules)
+from disque.config.users import (ALL_UNITS, CATEGORIES, MAX_CACHED_NAME_LEN, SUBCOMMANDS,
+                                 RuleError, User, user_with_rules)
 from tests.unit.helpers import START_MS, Cmd, make_node
 
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
@@ -122,6 +122,14 @@ def test_queue_patterns_are_globs():
     assert user.may_access(b"orders:eu")  # from the cache, same answer
     assert user_with_rules(user, [b"allqueues"]).may_access(b"payments")
     assert not user_with_rules(user, [b"resetqueues"]).may_access(b"orders:eu")
+
+
+def test_long_queue_names_are_not_cached():
+    user = user_with_rules(User(b"u"), [b"~app:*"])
+    long_name = b"app:" + b"x" * MAX_CACHED_NAME_LEN
+    assert user.may_access(long_name) and user.may_access(b"app:eu")
+    assert not user.may_access(b"x" * (MAX_CACHED_NAME_LEN + 1))
+    assert user.queue_cache == {b"app:eu": True}
 
 
 def test_queue_patterns_are_bounded():
