@@ -12,6 +12,7 @@ from disque.commands.access import DEBUG_NOT_ALLOWED, allowed_from
 from disque.commands.acl import authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
+from disque.config.globmatch import MAX_PATTERN_LEN
 from disque.protocol.resp import (EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, encode_map,
                                   error, integer)
 
@@ -36,6 +37,8 @@ CLIENT_BAD_NAME: Final = error("ERR Client names cannot contain spaces, newlines
 NO_SUCH_CLIENT: Final = error("ERR No such client")
 COMMAND_SYNTAX: Final = error("ERR Unknown subcommand or wrong number of arguments.")
 CONFIG_SUBCOMMANDS: Final = error("ERR CONFIG subcommand must be one of GET, SET, RESETSTAT, REWRITE")
+CONFIG_PATTERN_TOO_LONG: Final = error("ERR CONFIG GET pattern may be at most %d bytes"
+                                       % MAX_PATTERN_LEN)
 SHUTDOWN_FAILED: Final = error("ERR Errors trying to SHUTDOWN. Check logs.")
 SLOWLOG_SYNTAX: Final = error("ERR Unknown SLOWLOG subcommand or wrong # of args. Try GET, RESET, LEN.")
 RESTART_FAILED: Final = error("ERR failed to restart the server. Check server logs.")
@@ -176,6 +179,8 @@ def config_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes
         return error("ERR Wrong number of arguments for CONFIG %s" % sub.decode())
     try:
         if sub == b"GET":
+            if len(argv[2]) > MAX_PATTERN_LEN:
+                return CONFIG_PATTERN_TOO_LONG
             found = node.config.get(argv[2])
             if client.protocol == 3:  # a map, as Redis 7 answers a RESP3 client
                 return encode_map(list(zip(found[::2], found[1::2])))

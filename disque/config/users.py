@@ -23,14 +23,18 @@ from __future__ import annotations
 from typing import Final
 
 from disque.protocol.argsplit import quote_arg
-from disque.config.globmatch import stringmatch
+from disque.config.globmatch import MAX_PATTERN_LEN, stringmatch
 from disque.config.values import format_memory, parse_memory
 
 DEFAULT_USER: Final = b"default"
 MAX_CACHED_QUEUES: Final = 4096  # a user's queue-pattern answers kept (cleared when full)
+# Longer names are matched each time: the cache keeps at most 4096 x 1 KB of
+# client-chosen names alive, where 4096 names of 100 MB each would be 400 GB.
+MAX_CACHED_NAME_LEN: Final = 1024
 QUOTA_JOBS: Final = "quota-jobs="
 QUOTA_BYTES: Final = "quota-bytes="
 MAX_QUOTA: Final = 2 ** 62
+QUEUE_PATTERN_TOO_LONG: Final = "A queue pattern may be at most %d bytes" % MAX_PATTERN_LEN
 
 # Commands that are permitted subcommand by subcommand (``+client`` permits them all).
 SUBCOMMANDS: Final[dict[str, tuple[str, ...]]] = {
@@ -158,9 +162,10 @@ class User:
             if stringmatch(pattern, queue):
                 allowed = True
                 break
-        if len(cache) >= MAX_CACHED_QUEUES:
-            cache.clear()
-        cache[queue] = allowed
+        if len(queue) <= MAX_CACHED_NAME_LEN:
+            if len(cache) >= MAX_CACHED_QUEUES:
+                cache.clear()
+            cache[queue] = allowed
         return allowed
 
     def check_password(self, password: bytes) -> bool:
@@ -218,6 +223,8 @@ class User:
         elif word.startswith("!"):
             self._remove_hash(_checked_hash(word[1:]))
         elif word.startswith("~"):
+            if len(rule) - 1 > MAX_PATTERN_LEN:
+                raise RuleError(QUEUE_PATTERN_TOO_LONG)
             if not self.all_queues and rule[1:] not in self.patterns:
                 self.patterns.append(rule[1:])
                 self.queue_cache = {}

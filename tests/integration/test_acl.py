@@ -158,6 +158,44 @@ def test_debug_and_protected_configs_refused_by_default(server_factory, tmp_path
         b"*2\r\n$20\r\nenable-debug-command\r\n$5\r\nlocal\r\n")
 
 
+def test_a_long_queue_name_does_not_stall_the_node(server_factory):
+    """Glob matching is linear in the queue name: QLEN of "app:" + ":" * n + "x"
+    against ``~app:*:*:jobs`` took the recursive matcher n * n steps (8.8 s at
+    n = 16,000 compiled, this n is 4 times that) while every other client
+    waited. The node answers it, and a PING sent meanwhile, within the poll."""
+    proc = server_factory("user app on >app-pw ~app:*:*:jobs +@read +@connection\n")
+    name = "app:" + ":" * 64_000
+    attacker = socket.create_connection(("127.0.0.1", proc.port), timeout=0.05)
+    bystander = socket.create_connection(("127.0.0.1", proc.port), timeout=0.05)
+    attacker.sendall(encode_command("AUTH", "app", "app-pw") + encode_command("QLEN", name + "x")
+                     + encode_command("QLEN", name + ":jobs"))
+    bystander.sendall(encode_command("PING"))
+    denied = ("-NOPERM User app has no permissions to access the queue '%sx'\r\n"
+              % name).encode()
+    wait_until(_receives(bystander, b"+PONG\r\n"), timeout=TIMEOUT, message="PING's reply")
+    wait_until(_receives(attacker, b"+OK\r\n" + denied + b":0\r\n"), timeout=TIMEOUT,
+               message="the QLEN replies")
+    attacker.close()
+    bystander.close()
+    app = proc.client(username="app", password="app-pw")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        app.execute_command("QLEN", "app:" + ":" * 16_000 + "x")
+    assert app.execute_command("QLEN", "app:eu:1:jobs") == 0
+
+
+def _receives(sock: socket.socket, expected: bytes):
+    """A poll: True once ``sock`` has received exactly ``expected`` (a read
+    that times out is retried by wait_until)."""
+    received = bytearray()
+
+    def received_all() -> bool:
+        if len(received) < len(expected):
+            received.extend(sock.recv(1 << 20))
+        assert received == expected[:len(received)], bytes(received[:200])
+        return len(received) == len(expected)
+    return received_all
+
+
 # ------------------------------------------------------- protected mode
 
 def test_protected_mode_from_another_host(server_factory, redis_cli, namespace):

@@ -7,7 +7,6 @@ memory (``MemoryFiles``). The real one is tested in tests/unit/process/test_conf
 from __future__ import annotations
 
 import errno
-import fnmatch
 import posixpath
 import re
 from pathlib import Path
@@ -24,7 +23,6 @@ from disque.config import (
     ConfigSetError,
     format_memory,
     parse_memory,
-    stringmatch,
 )
 
 KB, MB, GB = 1024, 1024 ** 2, 1024 ** 3
@@ -576,44 +574,6 @@ def test_get_hides_non_visible_parameters(name):
 def test_get_glob(pattern, names):
     reply = Config().get(pattern)
     assert [reply[i].decode() for i in range(0, len(reply), 2)] == names
-
-
-@pytest.mark.parametrize("pattern, string, nocase, expected", [
-    (b"*", b"anything", False, True),
-    (b"a*b", b"ab", False, True),
-    (b"a*b", b"axxb", False, True),
-    (b"a*b", b"axxc", False, False),
-    (b"a**", b"a", False, True),
-    (b"a?c", b"abc", False, True),
-    (b"a?c", b"ac", False, False),
-    (b"A", b"a", False, False),
-    (b"A", b"a", True, True),
-    (b"[abc]", b"b", False, True),
-    (b"[^abc]", b"d", False, True),
-    (b"[^abc]", b"a", False, False),
-    (b"[a-c]x", b"bx", False, True),
-    (b"[\\]]", b"]", False, True),
-    (b"\\*", b"*", False, True),
-    (b"\\*", b"a", False, False),
-    (b"\\?", b"?", False, True),
-    (b"[abc", b"b", False, True),  # unterminated class: Redis treats the end as ']'
-    (b"ab", b"abc", False, False),
-    (b"abc", b"ab", False, False),
-    (b"ab*", b"ab", False, True),
-])
-def test_stringmatch(pattern, string, nocase, expected):
-    assert stringmatch(pattern, string, nocase) is expected
-
-
-_GLOB_TOKENS = ["a", "b", "c", "*", "?", "[ab]", "[^a]", "[a-b]"]
-
-
-@given(tokens=st.lists(st.sampled_from(_GLOB_TOKENS), max_size=6),
-       string=st.text(alphabet="abc", min_size=1, max_size=8))
-def test_stringmatch_agrees_with_fnmatch_on_common_syntax(tokens, string):
-    pattern = "".join(tokens)
-    expected = fnmatch.fnmatchcase(string, pattern.replace("[^", "[!"))
-    assert stringmatch(pattern.encode(), string.encode()) is expected
 
 
 # ---------------------------------------------------------------------------

@@ -14,9 +14,10 @@ from disque.commands.table import build_command_table
 from disque.commands.access import KEY_SPECS, is_loopback, protected_mode_refuses
 from disque.commands.admin import PROTECTED_CONFIGS
 from disque.config import DIRECTIVES, Config
+from disque.config.globmatch import MAX_PATTERN_LEN
 from disque.process.configfile import load_config
-from disque.config.users import (ALL_UNITS, CATEGORIES, SUBCOMMANDS, RuleError, User,
-                                 user_with_rules)
+from disque.config.users import (ALL_UNITS, CATEGORIES, MAX_CACHED_NAME_LEN, SUBCOMMANDS,
+                                 RuleError, User, user_with_rules)
 from tests.unit.helpers import START_MS, Cmd, make_node
 
 NOAUTH = b"-NOAUTH Authentication required.\r\n"
@@ -121,6 +122,26 @@ def test_queue_patterns_are_globs():
     assert user.may_access(b"orders:eu")  # from the cache, same answer
     assert user_with_rules(user, [b"allqueues"]).may_access(b"payments")
     assert not user_with_rules(user, [b"resetqueues"]).may_access(b"orders:eu")
+
+
+def test_long_queue_names_are_not_cached():
+    user = user_with_rules(User(b"u"), [b"~app:*"])
+    long_name = b"app:" + b"x" * MAX_CACHED_NAME_LEN
+    assert user.may_access(long_name) and user.may_access(b"app:eu")
+    assert not user.may_access(b"x" * (MAX_CACHED_NAME_LEN + 1))
+    assert user.queue_cache == {b"app:eu": True}
+
+
+def test_queue_patterns_are_bounded():
+    longest = b"~" + b"*" * MAX_PATTERN_LEN
+    assert user_with_rules(User(b"u"), [longest]).may_access(b"anything")
+    with pytest.raises(RuleError) as info:
+        user_with_rules(User(b"u"), [longest + b"x"])
+    assert str(info.value).endswith(": A queue pattern may be at most 1024 bytes")
+    node = make_node()
+    reply = Cmd(node).raw("ACL", "SETUSER", "u", "on", longest + b"x")
+    assert reply.startswith(b"-ERR Error in ACL SETUSER modifier '~***")
+    assert reply.endswith(b"': A queue pattern may be at most 1024 bytes\r\n")
 
 
 # ----------------------------------------------------- the default user

@@ -207,6 +207,12 @@ def test_config_get(cmd):
     assert len(cmd.ok("CONFIG", "GET", "*")) > 20
 
 
+def test_config_get_pattern_is_bounded(cmd):
+    assert cmd.ok("CONFIG", "GET", "*" * 1022 + "hz") == [b"hz", b"10"]
+    assert cmd.raw("CONFIG", "GET", "*" * 1023 + "hz") == (
+        b"-ERR CONFIG GET pattern may be at most 1024 bytes\r\n")
+
+
 def test_config_set(node, cmd):
     assert cmd.raw("CONFIG", "SET", "cluster-node-timeout", "5000") == b"+OK\r\n"
     assert cmd.ok("CONFIG", "GET", "cluster-node-timeout") == [b"cluster-node-timeout", b"5000"]
