@@ -232,7 +232,7 @@ class Server(Host):
                            config.maxclients, config.maxclients + RESERVED_FDS, allowed)
             config.maxclients = allowed
         self._watch_config()
-        self.aof = AofService(self.node, config, self.loop, logger)
+        self.aof = AofService(self.node.state, config, self.loop, logger)
         self.aof_writer = self.aof.writer
         factory = lambda: ClientConnection(self)  # noqa: E731
         # The listeners are bound now and serve once the bus is up (or, while

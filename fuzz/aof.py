@@ -146,7 +146,7 @@ def build() -> Target:
         add_peer(node)
         node.state.read_clock()
         loader_module.READ_CHUNK = 16 + (mode >> 3) * 61
-        loader = AofLoader(node, path, enqueue_once=enqueue_once,
+        loader = AofLoader(node.state, path, enqueue_once=enqueue_once,
                            truncate_allowed=truncate_allowed, logger=quiet)
         refused = None
         try:

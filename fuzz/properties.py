@@ -178,7 +178,7 @@ def aof_round_trip(examples: int) -> None:
         node = make_node()
         node.state.read_clock()
         loader_module.READ_CHUNK = chunk
-        loader = AofLoader(node, path, enqueue_once=False, truncate_allowed=False, logger=log)
+        loader = AofLoader(node.state, path, enqueue_once=False, truncate_allowed=False, logger=log)
         try:
             while not loader.run(slice_records):
                 pass

@@ -26,7 +26,7 @@ from disque.state.restore import JobRestore
 from disque.jobs.records import DELJOB, LOADJOB
 
 if TYPE_CHECKING:
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 READ_CHUNK = 8 * 1024 * 1024
 
@@ -38,7 +38,7 @@ class AofLoadError(Exception):
 class AofLoader:
     """Reads one AOF file into a node, a slice at a time."""
 
-    def __init__(self, node: Node, path: str, *, enqueue_once: bool, truncate_allowed: bool,
+    def __init__(self, node: NodeState, path: str, *, enqueue_once: bool, truncate_allowed: bool,
                  logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
         self.node = node
         self.path = path
@@ -53,7 +53,7 @@ class AofLoader:
         self.eof = False
         self.truncated_at: int | None = None
         self._strict_records = 0
-        self.restore = JobRestore(node.state.lifecycle, node.state.jobs, node.state.runtime, node.state.membership.nodes,
+        self.restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes,
                                   enqueue_once)
 
     @property
@@ -142,8 +142,8 @@ class AofLoader:
         if name == LOADJOB and len(argv) >= 2:
             node = self.node
             try:
-                job, queued = load_job(argv[1], node.state.membership.nodes,
-                                       node.state.runtime.self_delivered)
+                job, queued = load_job(argv[1], node.membership.nodes,
+                                       node.runtime.self_delivered)
             except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
                 raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
                                    % (offset, exc)) from None

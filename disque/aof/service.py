@@ -20,7 +20,7 @@ from disque.protocol.resp import error, status
 if TYPE_CHECKING:
     from disque.aof.loader import AofLoader
     from disque.config import Config
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 LOAD_SLICE_RECORDS = 20000
 BGREWRITE_STARTED = status(b"Background append only file rewriting started")
@@ -35,7 +35,7 @@ class AofStartupError(Exception):
 class AofService:
     """Owns the node's AOF writer and loader."""
 
-    def __init__(self, node: Node, config: Config, loop: asyncio.AbstractEventLoop,
+    def __init__(self, node: NodeState, config: Config, loop: asyncio.AbstractEventLoop,
                  logger: logging.Logger) -> None:
         self.node = node
         self.config = config
@@ -74,7 +74,7 @@ class AofService:
         except (AofLoadError, OSError) as exc:
             raise AofStartupError(str(exc)) from None
         self.logger.info("DB loaded from append only file: %.3f seconds (%d jobs)",
-                         time.monotonic() - started, len(self.node.state.jobs))
+                         time.monotonic() - started, len(self.node.jobs))
         if config.appendonly:
             self.writer.open_existing(marked)
         if enqueue_once:
@@ -91,7 +91,7 @@ class AofService:
         """Load the file; whether it ends under a format marker (checksums required)."""
         from disque.aof.loader import AofLoader
         node = self.node
-        node.state.loading = True
+        node.loading = True
         self.loading_started = time.time()
         loader = self.loader = AofLoader(node, path, enqueue_once=enqueue_once,
                                          truncate_allowed=self.config.aof_load_truncated,
@@ -100,13 +100,13 @@ class AofService:
             while True:
                 if progress is not None:
                     progress()
-                node.state.read_clock()
+                node.read_clock()
                 if loader.run(LOAD_SLICE_RECORDS):
                     return loader.checksums_required
                 await asyncio.sleep(0)
         finally:
             loader.close()
-            node.state.loading = False
+            node.loading = False
             self.loader = None
 
     # -------------------------------------------------------- runtime use
@@ -131,12 +131,12 @@ class AofService:
         path = self.config.appendfilename
         if not os.path.exists(path):
             return False
-        journal = node.state.journal
-        node.state.set_journal(NULL_JOURNAL)  # the flush below must not be logged (spec: persistence.md §7)
-        node.state.flush_all()
+        journal = node.journal
+        node.set_journal(NULL_JOURNAL)  # the flush below must not be logged (spec: persistence.md §7)
+        node.flush_all()
         loader = AofLoader(node, path, enqueue_once=False, truncate_allowed=True,
                            logger=self.logger)
-        node.state.loading = True
+        node.loading = True
         try:
             while not loader.run(1 << 30):
                 pass
@@ -145,8 +145,8 @@ class AofService:
             return False
         finally:
             loader.close()
-            node.state.loading = False
-            node.state.set_journal(journal)
+            node.loading = False
+            node.set_journal(journal)
         return True
 
     def shutdown(self, rewrite: bool) -> bool:

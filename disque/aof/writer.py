@@ -39,7 +39,7 @@ from disque.context.stats import LatencyHistogram
 
 if TYPE_CHECKING:
     from disque.config import Config
-    from disque.node import Node
+    from disque.state.nodestate import NodeState
 
 STATE_OFF = "off"
 STATE_ON = "on"
@@ -86,7 +86,7 @@ def _write_prefix(fd: int, data: bytearray) -> tuple[int, OSError | None]:
 class AofWriter:
     """The node's journal while appendonly is on, and the file behind it."""
 
-    def __init__(self, node: Node, config: Config, loop: asyncio.AbstractEventLoop,
+    def __init__(self, node: NodeState, config: Config, loop: asyncio.AbstractEventLoop,
                  logger: logging.Logger) -> None:
         self.node = node
         self.config = config
@@ -131,7 +131,7 @@ class AofWriter:
 
     def job_removed(self, job: Job, reason: bytes) -> None:
         """A job left this node."""
-        self._append(deljob_record(job, self.node.state.now, reason))
+        self._append(deljob_record(job, self.node.now, reason))
 
     def _record_new_jobs(self) -> None:
         """Build the LOADJOB records of the jobs created since the last call."""
@@ -141,11 +141,11 @@ class AofWriter:
         if self.state == STATE_ON:
             buffer = self.buffer
             start = len(buffer)
-            append_loadjobs(buffer, jobs, self.node.state.now)
+            append_loadjobs(buffer, jobs, self.node.now)
             if self.diff is not None:
                 self.diff += buffer[start:]
         elif self.diff is not None:
-            append_loadjobs(self.diff, jobs, self.node.state.now)
+            append_loadjobs(self.diff, jobs, self.node.now)
         jobs.clear()
 
     def _append(self, record: bytes) -> None:
@@ -169,7 +169,7 @@ class AofWriter:
             _write_all(self.fd, FILE_MARKER)
         self.current_size = self.base_size = os.fstat(self.fd).st_size
         self.state = STATE_ON
-        self.node.state.set_journal(self)
+        self.node.set_journal(self)
 
     def flush(self) -> None:
         """Write buffered records; fsync now under ``appendfsync always``."""
@@ -189,7 +189,7 @@ class AofWriter:
         if self.write_error is not None:
             self.logger.warning("AOF write error looks solved, Disque can write again.")
             self.write_error = None
-            self.node.state.aof_error = None
+            self.node.aof_error = None
         if self.config.appendfsync == "always" and not self._fsync_suppressed():
             start = perf_counter_ns()
             try:
@@ -210,7 +210,7 @@ class AofWriter:
         if self.write_error is None:
             self.logger.warning("Error writing to the AOF file: %s", reason)
         self.write_error = reason
-        self.node.state.aof_error = reason
+        self.node.aof_error = reason
 
     def _fsync_suppressed(self) -> bool:
         return self.config.no_appendfsync_on_rewrite and self.rewrite_task is not None
@@ -219,7 +219,7 @@ class AofWriter:
         """Every server cron tick: write records no reply carried out (a client
         under CLIENT REPLY OFF, a copy from a peer that wants no answer), retry
         failed writes, fsync everysec, auto rewrite."""
-        now_ms = self.node.state.now
+        now_ms = self.node.now
         if self.write_error is not None:
             if now_ms - self.last_write_retry >= WRITE_RETRY_MS:
                 self.last_write_retry = now_ms
@@ -285,10 +285,10 @@ class AofWriter:
         if self.state != STATE_OFF:
             return True
         self.state = STATE_WAIT_REWRITE
-        self.node.state.set_journal(self)
+        self.node.set_journal(self)
         if not self.start_rewrite():
             self.state = STATE_OFF
-            self.node.state.set_journal(NULL_JOURNAL)
+            self.node.set_journal(NULL_JOURNAL)
             return False
         return True
 
@@ -297,7 +297,7 @@ class AofWriter:
         self.cancel_rewrite()
         self.sync_and_close()
         self.state = STATE_OFF
-        self.node.state.set_journal(NULL_JOURNAL)
+        self.node.set_journal(NULL_JOURNAL)
         self.buffer.clear()
 
     # ------------------------------------------------------------ rewrite
@@ -345,8 +345,8 @@ class AofWriter:
                     deadline = time.monotonic() + REWRITE_SLICE_SECONDS
                     out = bytearray()
                     while True:  # at least one scan step per slice, however late it starts
-                        cursor, jobs = node.state.jobs.scan.scan(cursor, REWRITE_SLICE_JOBS)
-                        append_loadjobs(out, _stored(jobs), node.state.now)
+                        cursor, jobs = node.jobs.scan.scan(cursor, REWRITE_SLICE_JOBS)
+                        append_loadjobs(out, _stored(jobs), node.now)
                         if cursor == 0 or time.monotonic() >= deadline:
                             break
                     _write_all(fd, out)
@@ -374,7 +374,7 @@ class AofWriter:
             self.rewrite_task = None
             if self.state == STATE_WAIT_REWRITE:
                 self.state = STATE_OFF
-                self.node.state.set_journal(NULL_JOURNAL)
+                self.node.set_journal(NULL_JOURNAL)
 
     def _finish_rewrite(self, fd: int, temp: str) -> None:
         """Append the diff, make the new file durable and swap it in atomically."""
@@ -422,10 +422,10 @@ class AofWriter:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             _write_all(fd, FILE_MARKER)
-            jobs = _stored(node.state.jobs.by_id.values())
+            jobs = _stored(node.jobs.by_id.values())
             for start in range(0, len(jobs), REWRITE_SLICE_JOBS):
                 out = bytearray()
-                append_loadjobs(out, jobs[start:start + REWRITE_SLICE_JOBS], node.state.now)
+                append_loadjobs(out, jobs[start:start + REWRITE_SLICE_JOBS], node.now)
                 _write_all(fd, out)
             os.fsync(fd)
         finally:

@@ -31,8 +31,7 @@ from disque.http import actions
 from disque.queues.queue import PAUSE_NAMES
 
 if TYPE_CHECKING:
-    from disque.http.observed import DashboardServer, ObservedServer
-    from disque.node import Node
+    from disque.http.observed import DashboardServer, ObservedNode, ObservedServer
     from disque.queues.queue import Queue
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -148,7 +147,7 @@ class Sampler:
         self.polled_at = float("-inf")
         self.next_sample_at = float("-inf")
 
-    def sample(self, node: Node, at: float) -> None:
+    def sample(self, node: ObservedNode, at: float) -> None:
         """Sample now, unless the last sample is too recent."""
         if at - self.polled_at > STALE_AFTER_S:
             self.tracks.clear()
@@ -254,7 +253,7 @@ def aof_entry(server: ObservedServer) -> dict[str, Any]:
     }
 
 
-def jobs_entry(node: Node, sampler: Sampler) -> dict[str, Any]:
+def jobs_entry(node: ObservedNode, sampler: Sampler) -> dict[str, Any]:
     """Registered jobs, what happened to jobs since start, and how fast lately."""
     counters = node.state.counters
     points = sampler.counters

@@ -23,12 +23,11 @@ from disque.build import core_build
 from disque.aof.writer import STATE_OFF
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, PFAIL
 from disque.jobs.job import STATE_NAMES
-from disque.node import Node
 from disque.process.serverinfo import rss_bytes
 from disque.context.stats import LatencyHistogram
 
 if TYPE_CHECKING:
-    from disque.http.observed import ObservedServer
+    from disque.http.observed import ObservedNode, ObservedServer
     from disque.queues.queue import Queue
 
 PREFIX = "disque_"
@@ -94,7 +93,7 @@ def node_state(flags: int) -> str:
 class JobsCollector:
     """What happened to jobs here, and the jobs held now by state."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ObservedNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -124,7 +123,7 @@ class QueuesCollector:
     ``metrics-max-queues`` of them (the rest are left out, so the number
     of series stays bounded whatever the number of queues)."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ObservedNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -164,7 +163,7 @@ class QueuesCollector:
 class BusCollector:
     """Cluster bus messages by type, and the cluster's nodes by state."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ObservedNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -194,7 +193,7 @@ class BusCollector:
 class ReplicationCollector:
     """Synchronous ADDJOBs waiting for their replicas."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ObservedNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -213,7 +212,7 @@ class ReplicationCollector:
 class ScheduleCollector:
     """Periodic jobs (docs/schedules.md): the schedules known and their ticks."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: ObservedNode) -> None:
         self.node = node
 
     def collect(self) -> Iterator[Metric]:
@@ -279,7 +278,7 @@ class ProcessCollector:
                         writer.fsync_latency, US)
 
 
-def node_registry(node: Node) -> CollectorRegistry:
+def node_registry(node: ObservedNode) -> CollectorRegistry:
     """A registry of the collectors that read the node alone."""
     registry = CollectorRegistry(auto_describe=False)
     for collector in (JobsCollector(node), QueuesCollector(node), BusCollector(node),

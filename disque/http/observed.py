@@ -10,21 +10,45 @@ depending on the whole process.
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Mapping, Sized
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from disque.aof.writer import AofWriter
     from disque.config import Config
-    from disque.node import Node
+    from disque.context.clients import ClientState
+    from disque.state.nodestate import NodeState
+
+
+class CountedRoute(Protocol):
+    """One bus route as the metrics read it: how many messages of its type arrived."""
+
+    @property
+    def received(self) -> int:
+        """Messages of the route's type handled."""
+
+
+class ObservedNode(Protocol):
+    """The node (``disque.node.Node``) as HTTP reads and drives it."""
+
+    @property
+    def state(self) -> NodeState:
+        """The node's parts: they keep the job, queue, bus and cluster counters."""
+
+    @property
+    def bus_routes(self) -> Mapping[str, CountedRoute]:
+        """The bus message types and how many of each arrived."""
+
+    def call(self, client: ClientState, argv: list[bytes]) -> bytes | None:
+        """Run one command as ``client`` (a dashboard action); None if it blocked."""
 
 
 class ObservedServer(Protocol):
     """The node and the process around it, as the HTTP collectors read them."""
 
     @property
-    def node(self) -> Node:
-        """The node: its parts keep the job, queue, bus and cluster counters."""
+    def node(self) -> ObservedNode:
+        """The node."""
 
     @property
     def config(self) -> Config:

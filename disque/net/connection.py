@@ -43,7 +43,8 @@ from disque.protocol.resp import ARG_OVERHEAD, ProtocolError, RequestParser, err
 
 if TYPE_CHECKING:
     from disque.config import Config
-    from disque.node import Node
+    from disque.state.command import Command
+    from disque.state.nodestate import NodeState
 
 WRITE_HIGH_WATER = 256 * 1024
 # One read's commands run for at most about this long before the rest waits
@@ -125,6 +126,33 @@ class OutputBatch:
                 client.write_output()
 
 
+class CommandNode(Protocol):
+    """What a client connection asks of the node (``disque.node.Node``): its
+    commands run through ``call`` and ``call_run``, and it reads the time
+    and counts refusals in ``state``."""
+
+    @property
+    def state(self) -> NodeState:
+        """The node's parts (the time of the input, the access counters)."""
+
+    @property
+    def run_commands(self) -> dict[bytes, Command]:
+        """The commands whose pipelined runs ``call_run`` takes together."""
+
+    def perf_ns(self) -> int:
+        """The time source of the command statistics (ns)."""
+
+    def call(self, client: ClientState, argv: list[bytes]) -> bytes | None:
+        """Run one command; None when the client blocked."""
+
+    def call_run(self, client: ClientState, cmd: Command, commands: list[list[bytes]],
+                 start: int, out: list[bytes]) -> int:
+        """Run a pipelined run from ``start``; the index of the first not run."""
+
+    def client_gone(self, client: ClientState) -> None:
+        """The connection closed."""
+
+
 class ConnectionServer(Protocol):
     """What a client connection needs of the server that accepted it:
     ``disque.server.Server``, or the simulator's ``WireServer``."""
@@ -136,7 +164,7 @@ class ConnectionServer(Protocol):
     net_output_bytes: int
 
     @property
-    def node(self) -> Node:
+    def node(self) -> CommandNode:
         """The node the commands run on."""
 
     @property
@@ -242,9 +270,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if server.clients.pop(self.id, None) is None:
             self.transport = None
             return
-        node = self.node
-        node.state.monitors.pop(self, None)
-        node.client_gone(self)
+        self.node.client_gone(self)
         server.arm_timer()
         self.transport = None  # break the protocol <-> transport cycle (the GC may not)
 

@@ -55,7 +55,7 @@ def file_records(path="disque.aof") -> list[list[bytes]]:
 
 def load_into(node, path, enqueue_once: bool = False) -> AofLoader:
     """Load the AOF at ``path`` into ``node`` as the server does at start."""
-    loader = AofLoader(node, str(path), enqueue_once=enqueue_once, truncate_allowed=False,
+    loader = AofLoader(node.state, str(path), enqueue_once=enqueue_once, truncate_allowed=False,
                        logger=logging.getLogger("test.aof"))
     try:
         node.state.read_clock()

@@ -51,7 +51,7 @@ class SimAof:
         marked = False  # the file begins with the format marker (checksummed records)
         if os.path.exists(self.path):
             node.state.loading = True
-            loader = AofLoader(node, self.path, enqueue_once=False, truncate_allowed=True,
+            loader = AofLoader(node.state, self.path, enqueue_once=False, truncate_allowed=True,
                                logger=_logger)
             try:
                 node.state.read_clock()
@@ -64,7 +64,7 @@ class SimAof:
             self.jobs_loaded = loader.jobs_loaded
             marked = loader.checksums_required
         # No event loop: the simulation never rewrites (the writer's only use of it).
-        writer = AofWriter(node, config, cast(asyncio.AbstractEventLoop, None), _logger)
+        writer = AofWriter(node.state, config, cast(asyncio.AbstractEventLoop, None), _logger)
         writer.open_existing(marked)  # as AofService: the marker once, at the file's start
         self.writer = writer
 

@@ -37,7 +37,7 @@ def write(path, *records: bytes) -> bytes:
 
 def load(node, path, enqueue_once: bool = False, truncate_allowed: bool = True,
          slice_records: int = 1 << 30) -> AofLoader:
-    loader = AofLoader(node, str(path), enqueue_once=enqueue_once,
+    loader = AofLoader(node.state, str(path), enqueue_once=enqueue_once,
                        truncate_allowed=truncate_allowed, logger=LOG)
     try:
         node.state.read_clock()
@@ -298,7 +298,7 @@ def test_loading_in_slices_and_across_read_chunks(source, tmp_path, monkeypatch)
     write(tmp_path / "a.aof", data)
     monkeypatch.setattr(loader_module, "READ_CHUNK", 37)  # records span many reads
     node = make_node()
-    loader = AofLoader(node, str(tmp_path / "a.aof"), enqueue_once=False, truncate_allowed=False,
+    loader = AofLoader(node.state, str(tmp_path / "a.aof"), enqueue_once=False, truncate_allowed=False,
                        logger=LOG)
     slices = 0
     try:

@@ -35,7 +35,7 @@ def workdir(tmp_path, monkeypatch):
 @pytest.fixture
 async def node_writer(workdir):
     node = make_node()
-    writer = AofWriter(node, node.state.config, asyncio.get_running_loop(), LOG)
+    writer = AofWriter(node.state, node.state.config, asyncio.get_running_loop(), LOG)
     yield node, writer
     writer.cancel_rewrite()
     if writer.fd >= 0:
@@ -51,7 +51,7 @@ def records(path="disque.aof") -> list[list[bytes]]:
 def loaded_state(path="disque.aof") -> dict[bytes, tuple]:
     """What a freshly started node would hold after loading ``path``."""
     node = make_node(seed=99)
-    loader = AofLoader(node, path, enqueue_once=True, truncate_allowed=False, logger=LOG)
+    loader = AofLoader(node.state, path, enqueue_once=True, truncate_allowed=False, logger=LOG)
     try:
         while not loader.run(1 << 30):
             pass

@@ -239,7 +239,7 @@ def test_a_move_and_a_redrive_are_journaled_as_deljob_then_loadjob(cmd):
 async def writer(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     node = make_node()
-    aof = AofWriter(node, node.state.config, asyncio.get_running_loop(), logging.getLogger("test"))
+    aof = AofWriter(node.state, node.state.config, asyncio.get_running_loop(), logging.getLogger("test"))
     yield node, aof
     if aof.fd >= 0:
         os.close(aof.fd)
