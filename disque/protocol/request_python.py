@@ -8,6 +8,7 @@ knows without asking whether the next read starts a command.
 
 from __future__ import annotations
 
+import io
 from typing import Final
 
 from disque.protocol.argsplit import UnbalancedQuotes, split_args
@@ -18,8 +19,8 @@ from disque.protocol.request import (ARG_OVERHEAD, DEFAULT_MAX_BULK_LEN, ERR_BIG
 
 _STAR: Final = 42
 _DOLLAR: Final = 36
-# A bulk argument this long, cut by the end of a read, is read straight into
-# its final object (PythonRequestParser._start_bulk).
+# A bulk argument this long, cut by the end of a read, is read into a
+# buffer of its size as it arrives (PythonRequestParser._start_bulk).
 BIG_BULK: Final = 1 << 20
 
 
@@ -40,7 +41,7 @@ class PythonRequestParser:
     """A RequestParser in Python alone."""
 
     __slots__ = ("max_bulk_len", "_pending", "_args", "_left", "_need", "_args_size", "_bulk_at",
-                 "_bulk", "_bulk_addr", "_bulk_filled", "_bulk_crlf")
+                 "_bulk", "_bulk_left", "_bulk_crlf")
 
     def __init__(self, max_bulk_len: int = DEFAULT_MAX_BULK_LEN) -> None:
         self.max_bulk_len = max_bulk_len
@@ -52,11 +53,10 @@ class PythonRequestParser:
         # Where the cut bulk argument's data starts in _pending (0: the pending
         # bytes are not a cut bulk argument); it ends 2 bytes before _need.
         self._bulk_at = 0
-        # A cut bulk argument of BIG_BULK bytes or more is read straight into
-        # the bytes object that becomes the argument (see _start_bulk).
-        self._bulk: bytes | None = None
-        self._bulk_addr = 0  # where _bulk's bytes start in memory
-        self._bulk_filled = 0  # bytes of it received
+        # A cut bulk argument of BIG_BULK bytes or more is read into a buffer
+        # of its size that becomes the argument (see _start_bulk).
+        self._bulk: io.BytesIO | None = None
+        self._bulk_left = 0  # bytes of it still to come
         self._bulk_crlf = 0  # bytes of the CRLF after it still to skip
 
     def feed(self, data: bytes, commands: list[list[bytes]]) -> None:
@@ -168,14 +168,14 @@ class PythonRequestParser:
     def buffered(self) -> int:
         """Bytes held for an incomplete command (for CLIENT LIST qbuf)."""
         if self._bulk is not None:
-            return self._bulk_filled
+            return self._bulk.tell()
         return len(self._pending) if self._pending is not None else 0
 
     def held(self) -> int:
         """Memory held for an incomplete command: its unparsed bytes and the
         arguments already taken from it (what client-query-buffer-limit bounds)."""
         if self._bulk is not None:
-            return self._bulk_filled + self._args_size
+            return self._bulk.tell() + self._args_size
         pending = self._pending
         if pending is None:
             return 0
@@ -200,44 +200,43 @@ class PythonRequestParser:
         return rest
 
     def _start_bulk(self, length: int) -> None:
-        """Make the object a cut bulk argument of ``length`` bytes is read into.
+        """Make the buffer a cut bulk argument of ``length`` bytes is read into.
 
-        bytes(length) maps zeroed pages without touching them, and each read
-        is copied into place as it arrives, so a bulk of hundreds of MB never
-        costs one long copy (page faults included) in a single loop turn:
-        other clients are served between its reads. Redis reads a big
-        argument into its final string the same way. The object is not seen
-        by anyone until it is complete, so filling it in place is safe; it
-        is never one of CPython's shared bytes singletons (length > 1).
+        bytes(length) maps zeroed pages without touching them, the BytesIO
+        that alone holds it writes each read into place as it arrives, and
+        once full its getvalue() hands that same object over as the argument
+        (CPython gives a BytesIO's buffer away without a copy when nothing
+        else references it). So a bulk of hundreds of MB costs its size once
+        and never one long copy (page faults included) in a single loop
+        turn: other clients are served between its reads, as Redis reads a
+        big argument into its final string.
         """
-        import ctypes  # loaded with the first bulk of 1 MiB or more, not at start
-        target = bytes(length)
-        self._bulk = target
-        self._bulk_addr = ctypes.cast(ctypes.c_char_p(target), ctypes.c_void_p).value or 0
-        self._bulk_filled = 0
+        self._bulk = io.BytesIO(bytes(length))
+        self._bulk_left = length
         self._bulk_crlf = 2
 
     def _fill_bulk(self, data: bytes, pos: int, commands: list[list[bytes]]) -> int:
         """Copy what ``data[pos:]`` holds of the cut bulk argument into place;
         when it is complete, add it to its command and return the position
         after it, else -1 (all of ``data`` was taken)."""
-        import ctypes
-        target = self._bulk
-        assert target is not None
+        bulk = self._bulk
+        assert bulk is not None
         n = len(data)
-        take = min(n - pos, len(target) - self._bulk_filled)
-        if take > 0:
-            src = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
-            ctypes.memmove(self._bulk_addr + self._bulk_filled, src + pos, take)
-            self._bulk_filled += take
-            pos += take
+        take = min(n - pos, self._bulk_left)
+        if take == n:
+            bulk.write(data)
+        elif take > 0:
+            with memoryview(data) as view:
+                bulk.write(view[pos:pos + take])
+        self._bulk_left -= take
+        pos += take
         skip = min(n - pos, self._bulk_crlf)
         self._bulk_crlf -= skip
         if self._bulk_crlf:
             return -1
         self._bulk = None
-        self._bulk_addr = 0
-        self._add_arg(target, len(target), commands)
+        arg = bulk.getvalue()
+        self._add_arg(arg, len(arg), commands)
         return pos + skip
 
     def _add_arg(self, arg: bytes, length: int, commands: list[list[bytes]]) -> None:

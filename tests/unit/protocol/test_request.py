@@ -434,21 +434,25 @@ def test_a_protocol_error_after_a_large_bulk_is_reported(make):
 
 
 def test_a_big_bulk_is_read_in_place_without_a_copy_at_the_end(make):
-    """From BIG_BULK on, the argument is allocated once when its header
-    arrives and each read is copied into place: the read that completes it
-    allocates nothing of its size (a copy of hundreds of MB in one loop turn
-    holds every client), and the whole command costs one argument's memory."""
+    """From BIG_BULK on, the argument's buffer is allocated once when its
+    header arrives and each read is copied into place: the whole command
+    costs one argument's memory, and the read that completes it allocates
+    nothing of its size (a copy of hundreds of MB in one loop turn holds
+    every client) yet hands the command a bytes argument."""
     size = 20_000_000
     body = b"*$\r\n" * (size // 4)
     stream = multibulk(b"ADDJOB", b"q", body, b"0") + multibulk(b"PING")
     last = len(stream) - 40_000
+    head, tail = stream[:last], stream[last:]
     parser = make()
-    commands = _feed_in_reads(stream[:last], parser, 256 * 1024)
-    assert commands == []
-    tail = stream[last:]
     tracemalloc.start()
     try:
-        before = tracemalloc.get_traced_memory()[0]
+        start = tracemalloc.get_traced_memory()[0]
+        commands = _feed_in_reads(head, parser, 256 * 1024)
+        before, peak = tracemalloc.get_traced_memory()
+        assert commands == []
+        assert peak - start < size + 1_000_000, peak - start
+        tracemalloc.reset_peak()
         parser.feed(tail, commands)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
