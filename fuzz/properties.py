@@ -40,13 +40,14 @@ def _settings(examples: int):
 
 def resp_round_trip(examples: int) -> None:
     """Multibulk requests parse back to the commands they encode, however cut."""
-    from disque.protocol.resp import RequestParser, encode
+    from disque.protocol.request_hiredis import HiredisRequestParser
+    from disque.protocol.resp import encode
 
     @_settings(examples)
     @given(commands=st.lists(ARGS, min_size=1, max_size=8), cuts=CUTS)
     def check(commands: list[list[bytes]], cuts: list[int]) -> None:
         stream = b"".join(encode(command) for command in commands)
-        parser = RequestParser()
+        parser = HiredisRequestParser()
         parsed: list = []
         start = 0
         for end in sorted(set(cuts)) + [len(stream)]:

@@ -1,12 +1,13 @@
-"""Fuzz target ``resp``: the client request parser (disque/protocol/resp.py
+"""Fuzz target ``resp``: the client request parser (disque/protocol/request*.py,
 ``RequestParser.feed``).
 
 The input is a client's byte stream, its first byte choosing how the
 stream is cut into reads and the parser's bulk length limit. The only
-error allowed is ProtocolError, and the parser must agree with itself:
-the same commands (and the same error) whether the stream arrives in one
-read or cut in pieces, and every command it returns parses back to itself
-once encoded as a multibulk request. ``python -m fuzz.resp --runs N``.
+error allowed is ProtocolError, and the server's parser must agree with
+itself and with the Python parser alone: the same commands (and the same
+error) whether the stream arrives in one read or cut in pieces, and from
+either backend, and every command it returns parses back to itself once
+encoded as a multibulk request. ``python -m fuzz.resp --runs N``.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ def _seeds() -> list[bytes]:
 
 def build() -> Target:
     """The RESP request parser as a fuzz target."""
-    from disque.protocol.resp import ProtocolError, RequestParser, encode
+    from disque.protocol.request import ProtocolError, RequestParser
+    from disque.protocol.request_hiredis import HiredisRequestParser
+    from disque.protocol.request_python import PythonRequestParser
+    from disque.protocol.resp import encode
 
-    def parse(data: bytes, cuts: list[int], max_bulk_len: int) -> tuple[list, str | None]:
-        parser = RequestParser(max_bulk_len)
+    def parse(parser: RequestParser, data: bytes, cuts: list[int]) -> tuple[list, str | None]:
         commands: list = []
         start = 0
         try:
@@ -60,11 +63,11 @@ def build() -> Target:
             return
         mode, stream = data[0], data[1:]
         max_bulk_len = SMALL_BULK_LIMIT if mode & 0x80 else 512 * 1024 * 1024
-        whole, error = parse(stream, [], max_bulk_len)
+        whole, error = parse(HiredisRequestParser(max_bulk_len), stream, [])
         step = 1 + (mode & 0x0F)
         cuts = list(range(step, len(stream), step)) if mode & 0x40 == 0 else (
             [len(stream) // 2] if len(stream) > 1 else [])
-        pieces, pieces_error = parse(stream, cuts, max_bulk_len)
+        pieces, pieces_error = parse(HiredisRequestParser(max_bulk_len), stream, cuts)
         for command in whole:
             if type(command) is not list or not command or any(type(a) is not bytes
                                                               for a in command):
@@ -72,8 +75,13 @@ def build() -> Target:
         if (whole, error) != (pieces, pieces_error):
             raise AssertionError("one read gives %r %r, reads of %r give %r %r"
                                  % (whole, error, cuts, pieces, pieces_error))
+        python = parse(PythonRequestParser(max_bulk_len), stream, cuts)
+        if python != (whole, error):
+            raise AssertionError("hiredis backend gives %r %r, the Python parser %r %r"
+                                 % (whole, error, *python))
         if whole:
-            again, again_error = parse(encode(whole).split(b"\r\n", 1)[1], [], 1 << 62)
+            encoded = encode(whole).split(b"\r\n", 1)[1]
+            again, again_error = parse(HiredisRequestParser(1 << 62), encoded, [])
             if (again, again_error) != (whole, None):
                 raise AssertionError("%r encoded parses back as %r %r"
                                      % (whole, again, again_error))

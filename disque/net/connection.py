@@ -39,7 +39,9 @@ from disque.context.clients import ClientState
 from disque.commands.access import (PROTECTED_MODE_DENIED, is_loopback, needs_auth,
                                     protected_mode_refuses)
 from disque.context.log import logger
-from disque.protocol.resp import ARG_OVERHEAD, ProtocolError, RequestParser, error
+from disque.protocol.request import ARG_OVERHEAD, ProtocolError, RequestParser
+from disque.protocol.request_hiredis import HiredisRequestParser
+from disque.protocol.resp import error
 
 if TYPE_CHECKING:
     from disque.config import Config
@@ -214,7 +216,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         self.node = server.node
         self.batch: OutputBatch = server.output_batch
         self.transport: asyncio.Transport | None = None
-        self.parser = RequestParser(server.config.proto_max_bulk_len)
+        self.parser: RequestParser = HiredisRequestParser(server.config.proto_max_bulk_len)
         self.pending: list[list[bytes]] | None = None  # commands read while blocked
         self.fd = -1
         self.reading = True

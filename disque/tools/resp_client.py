@@ -16,7 +16,7 @@ Three parts share one request encoder and hiredis' reply parser:
 The asynchronous parts leave error replies as ``hiredis.ReplyError`` values
 rather than raising, so a load generator counts them and goes on. The user
 client, with connection pools and cluster routing, is ``disque.client``; the
-server's own parser is ``disque.protocol.resp``.
+server's own parser is ``disque.protocol.request_hiredis``.
 """
 
 from __future__ import annotations
