@@ -31,6 +31,7 @@ import uvloop
 from disque import __version__
 from disque.context import log
 from disque.process import cli, logformat, serverinfo
+from disque.process.proctitle import set_process_title
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
@@ -665,6 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code
     if config.daemonize:
         daemonize()
+    set_process_title(config)
     logformat.configure(config.logfile, config.loglevel, config.syslog_enabled,
                         config.syslog_ident, config.syslog_facility)
     if config.config_file is None and not cli.reads_stdin(argv[1:]):
