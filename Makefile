@@ -25,9 +25,12 @@ CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,comp
 
 install: $(CORE_STAMP) $(if $(EXTRAS),$(VENV)/.extras-$(EXTRAS))
 
-# pip installs the package pure (removing any compiled core in place); the
-# compiled core is built by the $(CORE_STAMP) rule below, with the venv's mypyc.
-PIP_INSTALL := DISQUE_PURE_PYTHON=1 $(BIN)/pip install --quiet -e
+# pip installs the package keeping a compiled core that still matches its
+# sources (setup.py builds nothing then: a dependency change costs no rebuild),
+# and pure otherwise, removing a stale one; the compiled core is built by the
+# $(CORE_STAMP) rule below, with the venv's mypyc and its progress shown.
+PIP_INSTALL := $(BIN)/python disque/build.py || export DISQUE_PURE_PYTHON=1; \
+	$(BIN)/pip install --quiet -e
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
