@@ -37,11 +37,13 @@ def process_title(config: Config) -> str:
 
 
 def set_process_title(config: Config) -> None:
-    """Show ``process_title`` in ps and /proc/PID/cmdline (and, cut to 15
-    bytes, as the process name pgrep matches). setproctitle is a dependency;
-    where it is missing the node runs under its command line."""
+    """Show ``process_title`` in ps and /proc/PID/cmdline, and name the
+    process ``disque-server`` (/proc/PID/comm: what pgrep, pidof and ps -C
+    match), as the executable's name does for redis-server. setproctitle is
+    a dependency; where it is missing the node runs under its command line."""
     try:
-        from setproctitle import setproctitle
+        from setproctitle import setproctitle, setthreadtitle
     except ImportError:
         return
     setproctitle(process_title(config))
+    setthreadtitle(PROGRAM_NAME)  # the main thread's name is the process's
