@@ -8,8 +8,13 @@ PYTHON ?= $(or $(shell for p in /usr/bin/python3 python3; do \
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SPARK_STAMP := $(VENV)/.installed-spark
-CONF ?= conf/disque.conf
+# make run's node runs from a config the clone does not track, copied from
+# conf/disque.conf on the first run: CONFIG REWRITE (the controlled restart,
+# docs/persistence.md) writes into it, never into the tracked file.
+RUN_CONF := conf/run.conf
+CONF ?= $(RUN_CONF)
+# make install EXTRAS=spark (or EXTRAS=spark,charts) adds extras' dependencies.
+EXTRAS ?=
 # The core is compiled in place by mypyc where a C compiler is present
 # (setup.py, docs/operations.md); DISQUE_PURE_PYTHON=1 make install keeps it
 # pure. The stamp names the mode, so switching modes rebuilds.
@@ -18,11 +23,14 @@ CORE_STAMP := $(VENV)/.core-$(if $(filter-out 0,$(DISQUE_PURE_PYTHON)),pure,comp
 .PHONY: install run typecheck test test-fast test-pure test-bus-secured bench sim-search chaos fuzz \
 	clean
 
-install: $(CORE_STAMP)
+install: $(CORE_STAMP) $(if $(EXTRAS),$(VENV)/.extras-$(EXTRAS))
 
-# pip installs the package pure (removing any compiled core in place); the
-# compiled core is built by the $(CORE_STAMP) rule below, with the venv's mypyc.
-PIP_INSTALL := DISQUE_PURE_PYTHON=1 $(BIN)/pip install --quiet -e
+# pip installs the package keeping a compiled core that still matches its
+# sources (setup.py builds nothing then: a dependency change costs no rebuild),
+# and pure otherwise, removing a stale one; the compiled core is built by the
+# $(CORE_STAMP) rule below, with the venv's mypyc and its progress shown.
+PIP_INSTALL := $(BIN)/python disque/build.py || export DISQUE_PURE_PYTHON=1; \
+	$(BIN)/pip install --quiet -e
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -47,12 +55,18 @@ $(CORE_STAMP): $(STAMP) $(wildcard disque/*.py disque/*/*.py)
 	rm -f $(VENV)/.core-*
 	touch $@
 
-$(SPARK_STAMP): $(STAMP)
-	$(PIP_INSTALL) '.[dev,spark]'
-	rm -f $(VENV)/.core-*
-	touch $(SPARK_STAMP)
+# An extra's dependencies, added once the core is built: pip reinstalls the
+# package in the core's mode (DISQUE_PURE_PYTHON as make got it), so setup.py
+# finds the tree holding that build already and compiles nothing; the venv's
+# setuptools and mypy build it (no isolated build environment to download).
+$(VENV)/.extras-%: $(STAMP) | $(CORE_STAMP)
+	$(BIN)/pip install --quiet --no-build-isolation -e '.[$*]'
+	touch $@
 
-run: install
+$(RUN_CONF):
+	cp conf/disque.conf $@
+
+run: install $(CONF)
 	$(BIN)/disque-server $(CONF)
 
 # The core's type check ([tool.mypy] in pyproject.toml: its `files` are the
@@ -63,7 +77,7 @@ typecheck: install
 	$(BIN)/mypy
 	$(BIN)/mypy $(ADAPTERS_TYPED)
 
-test: $(SPARK_STAMP) typecheck
+test: $(VENV)/.extras-spark typecheck
 	$(BIN)/python -m pytest -q
 
 test-fast: install

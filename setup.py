@@ -130,6 +130,12 @@ class OptionalCompiledCore(build_ext):
         self.parallel = _jobs(self.parallel)
 
     def _core_extensions(self) -> list:
+        if self._tree_is_current():
+            # An editable reinstall (an extra added: make install EXTRAS=...)
+            # keeps the core the tree holds instead of rebuilding it.
+            self.announce("the tree holds the current %s core: keeping it" % (
+                "pure-Python" if core.pure_requested() else "compiled"), 2)
+            return []
         if core.pure_requested():
             self.announce("%s is set: installing the pure-Python core" % core.PURE_ENV, 2)
             return []
@@ -148,12 +154,20 @@ class OptionalCompiledCore(build_ext):
             self._fall_back("mypyc could not translate the core (%s)" % (exc,))
         return []
 
+    def _tree_is_current(self) -> bool:
+        """An in-place build (editable install, build_ext --inplace) whose tree
+        already holds what it would build: disque/build.py's check."""
+        in_place = self.inplace or getattr(self, "editable_mode", False)
+        return in_place and core.build_is_current(os.path.join(ROOT, PACKAGE))
+
     def _package_dir(self) -> str:
         if self.inplace:
             return self.get_finalized_command("build_py").get_package_dir(PACKAGE)
         return os.path.join(self.build_lib, PACKAGE)
 
     def run(self) -> None:
+        if not self.extensions and self._tree_is_current():
+            return
         package_dir = self._package_dir()
         os.makedirs(package_dir, exist_ok=True)
         remove_compiled(package_dir)

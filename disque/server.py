@@ -31,6 +31,7 @@ import uvloop
 from disque import __version__
 from disque.context import log
 from disque.process import cli, logformat, serverinfo
+from disque.process.proctitle import set_process_title
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
@@ -53,6 +54,7 @@ from disque.process.osprocess import (RESERVED_FDS, atomic_write, daemonize, not
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
     from disque.http.service import HttpService
+    from disque.net.tls import HandshakeFailures
     from disque.state.nodestate import NodeState
 
 TIMER_SLACK_MS = 1
@@ -105,6 +107,7 @@ class Server(Host):
         self.aof_writer: AofWriter | None = None
         self.bus: ClusterBus | None = None
         self.http: HttpService | None = None  # metrics-port: /metrics and the dashboard
+        self.tls_handshakes: HandshakeFailures | None = None  # tls-port's failed handshakes
         self.output_limited = any(config.client_output_buffer_limit)
         self.limits = LimitCounters()
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
@@ -304,8 +307,9 @@ class Server(Host):
         the same loop; the handshake is bounded by client-request-timeout."""
         from disque.net import tls  # loaded only by a node that uses TLS
         config = self.config
+        self.tls_handshakes = tls.HandshakeFailures(config.tls_port)
         try:
-            context = tls.server_context(config)
+            context = tls.server_context(config, failures=self.tls_handshakes)
         except tls.TlsConfigError as exc:
             raise StartupError("Can't configure TLS: %s" % exc) from None
         handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
@@ -664,6 +668,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code
     if config.daemonize:
         daemonize()
+    set_process_title(config)
     logformat.configure(config.logfile, config.loglevel, config.syslog_enabled,
                         config.syslog_ident, config.syslog_facility)
     if config.config_file is None and not cli.reads_stdin(argv[1:]):

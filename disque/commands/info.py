@@ -44,7 +44,8 @@ EXTRA_SECTIONS: Final = (
            ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
                          "acl_access_denied_cmd", "acl_access_denied_queue",
                          "protected_mode_denied_connections",
-                         "cross_protocol_closed_connections")),  # docs/security.md
+                         "cross_protocol_closed_connections",
+                         "tls_client_handshake_failures")),  # docs/security.md
            ("Limits", ("client_query_buffer_limit_closed", "unauthenticated_buffer_limit_closed",
                        "client_request_timeout_closed", "output_buffer_limit_closed_normal",
                        "output_buffer_limit_closed_monitor", "maxclients_rejected_connections",

@@ -6,6 +6,11 @@ serves the TLS client port (and the bus listener under ``tls-cluster``);
 ``client_context`` is what a node presents when it opens a bus link. Both
 verify peers against ``tls-ca-cert-file`` / ``tls-ca-cert-dir``.
 
+asyncio and uvloop close a connection whose handshake failed without a
+word to the application, so the client port's context makes SSL objects
+that report such a failure (``HandshakeFailures``): a client without the
+certificate ``tls-auth-clients yes`` asks for is counted and logged.
+
 Python's ``ssl`` has no call for TLS 1.3 ciphersuites, so
 ``tls-ciphersuites`` reaches OpenSSL's ``SSL_CTX_set_ciphersuites``
 through ctypes on the context's own ``SSL_CTX`` (checked to be the right
@@ -19,7 +24,10 @@ import os
 import socket
 import ssl
 import sys
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
+
+from disque.context.log import LogThrottle, logger
 
 if TYPE_CHECKING:
     import ctypes
@@ -48,17 +56,90 @@ CERT_DAYS = 365 * 2
 KEY_BITS = 2048
 
 
+# A failed handshake on the client port is logged at most this often (each
+# one is counted): a client retrying without its certificate, or a scan,
+# cannot fill the log.
+HANDSHAKE_LOG_INTERVAL_MS = 10_000
+HANDSHAKE_FAILED_LOG = "TLS handshake with a client on port %d failed: %s%s"
+HELD_BACK_NOTE = " (%d more since the last report)"
+
+
 class TlsConfigError(Exception):
     """The TLS directives cannot make a context; the message says which and why."""
 
 
-def server_context(config: Config, auth_clients: str | None = None) -> ssl.SSLContext:
+def monotonic_ms() -> int:
+    """The monotonic clock in milliseconds."""
+    return time.monotonic_ns() // 1_000_000
+
+
+def handshake_error_text(error: ssl.SSLError) -> str:
+    """OpenSSL's reason in words (``peer did not return a certificate``)."""
+    if error.reason:
+        return error.reason.lower().replace("_", " ")
+    return str(error)
+
+
+class HandshakeFailures:
+    """The failed TLS handshakes of a listener: counted (INFO security
+    ``tls_client_handshake_failures``) and logged, at most once per
+    HANDSHAKE_LOG_INTERVAL_MS with the number held back since the last line."""
+
+    __slots__ = ("port", "count", "_log", "_clock_ms")
+
+    def __init__(self, port: int, clock_ms: Callable[[], int] = monotonic_ms) -> None:
+        self.port = port
+        self.count = 0
+        self._log = LogThrottle(HANDSHAKE_LOG_INTERVAL_MS)
+        self._clock_ms = clock_ms
+
+    def failed(self, error: ssl.SSLError) -> None:
+        """Count one failed handshake; log it unless one was logged lately."""
+        self.count += 1
+        held = self._log.admit(self._clock_ms())
+        if held >= 0:
+            logger.warning(HANDSHAKE_FAILED_LOG, self.port, handshake_error_text(error),
+                           HELD_BACK_NOTE % held if held else "")
+
+
+class ReportingSSLObject(ssl.SSLObject):
+    """An SSLObject whose failed handshake is reported to its context's
+    HandshakeFailures before the event loop drops the connection."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise  # the handshake goes on when more bytes arrive
+        except ssl.SSLError as exc:
+            context = self.context
+            if isinstance(context, ReportingContext):
+                context.failures.failed(exc)
+            raise
+
+
+class ReportingContext(ssl.SSLContext):
+    """A server context whose connections report failed handshakes to ``failures``."""
+
+    sslobject_class = ReportingSSLObject
+    failures: HandshakeFailures
+
+
+def _reporting_context(failures: HandshakeFailures) -> ReportingContext:
+    context = ReportingContext(ssl.PROTOCOL_TLS_SERVER)
+    context.failures = failures
+    return context
+
+
+def server_context(config: Config, auth_clients: str | None = None,
+                   failures: HandshakeFailures | None = None) -> ssl.SSLContext:
     """The context of a TLS listener: tls-cert-file/tls-key-file presented,
     client certificates asked for as ``auth_clients`` says (yes, optional,
-    no; tls-auth-clients when None), the protocols and ciphers configured.
-    Raises TlsConfigError."""
+    no; tls-auth-clients when None), the protocols and ciphers configured,
+    failed handshakes reported to ``failures`` when given. Raises TlsConfigError."""
     mode = AUTH_CLIENTS_MODES[auth_clients or config.tls_auth_clients]
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context = (ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER) if failures is None
+               else _reporting_context(failures))
     _load_own_certificate(context, config)
     if mode != ssl.CERT_NONE:
         if not (config.tls_ca_cert_file or config.tls_ca_cert_dir):

@@ -147,6 +147,12 @@ def _bus_fields(server: Server) -> InfoFields:
             ("bus_rejected_connections", bus.rejected_connections)]
 
 
+def _security_fields(server: Server) -> InfoFields:
+    # Not in the original (INFO security): the node gives the rest of the section.
+    handshakes = server.tls_handshakes
+    return [("tls_client_handshake_failures", handshakes.count if handshakes else 0)]
+
+
 def _limits_fields(server: Server) -> InfoFields:
     # Not in the original (INFO limits): connections closed by a limit.
     limits = server.limits
@@ -166,6 +172,7 @@ _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
     "stats": _stats_fields,
     "cpu": _cpu_fields,
     "build": _build_fields,
+    "security": _security_fields,
     "limits": _limits_fields,
     "bus": _bus_fields,
 }

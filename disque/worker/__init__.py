@@ -10,7 +10,7 @@ worker = ThreadedWorker("127.0.0.1:7711,127.0.0.1:7712", concurrency=8)
 
 @worker.task("emails")
 def send(job):          # job: disque.client.Job (queue, id, body, nacks, ...)
-    deliver(job.body)   # return: ACKJOB; raise: NACK (with DELAY where supported)
+    print("sending", job.body.decode())   # return: ACKJOB; raise: NACK (with DELAY)
 
 if __name__ == "__main__":  # not on import: disque-worker refuses that
     worker.run()            # until SIGTERM / SIGINT / worker.stop()
@@ -24,7 +24,8 @@ Modules: ``engine`` (fetching, settling, stopping: the ``Worker`` base and
 ``WorkerOptions``), ``threaded`` and ``aioworker`` (where handlers run),
 ``settler`` (ACK/NACK/WORKING connection), ``leases`` (when WORKING is due),
 ``backoff`` (NACK delays, reconnect waits), ``tasks`` (queue → handler), ``stats``,
-``events`` (structured log lines), ``cli``.
+``events`` (structured log lines: ``disque-worker``'s format, also where the
+application set up no logging), ``cli``.
 """
 
 from __future__ import annotations

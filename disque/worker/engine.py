@@ -42,7 +42,7 @@ from disque.client import (DEFAULT_SEED, AuthenticationError, ConnectionSecurity
 from disque.client import tracing
 from disque.client.errors import CONNECTION_ERRORS, is_syntax_error
 from disque.worker.backoff import Backoff, nack_delay
-from disque.worker.events import emit
+from disque.worker.events import configure_unless_set_up, emit
 from disque.worker.settler import Settler
 from disque.worker.stats import WorkerStats
 from disque.worker.tasks import Handler, TaskRegistry, refuse_run_during_import
@@ -151,6 +151,7 @@ class Worker(abc.ABC):
         and the fetcher; False if the worker was stopped first. Refused while
         ``disque-worker`` imports its target's module (``tasks.StartedOnImport``)."""
         refuse_run_during_import()
+        configure_unless_set_up()
         if not self.tasks.handlers:
             raise ValueError("no task registered: use @worker.task(queue)")
         self._tracing = self.options.trace and tracing.available()

@@ -88,6 +88,15 @@ def _json_default(value: Any) -> str:
     return str(value)
 
 
+def configure_unless_set_up() -> None:
+    """Log as ``disque-worker`` does (``configure``'s defaults) when the
+    application set up no logging: a worker started as ``python mymodule.py``
+    would otherwise print its warnings bare, without time or level, and
+    nothing at INFO."""
+    if not log.handlers and not logging.getLogger().handlers:
+        configure()
+
+
 def configure(fmt: str = "kv", level: int | str = logging.INFO,
               stream: Any = None) -> logging.Handler:
     """Send the worker's events to ``stream`` (stderr) in ``fmt`` (kv or json); the CLI's setup."""

@@ -10,11 +10,13 @@ import socket
 import ssl
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
+from disque.net import tls
 from tests.support.process import REPO, SERVER, DisqueProcess, free_port, wait_until
 from tests.support.tls import GEN_CERTS_TIMEOUT, gen_certs, tls_config, tls_handshake
 
@@ -108,6 +110,26 @@ def test_auth_clients_yes_refuses_a_client_without_certificate(server_factory, c
     with pytest.raises(redis.ConnectionError):
         client.execute_command("ADDJOB", "q", "x", 0)
     client.close()
+
+
+def test_failed_handshakes_are_counted_each_and_logged_once_per_burst(server_factory, certs):
+    """A client without a certificate was dropped with nothing in the log."""
+    tls_port = free_port()
+    node = server_factory(tls_config(certs, tls_port, "tls-auth-clients yes\n"))
+    burst = 8
+    started = time.monotonic()
+    for _ in range(burst):
+        assert refused(certs, tls_port, with_cert=False)
+    elapsed_ms = (time.monotonic() - started) * 1000
+    wait_until(lambda: int(node.call("INFO", "security")["tls_client_handshake_failures"])
+               == burst, message="every failed handshake counted")
+    assert tls_handshake(certs, tls_port, with_cert=True) == b"+PONG\r\n"
+    lines = [line for line in node.log_path.read_text().splitlines()
+             if "TLS handshake with a client on port %d failed" % tls_port in line]
+    # One line per interval at most: one for a burst shorter than the interval.
+    assert 1 <= len(lines) <= 1 + elapsed_ms // tls.HANDSHAKE_LOG_INTERVAL_MS, lines
+    assert lines[0].endswith("failed: peer did not return a certificate")
+    assert int(node.call("INFO", "security")["tls_client_handshake_failures"]) == burst
 
 
 def test_auth_clients_optional_and_no_accept_both(server_factory, certs):

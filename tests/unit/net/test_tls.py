@@ -84,3 +84,39 @@ def test_ciphersuites_reach_openssl(certs):
 def test_gen_certs_never_overwrites(certs):
     with pytest.raises(FileExistsError):
         tls.generate_certificates(str(certs))
+
+
+def handshake_without_certificate(server: ssl.SSLContext, certs: Path) -> None:
+    """A client with no certificate against ``server``, in memory; raises the
+    server's SSLError (the client's own handshake ends first under TLS 1.3)."""
+    client = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    pipes = [ssl.MemoryBIO() for _ in range(4)]
+    server_end = server.wrap_bio(pipes[0], pipes[1], server_side=True)
+    client_end = client.wrap_bio(pipes[2], pipes[3], server_hostname="127.0.0.1")
+    for _ in range(10):
+        for end, outgoing, peer_incoming in ((client_end, pipes[3], pipes[0]),
+                                             (server_end, pipes[1], pipes[2])):
+            try:
+                end.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+            peer_incoming.write(outgoing.read())
+    raise AssertionError("the handshake did not fail")
+
+
+def test_failed_handshakes_are_counted_and_logged_once_per_interval(certs, caplog):
+    now = [1_000]
+    failures = tls.HandshakeFailures(7712, clock_ms=lambda: now[0])
+    context = tls.server_context(config(certs), failures=failures)
+    with caplog.at_level("WARNING", logger="disque"):
+        for at in (1_000, 1_001, 1_000 + tls.HANDSHAKE_LOG_INTERVAL_MS - 1,
+                   1_000 + tls.HANDSHAKE_LOG_INTERVAL_MS):
+            now[0] = at
+            with pytest.raises(ssl.SSLError, match="PEER_DID_NOT_RETURN_A_CERTIFICATE"):
+                handshake_without_certificate(context, certs)
+    assert failures.count == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "TLS handshake with a client on port 7712 failed: peer did not return a certificate",
+        "TLS handshake with a client on port 7712 failed: peer did not return a certificate"
+        " (2 more since the last report)"]
+
