@@ -17,55 +17,46 @@ if __name__ == "__main__":
     gc.disable()
 
 import asyncio
-import fcntl
 import os
 import random
 import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import uvloop
 
 from disque import __version__
-from disque.context import log
 from disque.process import cli, logformat, serverinfo
 from disque.process.proctitle import set_process_title
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
 from disque.cluster import nodesconf
-from disque.queues import ratelimit
 from disque.queues.ratelimit import RateLimit
-from disque.net import loop_hosts
 from disque.net.bus import BusConfigError, ClusterBus, frame_cap
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
-from disque.net.connection import REQUEST_TIMEOUT_LOG, ClientConnection, LimitCounters, OutputBatch
+from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.process.clientcontrol import ClientControl
+from disque.process.clusterconfig import ClusterConfigFile
+from disque.process.cron import ServerCron
 from disque.process.gctuning import GarbageCollector
+from disque.process.listeners import Listeners, tune_tcp_socket
+from disque.process.startup import StartupError, cannot_listen
+from disque.process.supervision import Supervision
 from disque.state.host import Host
-from disque.jobs.timers import NEVER
 from disque.context.log import logger
 from disque.node import Node
-from disque.process.osprocess import (RESERVED_FDS, atomic_write, daemonize, notify_systemd,
-                               raise_fd_limit)
+from disque.process.osprocess import RESERVED_FDS, daemonize, raise_fd_limit
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
     from disque.http.service import HttpService
-    from disque.net.tls import HandshakeFailures
-    from disque.state.nodestate import NodeState
 
-TIMER_SLACK_MS = 1
+
 REQUEST_SCAN_INTERVAL_MS = 1000  # client-request-timeout is checked once a second
-DEFAULT_TLS_HANDSHAKE_TIMEOUT = 60.0  # asyncio's, when client-request-timeout is 0
-# While the AOF loads, systemd's start timeout (TimeoutStartSec) is pushed
-# back: each EXTEND_TIMEOUT_USEC gives this long from when it is sent, and a
-# new one goes out every LOADING_NOTIFY_INTERVAL, so a node that stops
-# making progress is still killed within about that long.
-LOADING_EXTEND_USEC = 10_000_000
-LOADING_NOTIFY_INTERVAL = 0.25  # seconds; a datagram each time, a few per second at most
 
 
 def wall_clock_ms() -> int:
@@ -73,12 +64,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class StartupError(Exception):
-    """The server cannot start; the message says why."""
-
-
 class Server(Host):
-    """A running node: the process around ``disque.node.Node``."""
+    """A running node: the process around ``disque.node.Node``, composed of
+    its listeners, its cron, its clients' controls, nodes.conf and the
+    supervisor's notices (``disque.process``)."""
 
     def __init__(self, config: Config, argv: list[str]) -> None:
         self.config = config
@@ -92,42 +81,38 @@ class Server(Host):
         self.net_rate = serverinfo.NetworkRate()
         self.start_time = time.time()
         self.run_id = "%040x" % random.SystemRandom().getrandbits(160)
-        self.listeners: list[asyncio.AbstractServer] = []
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.timer_handle: asyncio.TimerHandle | None = None
-        self.timer_at = NEVER
-        self.cron_handle: asyncio.TimerHandle | None = None
+        self.listeners: Listeners | None = None
+        self.cron: ServerCron | None = None
         self.stopped: asyncio.Future[int] | None = None  # the exit code, once shut down
-        self.paused_until = 0.0
-        self.clients_paused = False  # CLIENT PAUSE in force: connections do not read
-        self.lock_fd = -1
-        self.pidfile_written = False
         self.gc = GarbageCollector()
         self.aof: AofService | None = None
         self.aof_writer: AofWriter | None = None
         self.bus: ClusterBus | None = None
         self.http: HttpService | None = None  # metrics-port: /metrics and the dashboard
-        self.tls_handshakes: HandshakeFailures | None = None  # tls-port's failed handshakes
         self.output_limited = any(config.client_output_buffer_limit)
         self.limits = LimitCounters()
+        self.client_control = ClientControl(self.clients, config, self.limits, self._running_loop)
+        self.supervision = Supervision(config)
+        self.cluster_config = ClusterConfigFile(config.cluster_config_file)
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
-        self._next_loading_notify = 0.0  # monotonic: when the next EXTEND_TIMEOUT_USEC is due
         self.node: Node = self._create_node()
 
     # ------------------------------------------------------------ startup
 
     def _create_node(self) -> Node:
         rng = random.Random(os.urandom(32))
-        nodes, schedules, limits = self._load_cluster_config()
+        nodes, schedules, limits = self.cluster_config.lock_and_read()
         myself = next((n for n in nodes if n.flags & 1), None)
         node_id = myself.id if myself is not None else random_node_id(rng)
         node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
                     perf_ns=time.perf_counter_ns)
-        nodesconf.restore(node.state.membership, nodes, self.config.port)
-        node.state.schedules.restore(schedules)
+        state = node.state
+        nodesconf.restore(state.membership, nodes, self.config.port)
+        state.schedules.restore(schedules)
         for queue, rate, burst in limits:
-            node.state.queues.set_limit(queue, RateLimit(rate, burst, node.state.now))
+            state.queues.set_limit(queue, RateLimit(rate, burst, state.now))
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
@@ -141,40 +126,9 @@ class Server(Host):
             logger.info("Node configuration loaded, I'm %s", node_id.decode())
         return node
 
-    def _load_cluster_config(self) -> tuple[list, list, list[tuple[bytes, int, int]]]:
-        """The nodes, the schedules and the queues' delivery limits of nodes.conf."""
-        path = self.config.cluster_config_file
-        self.lock_fd = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise StartupError(
-                "Sorry, the cluster configuration file %s is already used by a different "
-                "Disque node. Please make sure that different nodes use different cluster "
-                "configuration files." % path) from None
-        try:
-            with open(path) as f:
-                text = f.read()
-        except FileNotFoundError:
-            return [], [], []
-        except OSError as exc:
-            raise StartupError("Can't read the cluster config file %s: %s" % (path, exc)) from None
-        try:
-            return (nodesconf.parse(text, wall_clock_ms()), nodesconf.parse_schedules(text),
-                    ratelimit.parse_conf(text))
-        except (nodesconf.NodesConfError, ValueError) as exc:
-            raise StartupError(str(exc)) from None
-
     def save_cluster_config(self) -> str | None:
         """Rewrite nodes.conf atomically; return the error text on failure."""
-        try:
-            atomic_write(self.config.cluster_config_file,
-                         nodesconf.render(self.node.state.membership, self.node.state.schedules)
-                         + ratelimit.conf_lines(self.node.state.queues.limits))
-        except OSError as exc:
-            logger.warning("Could not save the cluster config file: %s", exc)
-            return exc.strerror or str(exc)
-        return None
+        return self.cluster_config.save(self.node.state)
 
     def cron_problem(self, expr: bytes) -> str | None:
         """SCHEDULE SET ... CRON: croniter reads the expression (process/cronspec)."""
@@ -201,15 +155,16 @@ class Server(Host):
         config.on_change("maxmemory", self._maxmemory_changed)
         config.on_change("loglevel", lambda old, new: logformat.set_level(new))
         config.on_change("maxclients", self._maxclients_changed)
-        config.on_change("hz", lambda old, new: self._schedule_cron())
+        config.on_change("hz", lambda old, new: self._running_cron().schedule())
         config.on_change("proto-max-bulk-len", self._max_bulk_changed)
         config.on_change("client-output-buffer-limit",
                          lambda old, new: setattr(self, "output_limited", any(new)))
 
     def _maxmemory_changed(self, old: int, new: int) -> None:
-        self.node.state.update_memory_limits()
+        state = self.node.state
+        state.update_memory_limits()
         if new:
-            self.node.state.free_memory()
+            state.free_memory()
 
     def _maxclients_changed(self, old: int, new: int) -> None:
         allowed = raise_fd_limit(new)
@@ -225,8 +180,8 @@ class Server(Host):
 
     async def start(self) -> None:
         """Open listeners and start the cron."""
-        self.loop = asyncio.get_running_loop()
-        self.stopped = self.loop.create_future()
+        loop = self.loop = asyncio.get_running_loop()
+        self.stopped = loop.create_future()
         config = self.config
         allowed = raise_fd_limit(config.maxclients)
         if allowed < config.maxclients:
@@ -235,39 +190,22 @@ class Server(Host):
                            config.maxclients, config.maxclients + RESERVED_FDS, allowed)
             config.maxclients = allowed
         self._watch_config()
-        self.aof = AofService(self.node.state, config, self.loop, logger)
+        self.aof = AofService(self.node.state, config, loop, logger)
         self.aof_writer = self.aof.writer
-        factory = lambda: ClientConnection(self)  # noqa: E731
+        listeners = self.listeners = Listeners(config, loop)
         # The listeners are bound now and serve once the bus is up (or, while
-        # an AOF loads, as the load begins, to answer LOADING): a node that
-        # answers PING is reachable on the bus, as the original's is.
-        if config.tls_port:
-            await self._start_tls_listener(factory)
-        if config.port:
-            try:
-                self.listeners.append(await self.loop.create_server(
-                    factory, loop_hosts(config.bind), config.port, backlog=config.tcp_backlog, reuse_address=True,
-                    start_serving=False))
-            except OSError as exc:
-                raise self._cannot_listen("Server TCP", config.port, exc) from None
-        if config.unixsocket:
-            try:
-                os.unlink(config.unixsocket)
-            except FileNotFoundError:
-                pass
-            try:
-                self.listeners.append(await self.loop.create_unix_server(
-                    factory, config.unixsocket, backlog=config.tcp_backlog, start_serving=False))
-            except OSError as exc:
-                raise StartupError("Opening Unix socket %s: %s" % (config.unixsocket, exc)) from None
-            if config.unixsocketperm:
-                os.chmod(config.unixsocket, config.unixsocketperm)
+        # an AOF loads, as the load begins, to answer LOADING).
+        await listeners.open_clients(lambda: ClientConnection(self))
         if config.metrics_port:
-            await self._start_http()
-        self.loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
-        self.loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
+            # Imported here: aiohttp and prometheus_client take 0.2 s to load,
+            # which a node without metrics-port does not pay.
+            from disque.http.service import HttpService
+            self.http = HttpService(self)
+            await listeners.open_http(self.http)
+        loop.add_signal_handler(signal.SIGTERM, self._signal_shutdown, "SIGTERM")
+        loop.add_signal_handler(signal.SIGINT, self._signal_shutdown, "SIGINT")
         try:
-            await self.aof.load_at_startup(self._loading_progress, self._serve_clients)
+            await self.aof.load_at_startup(self.supervision.loading_progress, listeners.serve)
         except AofStartupError as exc:
             raise StartupError(str(exc)) from None
         await self._start_bus()
@@ -275,9 +213,15 @@ class Server(Host):
         # the known nodes open at once, so a restarted node is heard from
         # without waiting a cron period.
         self.node.cron()
-        self._schedule_cron()
-        self.arm_timer()
-        await self._serve_clients()
+        cron = self._running_cron()
+        cron.schedule()
+        cron.arm_timer()
+        await listeners.serve()
+        self._log_ready()
+        self.supervision.notify("READY=1")
+
+    def _log_ready(self) -> None:
+        config = self.config
         logger.info("Server started, Disque version %s", __version__)
         if config.port:
             logger.info("The server is now ready to accept connections on port %d", config.port)
@@ -289,65 +233,6 @@ class Server(Host):
         if config.metrics_port:
             logger.info("Metrics and the dashboard are served over %s on port %d",
                         "HTTPS" if config.tls_port else "HTTP", config.metrics_port)
-        self._notify("READY=1")
-
-    async def _serve_clients(self) -> None:
-        """Start accepting on the client listeners (those already serving stay so)."""
-        for listener in self.listeners:
-            if not listener.is_serving():
-                await listener.start_serving()
-
-    def _cannot_listen(self, what: str, port: int, exc: OSError) -> StartupError:
-        """The start-up error of a listener that could not be opened."""
-        return StartupError("Creating %s listening socket %s:%d: %s" % (
-            what, ",".join(self.config.bind) or "*", port, exc.strerror or exc))
-
-    async def _start_tls_listener(self, factory: Callable[[], ClientConnection]) -> None:
-        """TLS on tls-port beside the plain port: the same connection class on
-        the same loop; the handshake is bounded by client-request-timeout."""
-        from disque.net import tls  # loaded only by a node that uses TLS
-        config = self.config
-        self.tls_handshakes = tls.HandshakeFailures(config.tls_port)
-        try:
-            context = tls.server_context(config, failures=self.tls_handshakes)
-        except tls.TlsConfigError as exc:
-            raise StartupError("Can't configure TLS: %s" % exc) from None
-        handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
-        try:
-            self.listeners.append(await self._running_loop().create_server(
-                factory, loop_hosts(config.bind), config.tls_port, backlog=config.tcp_backlog,
-                reuse_address=True, ssl=context, ssl_handshake_timeout=handshake_timeout,
-                start_serving=False))
-        except OSError as exc:
-            raise self._cannot_listen("Server TLS", config.tls_port, exc) from None
-
-    async def _start_http(self) -> None:
-        """Serve /metrics and the dashboard on metrics-port, at the client
-        port's addresses (over TLS when tls-port is set); its listener
-        closes with theirs."""
-        # Imported here: aiohttp and prometheus_client take 0.2 s to load,
-        # which a node without metrics-port does not pay.
-        from disque.http.service import HttpService
-        config = self.config
-        self.http = HttpService(self)
-        context = None
-        handshake_timeout = None
-        if config.tls_port:
-            from disque.net import tls  # loaded only by a node that uses TLS
-            # HTTPS with the client port's certificate. Browsers and scrapers are
-            # not asked for a certificate, whatever tls-auth-clients says: the
-            # dashboard's actions need an ACL login (docs/dashboard.md).
-            try:
-                context = tls.server_context(config, auth_clients="no")
-            except tls.TlsConfigError as exc:
-                raise StartupError("Can't configure TLS: %s" % exc) from None
-            handshake_timeout = config.client_request_timeout or DEFAULT_TLS_HANDSHAKE_TIMEOUT
-        try:
-            self.listeners.append(await self.http.listen(config.bind or None, config.metrics_port,
-                                                         config.tcp_backlog, context,
-                                                         handshake_timeout))
-        except OSError as exc:
-            raise self._cannot_listen("the metrics HTTP", config.metrics_port, exc) from None
 
     async def _start_bus(self) -> None:
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
@@ -372,31 +257,13 @@ class Server(Host):
         try:
             await bus.listen(config.bind, port, config.tcp_backlog)
         except OSError as exc:
-            raise self._cannot_listen("the cluster bus", port, exc) from None
-
-    def _loading_progress(self) -> None:
-        """A slice of the AOF was loaded: keep systemd from timing the start out."""
-        now = time.monotonic()
-        if now >= self._next_loading_notify:
-            self._next_loading_notify = now + LOADING_NOTIFY_INTERVAL
-            self._notify("EXTEND_TIMEOUT_USEC=%d" % LOADING_EXTEND_USEC)
-
-    def _notify(self, state: str) -> None:
-        supervised = self.config.supervised
-        if supervised == "systemd" or (supervised == "auto" and "NOTIFY_SOCKET" in os.environ):
-            if not notify_systemd(state) and supervised == "systemd" and state == "READY=1":
-                logger.warning("systemd supervision requested, but NOTIFY_SOCKET not found")
+            raise cannot_listen("the cluster bus", config.bind, port, exc) from None
 
     def write_pidfile(self) -> None:
         """Write the pid file (when daemonized)."""
-        try:
-            with open(self.config.pidfile, "w") as f:
-                f.write("%d\n" % os.getpid())
-            self.pidfile_written = True
-        except OSError as exc:
-            logger.warning("Can't write the pid file %s: %s", self.config.pidfile, exc)
+        self.supervision.write_pidfile()
 
-    # -------------------------------------------------------------- timers
+    # --------------------------------------------------- loop and timers
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The loop ``start`` runs the server on: nothing is scheduled before."""
@@ -404,22 +271,22 @@ class Server(Host):
         assert loop is not None, "the server has not started"
         return loop
 
+    def _running_cron(self) -> ServerCron:
+        """The cron of the loop the server runs on (made with the first timer)."""
+        cron = self.cron
+        if cron is None:
+            cron = self.cron = ServerCron(self._running_loop(), self.node,
+                                          lambda: self.config.hz, self._cron_pass)
+        return cron
+
     def next_client_id(self) -> int:
         """Monotonic client IDs for CLIENT ID / LIST / KILL ID."""
         self.client_id += 1
         return self.client_id
 
     def arm_timer(self) -> None:
-        """Make sure the single timer handle fires at the node's next due time."""
-        due = self.node.next_timer()
-        if due >= self.timer_at:
-            return
-        handle = self.timer_handle
-        if handle is not None:
-            handle.cancel()
-        self.timer_at = due
-        delay = max(0.0, (due - wall_clock_ms() + TIMER_SLACK_MS) / 1000)
-        self.timer_handle = self._running_loop().call_later(delay, self._on_timer)
+        """Have the node's timers fire at its next due time."""
+        self._running_cron().arm_timer()
 
     def _after_bus(self) -> None:
         """Bus frames were handled: clients they unblocked go on at once (a
@@ -428,73 +295,29 @@ class Server(Host):
         self.output_batch.run_resumed()
         self.arm_timer()
 
-    def _on_timer(self) -> None:
-        self.timer_handle = None
-        self.timer_at = NEVER
-        self.node.run_timers()
-        self.arm_timer()
-
-    def _schedule_cron(self) -> None:
-        if self.cron_handle is not None:
-            self.cron_handle.cancel()
-        self.cron_handle = self._running_loop().call_later(1 / self.config.hz, self._cron)
-
-    def _cron(self) -> None:
-        self.cron_handle = None
+    def _cron_pass(self) -> None:
+        """What the process does hz times a second."""
         node = self.node
-        try:
-            node.cron()
-            now = node.state.now
-            node.state.stats.sample_ops(now)
-            self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
-            self._close_idle_clients(now)
-            if now >= self.next_request_scan:
-                self.next_request_scan = now + REQUEST_SCAN_INTERVAL_MS
-                self._close_stalled_requests(now)
-            if self.aof is not None:
-                self.aof.cron()
-            self.gc.tick()
-        except Exception:  # the cron must survive any bug in one pass
-            logger.exception("Error in server cron")
-        self._schedule_cron()
-        self.arm_timer()
+        node.cron()
+        now = node.state.now
+        node.state.stats.sample_ops(now)
+        self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
+        self.client_control.close_idle(now)
+        if now >= self.next_request_scan:
+            self.next_request_scan = now + REQUEST_SCAN_INTERVAL_MS
+            self.client_control.close_stalled(now)
+        if self.aof is not None:
+            self.aof.cron()
+        self.gc.tick()
 
-    def _close_idle_clients(self, now: int) -> None:
-        timeout = self.config.timeout
-        if not timeout:
-            return
-        limit = now - timeout * 1000
-        for client in list(self.clients.values()):
-            if client.atime < limit and client.blocked is None and not client.monitor:
-                logger.log(log.VERBOSE, "Closing idle client %s", client.addr)
-                client.close()
-
-    def _close_stalled_requests(self, now: int) -> None:
-        """client-request-timeout: close a client holding part of a request
-        that received no byte for that long (slowloris); a slow upload that
-        keeps sending is never cut, as the time counts from its last byte."""
-        timeout = self.config.client_request_timeout
-        if not timeout:
-            return
-        limit = now - timeout * 1000
-        for client in list(self.clients.values()):
-            if client.atime < limit and not client.closing and client.parser.held():
-                logger.warning(REQUEST_TIMEOUT_LOG, client.addr, timeout)
-                self.limits.request_timeout += 1
-                client.close()
+    @property
+    def clients_paused(self) -> bool:
+        """CLIENT PAUSE is in force: connections do not read."""
+        return self.client_control.paused
 
     def tune_tcp_socket(self, sock: socket.socket) -> None:
         """TCP_NODELAY always; keepalive probes when tcp-keepalive is set."""
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            interval = self.config.tcp_keepalive
-            if interval > 0:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, interval)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, interval // 3))
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-        except OSError:
-            pass
+        tune_tcp_socket(sock, self.config.tcp_keepalive)
 
     # ------------------------------------------------------------ shutdown
 
@@ -523,22 +346,13 @@ class Server(Host):
         logger.warning("User requested shutdown...")
         if self.aof is not None and not self.aof.shutdown(rewrite_aof):
             return False
-        self._notify("STOPPING=1")
-        for listener in self.listeners:
-            listener.close()
+        self.supervision.notify("STOPPING=1")
+        if self.listeners is not None:
+            self.listeners.close()
         if self.bus is not None:
             self.bus.shutdown()
-        if self.config.unixsocket:
-            try:
-                os.unlink(self.config.unixsocket)
-            except OSError:
-                pass
         self.save_cluster_config()
-        if self.pidfile_written:
-            try:
-                os.unlink(self.config.pidfile)
-            except OSError:
-                pass
+        self.supervision.remove_pidfile()
         logger.warning("Disque is now ready to exit, bye bye...")
         self._stop(0)
         return True
@@ -560,51 +374,14 @@ class Server(Host):
         self.net_rate.clear()
 
     def client_list(self, now_ms: int) -> bytes:
-        return "".join(c.describe(now_ms) + "\n" for c in self.clients.values()).encode()
+        return self.client_control.describe(now_ms)
 
     def kill_clients(self, caller: ClientState, *, addr: str | None = None,
                      client_id: int | None = None, skip_caller: bool = True) -> int:
-        killed = 0
-        for client in list(self.clients.values()):
-            if addr is not None and client.addr != addr:
-                continue
-            if client_id is not None and client.id != client_id:
-                continue
-            if client is caller and skip_caller:
-                continue
-            if client is caller:
-                client.close_after_reply = True
-            else:
-                client.close()
-            killed += 1
-        return killed
+        return self.client_control.kill(caller, addr, client_id, skip_caller)
 
     def pause_clients(self, ms: int) -> None:
-        # A shorter pause given during a longer one does not end it early.
-        self.paused_until = max(self.paused_until, time.monotonic() + ms / 1000)
-        self.clients_paused = True
-        for client in self.clients.values():
-            transport = client.transport
-            assert transport is not None  # a listed client is connected
-            transport.pause_reading()
-        self._running_loop().call_later(ms / 1000, self._resume_clients)
-
-    def _resume_clients(self) -> None:
-        remaining = self.paused_until - time.monotonic()
-        if remaining > 0:  # a longer pause came, or the timer fired early
-            self._running_loop().call_later(remaining, self._resume_clients)
-            return
-        self.clients_paused = False
-        for client in list(self.clients.values()):
-            held = client.held_input
-            if held is not None:
-                client.held_input = None
-                client.data_received(held)
-        for client in self.clients.values():
-            transport = client.transport
-            if client.reading and not client.closing:
-                assert transport is not None  # a listed client is connected
-                transport.resume_reading()
+        self.client_control.pause(ms)
 
     def debug_sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -618,12 +395,11 @@ class Server(Host):
                 logger.warning("DEBUG RESTART: config rewrite failed: %s", exc)
                 return False
             self.save_cluster_config()
-        for listener in self.listeners:
-            listener.close()
+        if self.listeners is not None:
+            self.listeners.close()
         if delay_ms:
             time.sleep(delay_ms / 1000)
-        if self.lock_fd >= 0:
-            os.close(self.lock_fd)
+        self.cluster_config.release()
         logger.warning("Restarting the server with %s", " ".join(self.argv))
         try:
             os.execv(sys.executable, [sys.executable, "-m", "disque.server"] + self.argv[1:])

@@ -60,14 +60,17 @@ _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTR
 _COMMANDSTATS: Final = "commandstats"
 
 
-def _node_fields(node: NodeState, section: str) -> dict:
+def _node_fields(node: NodeState, section: str, host: dict) -> dict:
     if section == "server":
         return {"hz": node.config.hz, "tcp_port": node.config.port}
     if section == "clients":
         return {"blocked_clients": len(node.blocked)}
     if section == "memory":
         peak = node.memory.update_peak()
-        return {"used_memory": node.memory.used,
+        used = node.memory.used
+        rss = host.get("used_memory_rss", 0)  # the process's, as the OS sees it
+        return {"used_memory": used,
+                "mem_fragmentation_ratio": "%.2f" % (rss / used if used else 0),
                 "used_memory_human": format_human(node.memory.used),
                 "used_memory_peak": peak,
                 "used_memory_peak_human": format_human(peak)}
@@ -103,7 +106,7 @@ def _section_text(node: NodeState, title: str, keys: Iterable[str] | None) -> st
     section = title.lower()
     host_fields = node.host.info_fields(section)
     values = dict(host_fields)
-    values.update(_node_fields(node, section))
+    values.update(_node_fields(node, section, values))
     if keys is None:
         keys = [k for k, _ in host_fields]
     lines = ["# %s\r\n" % title]

@@ -2,7 +2,7 @@
 
 The node renders INFO and asks its host for the fields only the process
 knows (sockets, memory as the OS sees it, CPU time, uptime); this module
-computes them from the running ``Server``.
+computes them from what ``InfoServer`` names of the running server.
 """
 
 from __future__ import annotations
@@ -11,14 +11,18 @@ import os
 import resource
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from disque import __version__
 from disque.build import core_build
 
 if TYPE_CHECKING:
-    from disque.server import Server
+    from disque.aof.service import AofService
+    from disque.config import Config
+    from disque.net.bus import ClusterBus
+    from disque.net.connection import ClientConnection, LimitCounters
+    from disque.process.listeners import Listeners
 
 GIT_SHA1 = "00000000"       # not built from a git checkout, as the C server reports then
 MEM_ALLOCATOR = "pymalloc"
@@ -54,6 +58,38 @@ class NetworkRate:
         self.samples.clear()
 
 
+class InfoServer(Protocol):
+    """What the process's INFO fields read of the running server
+    (``disque.server.Server``)."""
+
+    start_time: float
+    run_id: str
+    argv: list[str]
+    config: Config
+    connections_received: int
+    rejected_connections: int
+    net_input_bytes: int
+    net_output_bytes: int
+    net_rate: NetworkRate
+    limits: LimitCounters
+
+    @property
+    def clients(self) -> Mapping[int, ClientConnection]:
+        """The open client connections."""
+
+    @property
+    def aof(self) -> AofService | None:
+        """The AOF (None before the server starts)."""
+
+    @property
+    def bus(self) -> ClusterBus | None:
+        """The cluster bus (None before the server starts)."""
+
+    @property
+    def listeners(self) -> Listeners | None:
+        """The client listeners (tls-port's handshake failures)."""
+
+
 def rss_bytes() -> int:
     """Resident set size (peak RSS where /proc is missing)."""
     try:
@@ -63,7 +99,7 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _server_fields(server: Server) -> InfoFields:
+def _server_fields(server: InfoServer) -> InfoFields:
     import platform  # only INFO needs it: a node answers PING without loading it
     uname = platform.uname()
     uptime = int(time.time() - server.start_time)
@@ -84,33 +120,30 @@ def _server_fields(server: Server) -> InfoFields:
             ("config_file", server.config.config_file or "")]
 
 
-def _build_fields(server: Server) -> InfoFields:
+def _build_fields(server: InfoServer) -> InfoFields:
     # Not in the original (INFO build): which build of the core this process loaded.
     return [("core_build", core_build())]
 
 
-def _clients_fields(server: Server) -> InfoFields:
+def _clients_fields(server: InfoServer) -> InfoFields:
     biggest = max((c.parser.buffered() for c in server.clients.values()), default=0)
     return [("connected_clients", len(server.clients)),
             ("client_longest_output_list", 0),
             ("client_biggest_input_buf", biggest)]
 
 
-def _memory_fields(server: Server) -> InfoFields:
-    rss = rss_bytes()
-    used = server.node.state.used_memory
-    return [("used_memory_rss", rss),
-            ("mem_fragmentation_ratio", "%.2f" % (rss / used if used else 0)),
-            ("mem_allocator", MEM_ALLOCATOR)]
+def _memory_fields(server: InfoServer) -> InfoFields:
+    # The fragmentation ratio is the node's: it knows the dataset's size.
+    return [("used_memory_rss", rss_bytes()), ("mem_allocator", MEM_ALLOCATOR)]
 
 
-def _persistence_fields(server: Server) -> InfoFields:
+def _persistence_fields(server: InfoServer) -> InfoFields:
     if server.aof is None:
         return [("loading", 0)]
     return server.aof.info_fields()
 
 
-def _stats_fields(server: Server) -> InfoFields:
+def _stats_fields(server: InfoServer) -> InfoFields:
     in_kbps, out_kbps = server.net_rate.kbps()
     return [("total_connections_received", server.connections_received),
             ("total_net_input_bytes", server.net_input_bytes),
@@ -121,7 +154,7 @@ def _stats_fields(server: Server) -> InfoFields:
             ("latest_fork_usec", 0)]
 
 
-def _cpu_fields(server: Server) -> InfoFields:
+def _cpu_fields(server: InfoServer) -> InfoFields:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return [("used_cpu_sys", "%.2f" % usage.ru_stime),
@@ -130,7 +163,7 @@ def _cpu_fields(server: Server) -> InfoFields:
             ("used_cpu_user_children", "%.2f" % children.ru_utime)]
 
 
-def _bus_fields(server: Server) -> InfoFields:
+def _bus_fields(server: InfoServer) -> InfoFields:
     bus = server.bus
     if bus is None:
         return []
@@ -147,13 +180,13 @@ def _bus_fields(server: Server) -> InfoFields:
             ("bus_rejected_connections", bus.rejected_connections)]
 
 
-def _security_fields(server: Server) -> InfoFields:
+def _security_fields(server: InfoServer) -> InfoFields:
     # Not in the original (INFO security): the node gives the rest of the section.
-    handshakes = server.tls_handshakes
+    handshakes = server.listeners.tls_handshakes if server.listeners is not None else None
     return [("tls_client_handshake_failures", handshakes.count if handshakes else 0)]
 
 
-def _limits_fields(server: Server) -> InfoFields:
+def _limits_fields(server: InfoServer) -> InfoFields:
     # Not in the original (INFO limits): connections closed by a limit.
     limits = server.limits
     return [("client_query_buffer_limit_closed", limits.query_buffer),
@@ -164,7 +197,7 @@ def _limits_fields(server: Server) -> InfoFields:
             ("maxclients_rejected_connections", server.rejected_connections)]
 
 
-_SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
+_SECTIONS: dict[str, Callable[[InfoServer], InfoFields]] = {
     "server": _server_fields,
     "clients": _clients_fields,
     "memory": _memory_fields,
@@ -178,7 +211,7 @@ _SECTIONS: dict[str, Callable[[Server], InfoFields]] = {
 }
 
 
-def info_fields(server: Server, section: str) -> InfoFields:
+def info_fields(server: InfoServer, section: str) -> InfoFields:
     """The process-level fields of INFO ``section``; none for sections the node owns alone."""
     fields = _SECTIONS.get(section)
     return fields(server) if fields is not None else []

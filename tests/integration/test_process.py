@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from disque.aof.service import LOAD_SLICE_RECORDS
-from disque.server import LOADING_NOTIFY_INTERVAL
+from disque.process.supervision import LOADING_NOTIFY_INTERVAL
 from tests.support.process import REPO, DisqueProcess, free_port, wait_until
 
 
