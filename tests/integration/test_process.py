@@ -10,6 +10,7 @@ import sys
 
 from disque.aof.service import LOAD_SLICE_RECORDS
 from disque.process.supervision import LOADING_NOTIFY_INTERVAL
+from tests.integration.test_proctitle import assert_titled
 from tests.support.process import REPO, DisqueProcess, free_port, wait_until
 
 
@@ -105,7 +106,7 @@ def test_supervised_no_sends_nothing(tmp_path):
         sock.close()
 
 
-def test_daemonize_writes_and_removes_pidfile(tmp_path):
+def test_daemonize_writes_and_removes_pidfile_and_titles_the_daemon(tmp_path):
     pidfile = tmp_path / "disque.pid"
     node = DisqueProcess(tmp_path / "node",
                          config="daemonize yes\npidfile %s\n" % pidfile)
@@ -114,6 +115,7 @@ def test_daemonize_writes_and_removes_pidfile(tmp_path):
     pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip()))
     try:
         wait_until(lambda: node.raw(b"PING\r\n") == b"+PONG\r\n")
+        assert_titled(pid, node.port)  # the title set before detaching stays the daemon's
         assert node.raw(b"*1\r\n$8\r\nSHUTDOWN\r\n", until_close=True) == b"<EOF>"
         wait_until(lambda: not pidfile.exists(), message="pidfile removal")
     finally:

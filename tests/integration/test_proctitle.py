@@ -2,9 +2,8 @@
 node as ``disque-server 127.0.0.1:PORT [cluster]``, named ``disque-server``,
 as redis-server shows itself, whether it runs as ``python -m disque.server``,
 as the ``disque-server`` console script (the systemd unit's ExecStart) or
-daemonized; without setproctitle a node still runs, under its command line.
-Before, every node showed as ``python3 -m disque.server ...`` and ``pgrep
-disque-server`` found nothing."""
+daemonized (tests/integration/test_process.py); without setproctitle a node
+still runs, under its command line."""
 
 from __future__ import annotations
 
@@ -69,24 +68,6 @@ def test_console_script_shows_the_same_title(tmp_path):
             proc.kill()
             proc.wait()
     assert (tmp_path / "stderr.log").read_text() == ""
-
-
-def test_a_daemonized_node_is_titled_after_it_detaches(tmp_path):
-    pidfile = tmp_path / "disque.pid"
-    node = DisqueProcess(tmp_path / "node", config="daemonize yes\npidfile %s\n" % pidfile)
-    node.start(wait=False)
-    assert node.proc.wait(10) == 0  # the launcher exits, the daemon lives on
-    pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    try:
-        wait_until(lambda: node.raw(b"PING\r\n") == b"+PONG\r\n")
-        assert_titled(pid, node.port)
-        assert node.raw(b"*1\r\n$8\r\nSHUTDOWN\r\n", until_close=True) == b"<EOF>"
-        wait_until(lambda: not pidfile.exists(), message="pidfile removal")
-    finally:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
 
 
 def test_without_setproctitle_the_node_keeps_its_command_line(tmp_path, server_factory):
