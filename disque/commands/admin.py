@@ -13,6 +13,7 @@ from disque.commands.acl import authenticate
 from disque.commands.args import parse_float, parse_int
 from disque.config import ConfigSetError
 from disque.config.globmatch import MAX_PATTERN_LEN
+from disque.config.runtime import settable
 from disque.protocol.resp import (EMPTY_ARRAY, NIL, OK, PONG, Status, bulk, encode, encode_map,
                                   error, integer)
 
@@ -186,6 +187,8 @@ def config_cmd(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes
                 return encode_map(list(zip(found[::2], found[1::2])))
             return encode(found)
         if sub == b"SET":
+            # A parameter read at startup only says so before it is found protected (Redis 7).
+            settable(argv[2])
             if (argv[2].decode("latin-1").lower() in PROTECTED_CONFIGS
                     and not allowed_from(node.config.enable_protected_configs, client)):
                 return error("ERR CONFIG SET failed (possibly related to argument '%s') - can't "

@@ -49,6 +49,10 @@ NEGATIVE_SOFT_SECONDS: Final = "Negative number of seconds in soft limit is inva
 PROTO_MAX_BULK_LEN_TOO_SMALL: Final = "proto-max-bulk-len must be 1mb or greater"
 
 ERR_UNSUPPORTED: Final = "ERR Unsupported CONFIG parameter: {name}"
+# A parameter that exists but is read at startup only (Redis 7's text);
+# ERR_UNSUPPORTED is for names that are no parameter.
+ERR_IMMUTABLE: Final = ("ERR CONFIG SET failed (possibly related to argument '{name}') - "
+                        "can't set immutable config")
 ERR_INVALID_ARGUMENT: Final = "ERR Invalid argument '{value}' for CONFIG SET '{name}'"
 ERR_CHANGING_DIR: Final = "ERR Changing directory: {reason}"
 ERR_NO_CONFIG_FILE: Final = "ERR The server is running without a config file"

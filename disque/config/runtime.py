@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from disque.config.errors import ConfigSetError, InvalidValue
 from disque.config.globmatch import stringmatch
-from disque.config.messages import ERR_CHANGING_DIR, ERR_INVALID_ARGUMENT, ERR_UNSUPPORTED
+from disque.config.directive import Directive
+from disque.config.messages import (ERR_CHANGING_DIR, ERR_IMMUTABLE, ERR_INVALID_ARGUMENT,
+                                    ERR_UNSUPPORTED)
 from disque.config.table import DIRECTIVES, GETTABLE
 from disque.config.values import decode, encode, printable
 
@@ -28,14 +30,26 @@ def get_values(config: Settings, pattern: bytes) -> list[bytes]:
     return reply
 
 
+def settable(name: bytes) -> Directive:
+    """The directive CONFIG SET ``name`` changes; ConfigSetError naming it when
+    it is read at startup only, or when it is no parameter (unknown, or a
+    line of the file only: include, rename-command, user)."""
+    directive = DIRECTIVES.get(decode(name.lower()))
+    if directive is not None and "S" in directive.flags and directive.parse_set is not None:
+        return directive
+    if directive is not None and directive.stored:
+        raise ConfigSetError(ERR_IMMUTABLE.format(name=printable(name)))
+    raise ConfigSetError(ERR_UNSUPPORTED.format(name=printable(name)))
+
+
 def set_value(config: Settings, listeners: Mapping[str, Listener], name: bytes,
               value: bytes) -> None:
     """Validate, store, notify the directive's listener; raise ConfigSetError."""
-    directive = DIRECTIVES.get(decode(name.lower()))
-    if directive is None or "S" not in directive.flags or directive.parse_set is None:
-        raise ConfigSetError(ERR_UNSUPPORTED.format(name=printable(name)))
+    directive = settable(name)
+    parse_set = directive.parse_set
+    assert parse_set is not None  # settable() returns only directives that have one
     try:
-        new = directive.parse_set(decode(value))
+        new = parse_set(decode(value))
     except InvalidValue:
         raise ConfigSetError(ERR_INVALID_ARGUMENT.format(
             value=printable(value), name=printable(name))) from None

@@ -1,11 +1,12 @@
 """The subcommands of ``disque-cluster``: create, status, start, restart and stop.
 
-``create`` lays the nodes out (``node_files``), starts them as daemons
-(``node_processes``) and joins them; ``status`` asks each node about itself
-(``node_queries``); ``start`` and ``restart`` run one node again from its
-own directory and config, so it keeps its ``nodes.conf`` (its node ID and
-the other nodes' addresses) and rejoins by itself; ``stop`` stops nodes in
-bounded steps. Each returns the command's exit status.
+``create`` lays the nodes out (``node_files``) with their configuration
+(``node_config``), starts them as daemons (``node_processes``) and joins
+them; ``status`` asks each node about itself (``node_queries``); ``start``
+and ``restart`` run one node again from its own directory and config, so
+it keeps its ``nodes.conf`` (its node ID and the other nodes' addresses)
+and rejoins by itself; ``stop`` stops nodes in bounded steps. Each returns
+the command's exit status.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from disque.config import Config
+from disque.tools.node_config import ConfigProblem, NodeConfig, dashboard_url
 from disque.tools.node_files import HOST, NodeFiles, cluster_nodes
 from disque.tools.node_processes import (SIGNAL_TIMEOUT_S, LaunchError, port_in_use, port_list,
                                          recorded_pid, start_nodes, stop_nodes, wait_for)
@@ -30,8 +33,9 @@ MAX_PORT: Final = 65535
 JOIN_TIMEOUT_S: Final = 30.0
 
 
-def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
-    """Start ``size`` joined nodes on consecutive ports under ``root``."""
+def create(size: int, first_port: int, root: Path, settings: NodeConfig) -> int:
+    """Start ``size`` joined nodes on consecutive ports under ``root``, each
+    configured with ``settings``."""
     ports = range(first_port, first_port + size)
     if size < 1:
         return _fail("the cluster needs at least one node")
@@ -40,6 +44,17 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
                      "%d, so --port must be between 1 and %d"
                      % (ports[0], ports[-1], BUS_PORT_OFFSET, MAX_PORT,
                         MAX_PORT - BUS_PORT_OFFSET - size + 1))
+    listeners = [[(port, "client"), (port + BUS_PORT_OFFSET, "bus"),
+                  *settings.listener_ports(index)] for index, port in enumerate(ports)]
+    taken: dict[int, str] = {}
+    for index, node_ports in enumerate(listeners):
+        for port, kind in node_ports:
+            name = "the %s port of node %d" % (kind, index + 1)
+            if not 1 <= port <= MAX_PORT:
+                return _fail("%s would be %d, not a port (1-%d)" % (name, port, MAX_PORT))
+            if port in taken:
+                return _fail("port %d would be both %s and %s" % (port, taken[port], name))
+            taken[port] = name
     existing = cluster_nodes(root)
     running = [node.port for node in existing
                if recorded_pid(node) is not None or answers_ping(node.port)]
@@ -51,17 +66,19 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
                      "(%s), remove them (rm -r %s) or choose another --dir"
                      % (root, port_list([node.port for node in existing]),
                         _command("start PORT", root), shlex.quote(str(root))))
-    busy = ["%d (the %s port of node %d)" % (checked, kind, index + 1)
-            for index, port in enumerate(ports)
-            for checked, kind in ((port, "client"), (port + BUS_PORT_OFFSET, "bus"))
-            if port_in_use(checked)]
+    busy = ["%d (%s)" % (port, name) for port, name in taken.items() if port_in_use(port)]
     if busy:
-        return _fail("ports in use: %s; choose another --port or stop what listens there"
+        return _fail("ports in use: %s; choose other ports or stop what listens there"
                      % ", ".join(busy))
     nodes = [NodeFiles(port, root.resolve() / str(port)) for port in ports]
-    for index, node in enumerate(nodes):
+    texts = [settings.text(node, index, size) for index, node in enumerate(nodes)]
+    try:
+        configs = [settings.check(node, text) for node, text in zip(nodes, texts)]
+    except ConfigProblem as exc:
+        return _fail(str(exc))
+    for node, text in zip(nodes, texts):
         node.directory.mkdir(parents=True, exist_ok=True)
-        node.config.write_text(node.config_text(index, size, appendonly))
+        node.config.write_text(text, errors="surrogateescape")
     try:
         start_nodes(nodes)
         _join(nodes)
@@ -72,7 +89,7 @@ def create(size: int, first_port: int, root: Path, appendonly: bool) -> int:
         sys.stderr.write("The nodes' files stay in %s for a look; remove them (rm -r %s) "
                          "before the next create.\n" % (root, shlex.quote(str(root))))
         return 1
-    _print_created(nodes, ids, root, appendonly)
+    _print_created(nodes, ids, configs, root)
     return 0
 
 
@@ -101,12 +118,12 @@ def _join(nodes: Sequence[NodeFiles]) -> None:
                                                        for port, view in views.items())))
 
 
-def _print_created(nodes: Sequence[NodeFiles], ids: Sequence[str], root: Path,
-                   appendonly: bool) -> None:
+def _print_created(nodes: Sequence[NodeFiles], ids: Sequence[str], configs: Sequence[Config],
+                   root: Path) -> None:
     first = nodes[0].port
     print("Started %d node%s in %s (%s, AOF %s), joined as one cluster:"
           % (len(nodes), "" if len(nodes) == 1 else "s", root, HOST,
-             "on" if appendonly else "off"))
+             "on" if configs[0].appendonly else "off"))
     for node, node_id in zip(nodes, ids):
         print("  %s:%d  pid %s  id %s  %s" % (HOST, node.port, recorded_pid(node) or "?",
                                             node_id[:8], node.directory))
@@ -114,6 +131,9 @@ def _print_created(nodes: Sequence[NodeFiles], ids: Sequence[str], root: Path,
     print("Connect:  redis-cli -p %d" % first)
     print("Nodes:    redis-cli -p %d HELLO" % first)
     print('Python:   DisqueClient("%s")' % ",".join("%s:%d" % (HOST, node.port) for node in nodes))
+    if configs[0].metrics_port:
+        print("Dashboards: %s" % "  ".join(dashboard_url(config.metrics_port, config.tls_port)
+                                           for config in configs))
     print("Status:   %s" % _command("status", root))
     print("Stop:     %s   (then rm -r %s removes logs, node IDs and AOFs)"
           % (_command("stop", root), shlex.quote(str(root))))
@@ -128,15 +148,18 @@ def status(root: Path) -> int:
     rows = [node_status(node, recorded_pid(node)) for node in nodes]
     up = sum(row.up for row in rows)
     print("Cluster in %s: %d of %d node%s up" % (root, up, len(rows), "" if len(rows) == 1 else "s"))
-    header = ("PORT", "PID", "STATE", "KNOWN", "REACHABLE", "JOBS", "QUEUED")
+    header = ("PORT", "PID", "STATE", "KNOWN", "REACHABLE", "JOBS", "QUEUED", "DASHBOARD")
     table = [header] + [(str(row.port), _shown(row.pid), row.state,
                          _shown(row.known_nodes), _shown(row.reachable_nodes),
-                         _shown(row.jobs), _shown(row.queued)) for row in rows]
+                         _shown(row.jobs), _shown(row.queued), row.dashboard or "-")
+                        for row in rows]
     widths = [max(len(line[column]) for line in table) for column in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
-    print("KNOWN: nodes in the node's table; REACHABLE: those it can reach, itself "
-          "included; JOBS: jobs it holds; QUEUED: jobs in its queues.")
+    print("STATE: whether its process answers now; KNOWN: nodes in the node's table; "
+          "REACHABLE: those it can replicate to now (a bus link open, not flagged failing), "
+          "itself included; JOBS: jobs it holds; QUEUED: jobs in its queues; DASHBOARD: its "
+          "metrics port (create --metrics-port).")
     return 0 if up == len(rows) else 1
 
 

@@ -1,14 +1,17 @@
 """``disque-cluster``: start, inspect and stop a cluster of nodes on this machine,
 like Redis' create-cluster script in one command.
 
-    disque-cluster create 3 [--port 7711] [--dir ./disque-cluster] [--appendonly]
+    disque-cluster create 3 [--port 7711] [--dir ./disque-cluster] [--base-config FILE]
+                            [--conf "DIRECTIVE ARGS"]... [--appendonly]
+                            [--metrics-port BASE] [--tls-port BASE]
     disque-cluster status [--dir ./disque-cluster]
     disque-cluster stop [PORT] [--dir ./disque-cluster]
     disque-cluster start PORT [--dir ./disque-cluster]
     disque-cluster restart PORT [--dir ./disque-cluster]
 
-Each node gets its own directory ``DIR/<port>/`` with its own config file
-(``node_files``); the nodes daemonize themselves through it, and ``status``
+Each node gets its own directory ``DIR/<port>/`` (``node_files``) with its
+own config file (``node_config``: the base file, ``--conf`` lines and the
+node's own settings); the nodes daemonize themselves through it, and ``status``
 and ``stop`` find them again by their pid files and ports
 (``node_processes``). This module reads the command line; the subcommands
 are ``cluster_commands``'s.
@@ -24,6 +27,7 @@ from typing import Final
 
 from disque.tools.cluster_commands import (DEFAULT_DIR, PROGRAM, create, restart_node,
                                            start_node, status, stop)
+from disque.tools.node_config import ConfigProblem, NodeConfig
 
 DEFAULT_PORT: Final = 7711
 
@@ -41,8 +45,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     create_parser.add_argument("nodes", type=int, metavar="N", help="number of nodes")
     create_parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                                help="first node's port (default %d)" % DEFAULT_PORT)
+    create_parser.add_argument("--base-config", type=Path, metavar="FILE",
+                               help="a config file every node starts from (its port, dir, "
+                                    "files and daemon settings are replaced by each node's)")
+    create_parser.add_argument("--conf", action="append", default=[], metavar='"DIRECTIVE ARGS"',
+                               help='a config line for every node, after the base file\'s '
+                                    '(repeatable): --conf "appendonly yes"')
     create_parser.add_argument("--appendonly", action="store_true",
-                               help="each node keeps an AOF (appendonly yes)")
+                               help='each node keeps an AOF (--conf "appendonly yes")')
+    create_parser.add_argument("--metrics-port", type=int, default=0, metavar="BASE",
+                               help="the nodes serve /metrics and the dashboard on BASE, "
+                                    "BASE + 1, ...")
+    create_parser.add_argument("--tls-port", type=int, default=0, metavar="BASE",
+                               help="the nodes take TLS clients on BASE, BASE + 1, ... (and "
+                                    "their dashboards speak HTTPS); give the certificate "
+                                    "with --conf")
     commands.add_parser("status", help="show each node's state")
     commands.add_parser("stop", help="stop every node, or only the one on PORT").add_argument(
         "port", type=int, nargs="?", metavar="PORT", help="the node's port (default: all)")
@@ -55,7 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help="the cluster's directory (default ./%s)" % DEFAULT_DIR)
     args = parser.parse_args(argv)
     if args.command == "create":
-        return create(args.nodes, args.port, args.dir, args.appendonly)
+        directives = args.conf + (["appendonly yes"] if args.appendonly else [])
+        try:
+            settings = NodeConfig.build(args.base_config, directives, args.metrics_port,
+                                        args.tls_port)
+        except ConfigProblem as exc:
+            parser.exit(1, "%s: %s\n" % (PROGRAM, exc))
+        return create(args.nodes, args.port, args.dir, settings)
     if args.command == "status":
         return status(args.dir)
     if args.command == "start":

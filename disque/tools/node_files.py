@@ -43,24 +43,6 @@ class NodeFiles:
     def aof(self) -> Path:
         return self.directory / AOF_NAME
 
-    def config_text(self, index: int, size: int, appendonly: bool) -> str:
-        """The node's own config file: only what differs from the defaults."""
-        return "\n".join((
-            "# Written by disque-cluster create: node %d of %d of a local cluster."
-            % (index + 1, size),
-            "# This file is the node's own: CONFIG REWRITE saves here.",
-            "bind %s" % HOST,
-            "port %d" % self.port,
-            "dir %s" % _quoted(str(self.directory)),
-            "daemonize yes",
-            "pidfile %s" % _quoted(str(self.pidfile)),
-            "logfile %s" % _quoted(str(self.logfile)),
-            "appendonly %s" % ("yes" if appendonly else "no"),
-            "appendfilename %s" % AOF_NAME,
-            "cluster-config-file %s" % NODES_CONF_NAME,
-            "",
-        ))
-
     def log_tail(self) -> str:
         """The last lines of the node's log, indented for an error message."""
         try:
@@ -75,11 +57,6 @@ class NodeFiles:
             return int(self.pidfile.read_text().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-
-
-def _quoted(text: str) -> str:
-    """A config file argument in double quotes (the loader's sdssplitargs rules)."""
-    return '"%s"' % text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def cluster_nodes(root: Path) -> list[NodeFiles]:

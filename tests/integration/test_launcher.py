@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,7 @@ import redis
 from tests.support.cluster import parse_cluster_info, parse_cluster_nodes, parse_show
 from tests.support.process import REPO, UNEXPECTED_LOG, log_entries, wait_until
 from tests.support.teardown import fail_on
+from tests.support.tls import gen_certs, tls_handshake
 
 SCRIPT = Path(sys.executable).parent / "disque-cluster"
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "disque.tools.launcher"]
@@ -133,7 +138,7 @@ def launcher(tmp_path):
 
 
 def status_rows(output: str) -> dict[int, list[str]]:
-    """status's table: {port: [pid, state, known, reachable, jobs, queued]}."""
+    """status's table: {port: [pid, state, known, reachable, jobs, queued, dashboard]}."""
     rows = {}
     for line in output.splitlines():
         cells = line.split()
@@ -179,8 +184,9 @@ def test_create_status_stop(launcher, tmp_path):
     assert result.returncode == 0, result.stderr
     rows = status_rows(result.stdout)
     assert sorted(rows) == ports
-    for port, (pid, state, known, reachable, jobs, queued) in rows.items():
-        assert (int(pid), state, known, reachable, jobs) == (pids[port], "up", "3", "3", "1")
+    for port, (pid, state, known, reachable, jobs, queued, dashboard) in rows.items():
+        assert (int(pid), state, known, reachable, jobs, dashboard) == (
+            pids[port], "up", "3", "3", "1", "-")
     assert sum(int(row[5]) for row in rows.values()) == 1   # queued on the node that took it
 
     result = launcher.run("stop", "--dir", str(directory))
@@ -381,3 +387,143 @@ def test_restart_with_a_relative_directory(launcher, tmp_path):
     assert node_id(target) == node
     wait_until(lambda: others_see_connected(ports, target, node),
                message="the others to see the restarted node connected")
+
+
+def raw_reply(port: int, request: bytes) -> bytes:
+    """One inline request's reply line, as the node sends it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(request)
+        reply = b""
+        while not reply.endswith(b"\r\n"):
+            chunk = sock.recv(4096)
+            assert chunk, "the node closed the connection"
+            reply += chunk
+    return reply
+
+
+def http_get(url: str, context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=30, context=context) as response:
+        return response.status, response.read()
+
+
+def test_create_with_a_base_config_directives_and_metrics_ports(launcher, tmp_path):
+    """Every node runs the base file's lines, then --conf's, then its own
+    (port, dir, ... : the base file's are replaced); each gets its own
+    metrics port, which serves /metrics once create returns."""
+    directory = tmp_path / "cluster"
+    ports, metrics = free_ports(3), free_ports(3)
+    base = tmp_path / "base.conf"
+    base.write_text("# shared by the nodes\nmaxdeliver-default 7\nhz 30\nport 7711\n"
+                    "daemonize no\ndir /\n")
+    output = launcher.create(directory, ports, "--base-config", str(base),
+                             "--conf", "appendonly yes", "--conf", "hz 20",
+                             "--metrics-port", str(metrics[0]))
+    assert "AOF on" in output
+    urls = ["http://127.0.0.1:%d/" % port for port in metrics]
+    assert "Dashboards: " + "  ".join(urls) in output
+    for port, metrics_port in zip(ports, metrics):
+        with redis.Redis(port=port, socket_timeout=30) as client:
+            for name, value in (("appendonly", "yes"), ("hz", "20"),
+                                ("maxdeliver-default", "7"), ("port", str(port)),
+                                ("daemonize", "yes"), ("metrics-port", str(metrics_port)),
+                                ("dir", str(directory / str(port)))):
+                assert client.execute_command("CONFIG", "GET", name) == {
+                    name.encode(): value.encode()}, (port, name)
+        status_code, body = http_get("http://127.0.0.1:%d/metrics" % metrics_port)
+        assert status_code == 200 and b"disque_jobs_added_total" in body
+
+    result = launcher.run("status", "--dir", str(directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [row[6] for row in status_rows(result.stdout).values()] == urls
+
+    # A parameter read at startup only is named immutable, as Redis 7 does; a
+    # name that is no parameter keeps Disque 1.0's text.
+    assert raw_reply(ports[0], b"CONFIG SET metrics-port 9711\r\n") == (
+        b"-ERR CONFIG SET failed (possibly related to argument 'metrics-port') - "
+        b"can't set immutable config\r\n")
+    assert raw_reply(ports[0], b"CONFIG SET nosuchthing 1\r\n") == (
+        b"-ERR Unsupported CONFIG parameter: nosuchthing\r\n")
+
+
+def test_create_refuses_directives_it_cannot_run(launcher, tmp_path):
+    """Nothing is written or started when a node's config would not load or
+    would take a setting the launcher gives each node."""
+    directory = tmp_path / "cluster"
+    ports = free_ports(2)
+    shared = tmp_path / "shared.conf"
+    shared.write_text("metrics-port 9711\n")
+    for options, message in (
+            (["--conf", "appendonly maybe"], ">>> 'appendonly maybe'\nargument must be "
+                                             "'yes' or 'no'"),
+            (["--conf", "port 9999"], "--conf 'port 9999': disque-cluster sets port for "
+                                      "each node (give --port)"),
+            (["--conf", "metrics-port 9711"], "(give --metrics-port)"),
+            (["--base-config", str(shared)], "%s sets metrics-port 9711, which the nodes "
+                                             "cannot share" % shared),
+            (["--base-config", str(tmp_path / "missing.conf")], "cannot read the base config"),
+            (["--conf", "requirepass secret"], "default user would need a password"),
+            (["--metrics-port", str(ports[1])], "port %d would be both the metrics port of "
+                                                "node 1 and the client port of node 2"
+                                                % ports[1])):
+        result = launcher.run("create", "2", "--port", str(ports[0]), "--dir", str(directory),
+                              *options)
+        assert result.returncode == 1, options
+        assert message in result.stderr, (options, result.stderr)
+        assert not directory.exists(), options
+
+
+def test_status_sees_a_stopped_node_unreachable_at_once(launcher, tmp_path):
+    """REACHABLE counts the bus links open now: a node whose process ended
+    stops counting within a second or two, not after node-timeout (15 s)."""
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    launcher.create(directory, ports)
+    pids = pidfile_pids(directory)
+
+    def reachable() -> dict[int, str]:
+        rows = status_rows(launcher.run("status", "--dir", str(directory)).stdout)
+        return {port: row[3] for port, row in rows.items()}
+
+    os.kill(pids[ports[0]], signal.SIGTERM)
+    wait_until(lambda: reachable() == {ports[0]: "-", ports[1]: "2", ports[2]: "2"},
+               timeout=3, message="status to count 2 reachable nodes after a SIGTERM")
+    result = launcher.run("stop", str(ports[1]), "--dir", str(directory))
+    assert result.returncode == 0, result.stdout + result.stderr
+    wait_until(lambda: reachable() == {ports[0]: "-", ports[1]: "-", ports[2]: "1"},
+               timeout=3, message="status to count 1 reachable node after a stop")
+
+
+def test_tls_nodes_show_an_https_dashboard(launcher, tmp_path):
+    certs = gen_certs(tmp_path / "certs")
+    directory = tmp_path / "cluster"
+    port, metrics_port, tls_port = free_ports(1)[0], free_ports(1)[0], free_ports(1)[0]
+    output = launcher.create(directory, [port], "--metrics-port", str(metrics_port),
+                             "--tls-port", str(tls_port),
+                             "--conf", "tls-cert-file %s" % (certs / "node.crt"),
+                             "--conf", "tls-key-file %s" % (certs / "node.key"),
+                             "--conf", "tls-ca-cert-file %s" % (certs / "ca.crt"))
+    url = "https://127.0.0.1:%d/" % metrics_port
+    assert "Dashboards: " + url in output
+    rows = status_rows(launcher.run("status", "--dir", str(directory)).stdout)
+    assert rows[port][6] == url
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    status_code, body = http_get(url + "metrics", context)
+    assert status_code == 200 and b"disque_jobs_added_total" in body
+    assert tls_handshake(certs, tls_port, with_cert=True) == b"+PONG\r\n"
+
+
+def test_the_readme_cluster_one_liner(launcher, tmp_path):
+    """README's "Three nodes on one machine" command, on free ports: three
+    nodes keeping an AOF, each with a dashboard."""
+    readme = (REPO / "README.md").read_text()
+    [line] = re.findall(r"^\.venv/bin/disque-cluster create 3 (.*?)(?:  #.*)?$", readme, re.M)
+    options = shlex.split(line)
+    metrics = free_ports(3)
+    options[options.index("--metrics-port") + 1] = str(metrics[0])
+    directory = tmp_path / "cluster"
+    ports = free_ports(3)
+    output = launcher.create(directory, ports, *options)
+    assert "AOF on" in output
+    assert "Dashboards: " + "  ".join("http://127.0.0.1:%d/" % port for port in metrics) in output
+    for port in metrics:
+        assert http_get("http://127.0.0.1:%d/metrics" % port)[0] == 200

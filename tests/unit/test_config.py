@@ -699,12 +699,28 @@ def test_set_error_text_is_single_line_and_encodable():
 
 @pytest.mark.parametrize("name", [
     "port", "bind", "tcp-backlog", "unixsocket", "unixsocketperm", "daemonize", "pidfile",
-    "logfile", "syslog-enabled", "syslog-ident", "syslog-facility", "databases", "include",
-    "appendfilename", "no-appendfsync-on-rewrite", "rename-command", "cluster-config-file",
-    "cluster-bus-port", "save", "nosuchparam", "",
+    "logfile", "syslog-enabled", "syslog-ident", "syslog-facility", "databases",
+    "appendfilename", "no-appendfsync-on-rewrite", "cluster-config-file", "cluster-bus-port",
+    "metrics-port", "tls-port", "tls-key-file-pass", "Metrics-Port",
+])
+def test_set_of_a_startup_only_parameter_names_it_immutable(name):
+    """Redis 7's reply for an immutable parameter, naming it as given."""
+    config = Config()
+    before = stored_values(config)
+    assert set_error(config, name, "1") == (
+        f"ERR CONFIG SET failed (possibly related to argument '{name}') - "
+        "can't set immutable config")
+    assert stored_values(config) == before
+
+
+@pytest.mark.parametrize("name", [
+    # Lines of the file only are no parameter, as in Redis 7.
+    "include", "rename-command", "user", "save", "nosuchparam", "metrics-ports", "",
 ])
 def test_set_unsupported(name):
+    """Disque 1.0's reply, byte for byte, for a name that is no parameter."""
     assert set_error(Config(), name, "1") == f"ERR Unsupported CONFIG parameter: {name}"
+
 
 
 def test_listener_gets_old_and_new_values():

@@ -377,6 +377,14 @@ def test_protected_configs_gate(tmp_path, monkeypatch):
     assert Cmd(node, client(local=True)).raw("CONFIG", "SET", "dir", "d") == b"+OK\r\n"
 
 
+def test_an_immutable_path_is_named_immutable_before_protected():
+    """A protected path read at startup only answers as Redis 7 does: immutable first."""
+    remote = Cmd(make_node(enable_protected_configs="no"), client(local=False))
+    assert remote.raw("CONFIG", "SET", "pidfile", "/tmp/x.pid") == (
+        b"-ERR CONFIG SET failed (possibly related to argument 'pidfile') - can't set immutable "
+        b"config\r\n")
+
+
 def test_monitor_redacts_auth_and_hello_auth():
     node = worker_node()
     watcher = Cmd(node, client(9, "127.0.0.1:9"))
