@@ -1,11 +1,12 @@
 """NACK ... REASON through a real server process (docs/commands.md "Why a
-job failed"): redis-py, redis-cli, the AOF through a SIGKILL and a
-rewrite, and a dead-letter move."""
+job failed"): redis-py, redis-cli, the project's client, the AOF through a
+SIGKILL and a rewrite, and a dead-letter move."""
 
 from __future__ import annotations
 
 import subprocess
 
+from disque.client import DisqueClient
 from tests.support.cluster import raw_command
 from tests.support.process import wait_until
 
@@ -95,3 +96,12 @@ def test_the_dead_letter_keeps_the_reason_of_its_last_failure(server_factory):
     info = show(proc.client(), job_id)
     assert (info["queue"], info["nack-reason"]) == (b"work:dead", b"TimeoutError: upstream")
 
+
+def test_the_client_sends_the_reason(server):
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        assert client.supports_nack_reason()
+        job_id = client.add("work", b"body", retry=60)
+        (job,) = client.get_jobs("work", timeout_ms=5000)
+        assert client.nack([job.id], delay=30, reason="RuntimeError: later") == 1
+        info = client.show(job_id)
+        assert info["nack-reason"] == b"RuntimeError: later" and info["state"] == "active"
