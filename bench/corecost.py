@@ -26,6 +26,9 @@ Workloads:
   added first (setup);
 * ``getjob-limited``: the same with a QLIMIT on ``q`` that never holds a job
   back (``RATE 1000000 BURST 1000000``): the cost of a limit in use;
+* ``nack``: ``NACK <id>`` one by one through ``Node.call``, JOBS jobs added
+  and delivered first (setup);
+* ``nack-reason``: the same with ``REASON <a 42-byte exception text>``;
 * ``addjob-user``: ``addjob`` by a client logged in as a named user
   without a quota (every command then goes through the access check);
 * ``addjob-quota``: the same user with a quota it never reaches;
@@ -67,14 +70,16 @@ BULK = 100  # bodies per ADDJOBS
 
 
 GETJOB_ONE = [b"GETJOB", b"FROM", b"q"]
+NACK_REASON = [b"REASON", b"ValueError: invalid literal for int(): 'x'"]
 USER_RULES = [b"ACL", b"SETUSER", b"producer", b"on", b"nopass", b"~*", b"+@all"]
 QUOTA = b"quota-jobs=1000000000"
 START_MS = 1_700_000_000_000  # the clock at the start: 800 s past an hour
 CRON_PERIOD_MS = 100  # between two cron passes of a server at hz 10
 SCHEDULES = 100
 WORKLOADS = ("addjob", "addjob-run", "addjob-options-run", "addjob-priority-run",
-             "addjob-dedupid-run", "cycle", "getjob", "getjob-limited", "addjob-user",
-             "addjob-quota", "addjobs", "addjobs-dedupids", "cron", "cron-schedules")
+             "addjob-dedupid-run", "cycle", "getjob", "getjob-limited", "nack", "nack-reason",
+             "addjob-user", "addjob-quota", "addjobs", "addjobs-dedupids", "cron",
+             "cron-schedules")
 
 
 def _callgrind(switch: str) -> None:
@@ -94,12 +99,17 @@ def main(argv: list[str]) -> int:
     if workload in ("addjob-user", "addjob-quota"):
         node.call(client, USER_RULES + ([QUOTA] if workload == "addjob-quota" else []))
         assert node.call(client, [b"AUTH", b"producer", b"any"]) == b"+OK\r\n"
-    if workload.startswith("getjob"):
+    if workload.startswith(("getjob", "nack")):
         if workload == "getjob-limited":
             node.call(client, [b"QLIMIT", b"q", b"RATE", b"1000000", b"BURST", b"1000000"])
         fill = node.run_commands[b"ADDJOB"]
         for _ in range(jobs // RUN + 1):
             node.call_run(client, fill, [ADDJOB] * RUN, 0, [])
+    nacks: list[list[bytes]] = []
+    if workload.startswith("nack"):
+        node.call(client, [b"GETJOB", b"COUNT", b"%d" % len(node.state.jobs), b"FROM", b"q"])
+        tail = NACK_REASON if workload == "nack-reason" else []
+        nacks = [[b"NACK", job_id, *tail] for job_id in list(node.state.jobs.by_id)[:jobs]]
     if workload == "cron-schedules":
         for n in range(SCHEDULES):
             reply = node.call(client, [b"SCHEDULE", b"SET", b"s%d" % n, b"EVERY", b"3600",
@@ -110,7 +120,7 @@ def main(argv: list[str]) -> int:
     if measure_only:
         gc.disable()
         _callgrind("on")
-    _run(workload, jobs, node, client, now)
+    _run(workload, jobs, node, client, now, nacks)
     if measure_only:
         _callgrind("off")
         gc.enable()
@@ -123,8 +133,9 @@ def _cron(node: Node, now: list[int]) -> None:
     node.cron()
 
 
-def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[int]) -> None:
-    """The measured commands of ``workload``."""
+def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[int],
+         nacks: list[list[bytes]]) -> None:
+    """The measured commands of ``workload`` (``nacks``: the NACK workloads' commands)."""
     if workload.startswith("cron"):
         for _ in range(jobs):  # _cron's body, without a Python call's cost per pass
             now[0] += CRON_PERIOD_MS
@@ -139,6 +150,11 @@ def _run(workload: str, jobs: int, node: Node, client: ClientState, now: list[in
     if workload.startswith("getjob"):
         for _ in range(jobs):
             node.call(client, GETJOB_ONE)
+        return
+    if workload.startswith("nack"):
+        for command in nacks:
+            node.call(client, command)
+        assert node.call(client, [b"QLEN", b"q"]) == b":%d\r\n" % len(nacks), "not all requeued"
         return
     if workload in ("addjobs", "addjobs-dedupids"):
         bulk = [b"ADDJOBS", b"q", b"0", b"BODIES", *[BODY] * BULK]  # built once, as sent

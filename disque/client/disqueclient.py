@@ -28,8 +28,13 @@ BULK_PIPELINE = 4
 DEFAULT_GETJOB_COUNT = 1000
 NACK = "NACK"
 DELAY = b"DELAY"
+REASON = b"REASON"
+# The longest NACK REASON a node takes, in bytes (docs/commands.md NACK).
+NACK_REASON_LIMIT = 1024
 # A well-formed job ID no node makes (node prefix and random part all zeros).
-NACK_DELAY_PROBE_ID = "D-00000000-000000000000000000000000-0000"
+NACK_PROBE_ID = "D-00000000-000000000000000000000000-0000"
+# What the probe of each NACK option sends after the ID: a plain NACK, in effect.
+_NACK_PROBES = {DELAY: b"0", REASON: b"probe"}
 
 
 class DisqueClient:
@@ -60,7 +65,8 @@ class DisqueClient:
             parse_nodes(nodes), security, socket_timeout=socket_timeout,
             connect_timeout=connect_timeout, use_hello=use_hello, max_attempts=max_attempts)
         self.propagate_trace = propagate_trace
-        self._nack_delay: dict[NodeAddress, bool] = {}   # supports_nack_delay, per node
+        # supports_nack_delay and supports_nack_reason, per node and option word.
+        self._nack_options: dict[tuple[NodeAddress | None, bytes], bool] = {}
         self._untraced: set[NodeAddress] = set()  # nodes that refused HEADER (Disque 1.0)
 
     # -- the connection ----------------------------------------------------
@@ -341,40 +347,59 @@ class DisqueClient:
         """FASTACK in chunks; the number of jobs deleted on the current node."""
         return self._multi_id("FASTACK", ids, chunk_size)
 
-    def nack(self, ids: Iterable[str], chunk_size: int = 1000, delay: int = 0) -> int:
+    def nack(self, ids: Iterable[str], chunk_size: int = 1000, delay: int = 0,
+             reason: str | bytes | None = None) -> int:
         """NACK in chunks; the number of jobs put back in their queue.
 
-        ``delay`` > 0 asks for ``NACK ... DELAY <seconds>`` (requeue that much later) where
-        the node supports it (``supports_nack_delay``); a Disque 1.0 node gets a plain NACK."""
+        ``delay`` > 0 asks for ``NACK ... DELAY <seconds>`` (requeue that much later) and
+        ``reason`` (1 to ``NACK_REASON_LIMIT`` bytes, why the jobs failed: SHOW's
+        ``nack-reason``) for ``NACK ... REASON <text>``, each where the node supports it
+        (``supports_nack_delay``, ``supports_nack_reason``); a Disque 1.0 node gets a
+        plain NACK."""
         ids = list(ids)
+        tail: tuple[bytes, ...] = ()
         if delay > 0 and self.supports_nack_delay():
+            tail = (DELAY, b"%d" % delay)
+        if reason is not None and self.supports_nack_reason():
+            tail += (REASON, encode_arg(reason))
+        if tail:
             try:
-                return self._multi_id(NACK, ids, chunk_size, (DELAY, b"%d" % delay))
+                return self._multi_id(NACK, ids, chunk_size, tail)
             except ResponseError as exc:
                 if not is_badid(exc):
                     raise
-                # A failover landed on a node without the extension: it read DELAY as an ID.
-                self._nack_delay[self.node] = False
+                # A failover landed on a node without the extensions: it read them as IDs.
+                for word in _NACK_PROBES:
+                    self._nack_options[(self.node, word)] = False
         return self._multi_id(NACK, ids, chunk_size)
 
     def supports_nack_delay(self) -> bool:
-        """Whether the current node takes ``NACK ... DELAY``, probed once per node.
+        """Whether the current node takes ``NACK ... DELAY`` (probed once per node)."""
+        return self._supports_nack_option(DELAY)
 
-        The probe NACKs an ID no node ever made, with ``DELAY 0`` (a plain NACK):
-        this server answers ``:0``; Disque 1.0 checks every word as a job ID and
-        answers ``-BADID``."""
+    def supports_nack_reason(self) -> bool:
+        """Whether the current node takes ``NACK ... REASON`` (probed once per node)."""
+        return self._supports_nack_option(REASON)
+
+    def _supports_nack_option(self, word: bytes) -> bool:
+        """Whether the current node takes NACK's option ``word``, probed once per node.
+
+        The probe NACKs an ID no node ever made, with the option (``DELAY 0``,
+        ``REASON probe``: a plain NACK): this server answers ``:0``; Disque 1.0
+        checks every word as a job ID and answers ``-BADID``."""
         self.connect()
-        known = self._nack_delay.get(self.node)
+        key = (self.node, word)
+        known = self._nack_options.get(key)
         if known is not None:
             return known
         try:
-            self.execute(NACK, NACK_DELAY_PROBE_ID, DELAY, 0)
+            self.execute(NACK, NACK_PROBE_ID, word, _NACK_PROBES[word])
             known = True
         except ResponseError as exc:
             if not is_badid(exc):
                 raise
             known = False
-        self._nack_delay[self.node] = known
+        self._nack_options[key] = known
         return known
 
     def del_jobs(self, ids: Iterable[str], chunk_size: int = 1000) -> int:

@@ -250,7 +250,8 @@ class Federation:
             queue = received.queue
             assert queue is not None  # from_bus always gives one
             self.lifecycle.apply_state(job, (queue, theirs.origin, theirs.reason, theirs.moves,
-                                             received.nacks, received.adeliv, received.retry))
+                                             received.nacks, received.adeliv, received.retry,
+                                             theirs.nack_reason))
         return True
 
     def on_yourjobs(self, sender: bytes, msg: dict, link: Link) -> None:

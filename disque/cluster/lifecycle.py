@@ -20,7 +20,7 @@ from disque.jobs.job import (ACKED, ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIV
                              WAIT_REPL, Job, JobExtras, extras_of, own_extras)
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import (REASON_ACKED, REASON_DELETED, REASON_EXPIRED,
-                                 REASON_QUEUE_CHANGED, Journal)
+                                 REASON_NACK_REASON, REASON_QUEUE_CHANGED, Journal)
 from disque.jobs.quotas import QuotaLedger
 from disque.jobs.replies import dead_letter_queue
 from disque.jobs.registry import JobRegistry
@@ -130,13 +130,16 @@ class JobLifecycle:
 
     # -------------------------------------------------------------- queues
 
-    def enqueue_job(self, job: Job, nack: bool = False, timeout: bool = False) -> bool:
+    def enqueue_job(self, job: Job, nack: bool = False, timeout: bool = False,
+                    reason: bytes | None = None) -> bool:
         """Put ``job`` in its queue; False when the rules refuse it (spec §7).
 
-        ``nack``: a NACK (counted as one); ``timeout``: the retry timer's
-        requeue (the one BACKOFF lengthens the retry period at). A counted
-        requeue of a job with extensions goes through ``_requeue_extended``:
-        the dead-letter rule, BACKOFF, and its generation in the QUEUED.
+        ``nack``: a NACK (counted as one), ``reason`` what its consumer said
+        of the failure (NACK ... REASON: kept with the job, which then has
+        extensions); ``timeout``: the retry timer's requeue (the one BACKOFF
+        lengthens the retry period at). A counted requeue of a job with
+        extensions goes through ``_requeue_extended``: the dead-letter rule,
+        BACKOFF, and its generation in the QUEUED.
         """
         if job.state == QUEUED or not job.qtime:
             return False
@@ -148,12 +151,14 @@ class JobLifecycle:
                 job.nacks += 1
                 self.counters.nacked += 1
                 mflag = m.MFLAG_INCR_NACKS
+                if reason is not None:
+                    own_extras(job).nack_reason = reason
             else:
                 job.adeliv += 1
                 mflag = m.MFLAG_INCR_DELIV
             ext = extras_of(job)
             if ext is not None:  # not a plain job, nor a DEDUPID token alone
-                self._requeue_extended(job, ext, flags, mflag, timeout)
+                self._requeue_extended(job, ext, flags, mflag, timeout, reason)
                 return True
             self.outbox.send_to_holders(job, m.job_message(m.QUEUED, job.id, mflag))
         else:
@@ -162,14 +167,15 @@ class JobLifecycle:
         return True
 
     def _requeue_extended(self, job: Job, ext: JobExtras, flags: int, mflag: int,
-                          timeout: bool) -> None:
+                          timeout: bool, reason: bytes | None) -> None:
         """A counted requeue (its counter already incremented) of a job with
         extensions: a retry timeout lengthens a BACKOFF job's period; at a
         NACK or a retry timeout, a job past its MAXDELIVER-th delivery (1 +
         nacks + additional deliveries) goes to its dead-letter queue
         instead, once (a dead letter is never moved again), and the move is
         a new generation of the job. The other holders hear the QUEUED with
-        the generation's state."""
+        the generation's state, and with a NACK's ``reason`` (already the
+        job's), which the move's records carry or a record of its own does."""
         maxdeliver = ext.maxdeliver
         if timeout:
             if ext.backoff:
@@ -189,7 +195,30 @@ class JobLifecycle:
             self.journal.job_stored(job)
         else:
             self.queue_job(job, flags)
-        self.outbox.send_to_holders(job, self.job_message(m.QUEUED, job, mflag))
+            if reason is not None:
+                self._record_again(job, REASON_NACK_REASON)
+        msg = self.job_message(m.QUEUED, job, mflag)
+        if reason is not None:
+            msg[m.NACK_REASON] = reason
+        self.outbox.send_to_holders(job, msg)
+
+    def _record_again(self, job: Job, change: bytes) -> None:
+        """Journal a change of a job held here as a DELJOB for ``change`` (a
+        journal reason that is no departure) and the job as it is now: a
+        load keeps the first LOADJOB of an ID."""
+        self.journal.job_removed(job, change)
+        self.journal.job_stored(job)
+
+    def note_nack_reason(self, job: Job, reason: bytes) -> None:
+        """Keep ``reason`` (a NACK ... REASON's, here or heard from another
+        holder) as the job's latest, in the AOF too while the job is stored."""
+        ext = own_extras(job)
+        if ext.nack_reason == reason:
+            return  # heard again (with a generation's state): nothing to record
+        ext.nack_reason = reason
+        state = job.state
+        if state == ACTIVE or state == QUEUED:
+            self._record_again(job, REASON_NACK_REASON)
 
     def redrive(self, job: Job) -> bool:
         """QREDRIVE: a dead letter queued here goes back to its origin queue
@@ -215,10 +244,11 @@ class JobLifecycle:
 
     def apply_state(self, job: Job, state: m.JobState) -> None:
         """Take a newer generation of ``job`` heard from another holder: its
-        queue, dead-letter fields, counters and retry period. A copy queued
-        here (in the older generation's queue) leaves its queue: it is
-        active now, and the caller postpones it."""
-        queue, origin, reason, moves, nacks, adeliv, retry = state
+        queue, dead-letter fields, counters, retry period and, when it says
+        one, its last NACK's reason. A copy queued here (in the older
+        generation's queue) leaves its queue: it is active now, and the
+        caller postpones it."""
+        queue, origin, reason, moves, nacks, adeliv, retry, nack_reason = state
         ext = own_extras(job)
         was = job.state
         journaled = was == ACTIVE or was == QUEUED
@@ -234,13 +264,15 @@ class JobLifecycle:
         job.nacks = nacks
         job.adeliv = adeliv
         job.retry = retry
+        if nack_reason is not None:
+            ext.nack_reason = nack_reason
         if journaled:
             self.journal.job_stored(job)
 
     def job_message(self, kind: str, job: Job, mflags: int = 0) -> dict:
         """QUEUED, WILLQUEUE or WORKING about ``job``: a job with extensions
         adds its generation, and the state it decides once it moved or
-        backs off (see messages.MOVES)."""
+        backs off (see messages.MOVES), with its last NACK's reason."""
         msg = m.job_message(kind, job.id, mflags)
         ext = extras_of(job)
         if ext is not None:
@@ -254,6 +286,8 @@ class JobLifecycle:
                 msg[m.NACKS] = job.nacks
                 msg[m.ADELIV] = job.adeliv
                 msg[m.RETRY] = job.retry
+                if ext.nack_reason is not None:
+                    msg[m.NACK_REASON] = ext.nack_reason
         return msg
 
     def _queue_name(self, name: bytes) -> bytes:
@@ -261,15 +295,20 @@ class JobLifecycle:
         queue = self.queues.by_name.get(name)
         return queue.name if queue is not None else name
 
-    def nack_later(self, job: Job, delay: int) -> None:
+    def nack_later(self, job: Job, delay: int, reason: bytes | None = None) -> None:
         """NACK ... DELAY: requeue ``job`` (active) ``delay`` seconds from now,
         counted then as a NACK; the holders postpone their own requeue
-        until after it (WORKING with the delay)."""
+        until after it (WORKING with the delay). A ``reason`` is the job's
+        at once, and the holders' with the WORKING: the failure happened now."""
         job.flags |= NACK_DUE | BCAST_WILLQUEUE
         job.qtime = self.runtime.now + ms_from_seconds(delay)
         self.schedule_job(job)
+        if reason is not None:
+            self.note_nack_reason(job, reason)
         msg = self.job_message(m.WORKING, job)
         msg[m.DELAY] = delay
+        if reason is not None:
+            msg[m.NACK_REASON] = reason
         self.outbox.send_to_holders(job, msg)
 
     def queue_job(self, job: Job, flags: int = BCAST_QUEUED) -> None:

@@ -13,6 +13,8 @@ import ipaddress
 from collections.abc import Callable
 from typing import Final
 
+from disque.jobs.job import is_nack_reason
+
 PROTOCOL_VERSION: Final = 1
 
 PING: Final = "PING"
@@ -82,6 +84,12 @@ REASON: Final = "reason"
 NACKS: Final = "nacks"
 ADELIV: Final = "adeliv"
 RETRY: Final = "retry"
+# The job's last NACK ... REASON (1 to MAX_NACK_REASON bytes), optional: in
+# the QUEUED of a NACK that gave one and the WORKING of a delayed one, which
+# each holder takes as its copy's (as the NACK's count travels with the
+# QUEUED), and with a generation's state, which a holder taking that
+# generation takes it with.
+NACK_REASON: Final = "nack_reason"
 # SCHEDULE: schedule records (schedules.Schedule.to_wire) and what they are:
 # SYNC_PART some records (a SET or DEL), SYNC_ALL the sender's whole table,
 # SYNC_ASK its whole table, asking for ours. SCHEDFIRED: a schedule's tick.
@@ -101,8 +109,8 @@ def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
     return {TYPE: kind, ID: job_id}
 
 # What a message says of a job's generation (see MOVES): queue, origin,
-# reason, moves, nacks, additional deliveries, retry.
-JobState = tuple[bytes, bytes | None, bytes | None, int, int, int, int]
+# reason, moves, nacks, additional deliveries, retry, last NACK's reason.
+JobState = tuple[bytes, bytes | None, bytes | None, int, int, int, int, bytes | None]
 
 
 def _optional_name(value: object) -> bytes | None | bool:
@@ -123,7 +131,8 @@ def _count_field(value: object) -> int:
 
 def job_state(msg: dict) -> JobState | None:
     """The generation state a QUEUED/WILLQUEUE/WORKING carries (see MOVES),
-    checked field by field; None when it carries none or a malformed one."""
+    checked field by field; None when it carries none or a malformed one
+    (but for the NACK's reason, which only informs: malformed, it is None)."""
     queue = msg.get(QUEUE)
     origin = _optional_name(msg.get(ORIGIN))
     reason = _optional_name(msg.get(REASON))
@@ -135,7 +144,14 @@ def job_state(msg: dict) -> JobState | None:
             or moves < 0 or nacks < 0 or adeliv < 0 or retry < 0):
         return None
     assert not isinstance(origin, bool) and not isinstance(reason, bool)  # for mypy: see above
-    return queue, origin, reason, moves, nacks & 0xFFFF, adeliv & 0xFFFF, retry
+    return (queue, origin, reason, moves, nacks & 0xFFFF, adeliv & 0xFFFF, retry,
+            nack_reason_field(msg))
+
+
+def nack_reason_field(msg: dict) -> bytes | None:
+    """The message's NACK_REASON, or None when it has none or a malformed one."""
+    value = msg.get(NACK_REASON)
+    return value if is_nack_reason(value) else None
 
 
 def count_field(msg: dict, key: str) -> int:

@@ -79,7 +79,13 @@ class RequeueCoordination:
                 self.outbox.send_to_holders(job, self.lifecycle.job_message(m.QUEUED, job))
 
     def on_queued(self, sender: bytes, msg: dict, link: Link) -> None:
-        """Another node queued the job (or a consumer is working on it)."""
+        """Another node queued the job (or a consumer is working on it).
+
+        The reason of a NACK (its QUEUED, or a delayed one's WORKING) becomes
+        this copy's, as its count does; a generation taken from the sender
+        brings the sender's reason (``apply_state``); any other message's
+        reason is the sender's copy's, maybe older than this one's: not taken.
+        """
         job = self.registry.by_id.get(msg[m.ID])
         if job is None:
             return
@@ -113,8 +119,17 @@ class RequeueCoordination:
             mflags = msg.get(m.MFLAGS, 0)
             if mflags & m.MFLAG_INCR_NACKS:
                 job.nacks = (job.nacks + 1) & 0xFFFF
+                self._take_nack_reason(job, msg)
             if mflags & m.MFLAG_INCR_DELIV:
                 job.adeliv = (job.adeliv + 1) & 0xFFFF
+        elif working and newer <= 0 and m.DELAY in msg:
+            self._take_nack_reason(job, msg)
+
+    def _take_nack_reason(self, job: Job, msg: dict) -> None:
+        """A NACK's message: its reason, if it has one, is the job's now."""
+        reason = m.nack_reason_field(msg)
+        if reason is not None:
+            self.lifecycle.note_nack_reason(job, reason)
 
     def on_working(self, sender: bytes, msg: dict, link: Link) -> None:
         """A consumer works on the job elsewhere: the QUEUED rules, which

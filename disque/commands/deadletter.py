@@ -56,10 +56,11 @@ def qredrive(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(moved)
 
 
-def nack_delayed(node: NodeState, argv: list[bytes]) -> bytes:
+def nack_delayed(node: NodeState, argv: list[bytes], reason: bytes | None = None) -> bytes:
     """NACK id... DELAY seconds (the last two words): each known active job
     is requeued ``seconds`` from now, counted as a NACK then; DELAY 0 is a
-    plain NACK. Replies how many jobs were NACKed."""
+    plain NACK. A REASON (taken off ``argv``) is each job's at once.
+    Replies how many jobs were NACKed."""
     n = len(argv)
     delay = parse_int(argv[n - 1])
     if delay is None or delay < 0:
@@ -77,13 +78,13 @@ def nack_delayed(node: NodeState, argv: list[bytes]) -> bytes:
         if job is None or job.state != ACTIVE:
             continue
         if delay == 0:
-            if lifecycle.enqueue_job(job, True):
+            if lifecycle.enqueue_job(job, True, reason=reason):
                 count += 1
             continue
         if not job.qtime or (job.retry == 0 and job.flags & DELIVERED):
             continue  # what a NACK could not requeue either
         # Past its TTL the job is gone anyway: the requeue time need not be later.
-        lifecycle.nack_later(job, min(delay, max(0, job.etime - now_s)))
+        lifecycle.nack_later(job, min(delay, max(0, job.etime - now_s)), reason)
         count += 1
     return integer(count)
 

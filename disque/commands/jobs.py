@@ -10,7 +10,7 @@ from disque.cluster import messages as m
 from disque.commands.args import option_name, parse_int, parse_timeout
 from disque.commands.deadletter import nack_delayed
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
-from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job
+from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job, is_nack_reason
 from disque.jobs.journal import REASON_ACKED
 from disque.jobs.replies import encode_job_info, job_entry
 from disque.protocol.resp import NIL, NIL_ARRAY, error, integer
@@ -26,6 +26,7 @@ _COUNT: Final = b"COUNT"
 _WITHCOUNTERS: Final = b"WITHCOUNTERS"
 _WITHHEADERS: Final = b"WITHHEADERS"
 _FROM: Final = b"FROM"
+_REASON: Final = b"REASON"
 TOO_MANY_QUEUES: Final = "ERR GETJOB names %d queues, more than getjob-max-queues (%d)"
 
 
@@ -172,12 +173,30 @@ def _count_known(node: NodeState, argv: list[bytes], action: Callable[[Job], boo
 
 
 def nack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
-    """NACK id... [DELAY seconds]: put back in the queue now (or after the
-    delay, commands/deadletter.py), counting a failed delivery."""
+    """NACK id... [DELAY seconds] [REASON text]: put back in the queue now
+    (or after the delay, commands/deadletter.py), counting a failed
+    delivery; the reason is kept with each job NACKed."""
+    n = len(argv)
+    if n > 2:
+        word = argv[n - 2]
+        if len(word) == 6 and n > 3 and option_name(word) == _REASON:
+            return _nack_with_reason(node, argv[:n - 2], argv[n - 1])
+        if len(word) == 5 and option_name(word) == _DELAY:
+            return nack_delayed(node, argv)
+    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
+
+
+def _nack_with_reason(node: NodeState, argv: list[bytes], reason: bytes) -> bytes:
+    """NACK with its ``REASON`` taken off ``argv`` (at least one word is left
+    before it: a Disque 1.0 client's ``NACK REASON <id>`` stays a -BADID)."""
+    if not is_nack_reason(reason):
+        return errors.NACK_REASON_SIZE
     n = len(argv)
     if n > 2 and len(argv[n - 2]) == 5 and option_name(argv[n - 2]) == _DELAY:
-        return nack_delayed(node, argv)
-    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
+        return nack_delayed(node, argv, reason)
+    lifecycle = node.lifecycle
+    return _count_known(node, argv, lambda job: job.state == ACTIVE
+                        and lifecycle.enqueue_job(job, True, reason=reason))
 
 
 def enqueue(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:

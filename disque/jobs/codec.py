@@ -17,7 +17,7 @@ from typing import Any, Final
 from disque.config.table import MAX_DELIVERIES
 from disque.jobs.job import (ACTIVE, DEFAULT_PRIORITY, DELIVERED, HEADERS_VALID, MAX_PRIORITY,
                              QUEUED, Job, JobExtras, check_headers, dedup_token, extras_of,
-                             set_extras)
+                             is_nack_reason, set_extras)
 
 MAX_ETIME: Final = 2**63 - 1  # unix seconds: what the largest ADDJOB TTL reaches
 # An AOF LOADJOB payload (docs/aof-format.md) starts with this byte; the
@@ -45,6 +45,7 @@ EXT_MAXRETRY: Final = "maxretry"
 EXT_BASE_RETRY: Final = "base-retry"
 EXT_DEDUPID: Final = "dedupid"
 EXT_HEADERS: Final = "headers"  # an array: name, value, name, value, ...
+EXT_NACK_REASON: Final = "nack-reason"  # what the last NACK ... REASON said
 _MAX_COUNT: Final = 2**32
 
 
@@ -96,6 +97,8 @@ def extension_fields(job: Job) -> dict[str, object]:
             fields[EXT_DEDUPID] = ext.dedupid
         if ext.headers is not None:
             fields[EXT_HEADERS] = list(ext.headers)
+        if ext.nack_reason is not None:
+            fields[EXT_NACK_REASON] = ext.nack_reason
     return fields
 
 
@@ -137,6 +140,11 @@ def apply_extension_fields(job: Job, fields: object) -> None:
     ext.dedupid = _name(fields, EXT_DEDUPID)
     if EXT_HEADERS in fields:
         ext.headers = _headers(fields[EXT_HEADERS])
+    if EXT_NACK_REASON in fields:
+        reason = fields[EXT_NACK_REASON]
+        if not is_nack_reason(reason):
+            raise BadJobPayload("bad %s" % EXT_NACK_REASON)
+        ext.nack_reason = reason
     set_extras(job, ext)  # held as the origin holds it
 
 

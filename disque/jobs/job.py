@@ -35,6 +35,9 @@ HEADER_NAME_SIZE: Final = 1
 HEADERS_TOO_MANY: Final = 2
 HEADERS_TOO_LARGE: Final = 3
 HEADER_REPEATED: Final = 4
+# NACK ... REASON (docs/commands.md): why a consumer gave the job back, any
+# bytes, bounded so that the copies, messages and records carrying it stay small.
+MAX_NACK_REASON: Final = 1024  # bytes; a reason has at least one
 
 DEFAULT_PRIORITY: Final = 5
 MAX_PRIORITY: Final = 9
@@ -53,10 +56,11 @@ class JobExtras:
     the job's TTL), from ``base_retry``, the period ADDJOB gave it.
     ``dedupid`` is the producer's ADDJOB token. ``headers`` are ADDJOB's
     HEADERs as one flat tuple of names and values, in the order given.
+    ``nack_reason`` is what the last NACK ... REASON said of the failure.
     """
 
     __slots__ = ("maxdeliver", "deadletter", "origin", "reason", "moves", "backoff",
-                 "maxretry", "base_retry", "dedupid", "headers")
+                 "maxretry", "base_retry", "dedupid", "headers", "nack_reason")
 
     def __init__(self, maxdeliver: int = 0, deadletter: bytes | None = None,
                  backoff: float = 0.0, maxretry: int = 0, dedupid: bytes | None = None) -> None:
@@ -70,13 +74,14 @@ class JobExtras:
         self.base_retry = 0
         self.dedupid = dedupid
         self.headers: tuple[bytes, ...] | None = None
+        self.nack_reason: bytes | None = None
 
     def token_only(self) -> bool:
         """Every field but ``dedupid`` has its default (``base_retry`` counts
         only with a backoff): the job may hold the token alone."""
         return (not self.maxdeliver and self.deadletter is None and self.origin is None
                 and self.reason is None and not self.moves and not self.backoff
-                and self.headers is None)
+                and self.headers is None and self.nack_reason is None)
 
     def copy(self) -> JobExtras:
         """A job's own extras, made from the ones ADDJOB parsed (shared by a run)."""
@@ -87,6 +92,7 @@ class JobExtras:
         other.moves = self.moves
         other.base_retry = self.base_retry
         other.headers = self.headers
+        other.nack_reason = self.nack_reason
         return other
 
 
@@ -245,6 +251,18 @@ def check_headers(flat: list[bytes] | tuple[bytes, ...]) -> int:
             j += 1
         i += 1
     return HEADERS_TOO_LARGE if size > MAX_HEADERS_SIZE else HEADERS_VALID
+
+
+def is_nack_reason(value: object) -> bool:
+    """Whether ``value`` (from a client, the bus or a file) is a reason a
+    job may keep: 1 to MAX_NACK_REASON bytes."""
+    return type(value) is bytes and 0 < len(value) <= MAX_NACK_REASON
+
+
+def nack_reason_of(job: Job) -> bytes | None:
+    """What the job's last NACK ... REASON said, or None."""
+    ext = job.ext
+    return ext.nack_reason if isinstance(ext, JobExtras) else None
 
 
 def job_headers(job: Job) -> tuple[bytes, ...] | None:

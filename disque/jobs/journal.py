@@ -26,6 +26,10 @@ REASON_QUEUE_CHANGED: Final = b"queue-changed"
 # origin re-sent to a wider set), recorded the same way, so that after a
 # restart from the AOF an ACK here reaches every holder.
 REASON_HOLDERS_CHANGED: Final = b"holders-changed"
+# Not a departure either: a consumer said why the job failed (NACK ... REASON,
+# here or on another holder), recorded the same way so the reason survives a
+# restart.
+REASON_NACK_REASON: Final = b"nack-reason"
 
 
 class Journal(Protocol):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from disque.jobs.job import DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of, job_headers
+from disque.jobs.job import (DEFAULT_PRIORITY, STATE_NAMES, Job, dedup_token, extras_of,
+                             job_headers, nack_reason_of)
 from disque.protocol.resp import encode
 
 _NACKS: Final = b"$5\r\nnacks\r\n"
@@ -78,7 +79,8 @@ def dead_letter_queue(job: Job) -> bytes | None:
 
 def extension_info(job: Job) -> list[object]:
     """SHOW's pairs after Disque 1.0's 15, for what the job has of the
-    extensions (docs/commands.md): nothing for a plain job."""
+    extensions (docs/commands.md): nothing for a plain job; ``nack-reason``
+    last, only once a NACK gave one."""
     info: list[object] = []
     if job.priority != DEFAULT_PRIORITY:
         info += [b"priority", job.priority]
@@ -99,6 +101,9 @@ def extension_info(job: Job) -> list[object]:
         headers = job_headers(job)
         if headers is not None:
             info += [b"headers", list(headers)]
+        reason = nack_reason_of(job)
+        if reason is not None:
+            info += [b"nack-reason", reason]
     return info
 
 

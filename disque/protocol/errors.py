@@ -51,6 +51,7 @@ HEADERS_TOO_MANY: Final = error("ERR too many HEADERs: a job has at most 32")
 HEADERS_TOO_LARGE: Final = error("ERR HEADERs too large: names and values of a job add up to "
                                  "at most 8192 bytes")
 HEADER_REPEATED: Final = error("ERR HEADER name given twice")
+NACK_REASON_SIZE: Final = error("ERR NACK REASON must be 1 to 1024 bytes")
 ADDJOBS_DEDUPID: Final = error("ERR ADDJOBS gives each job its own DEDUPID: use DEDUPIDS "
                                "token body [token body ...]")
 ADDJOBS_NO_JOBS: Final = error("ERR ADDJOBS needs BODIES body [body ...] or DEDUPIDS token body "

@@ -11,8 +11,9 @@ HELLO again every ``hello_interval`` seconds and moves to a better node.
 The subclasses run the handlers: ``ThreadedWorker`` on threads,
 ``AsyncioWorker`` as tasks on an event loop. A handler that returns gets
 its job acknowledged; one that raises gets it NACKed, with ``DELAY`` (base
-``nack_delay``, doubled per earlier NACK, at most ``nack_delay_max``) when
-the node supports it.
+``nack_delay``, doubled per earlier NACK, at most ``nack_delay_max``) and
+``REASON "<exception type>: <message>"`` (the job's ``nack-reason`` in SHOW)
+when the node supports them.
 
 Jobs are fetched ``WITHHEADERS`` (``job.headers``), unless the node
 refuses the option (a Disque 1.0 node), and each handler runs inside an
@@ -40,6 +41,7 @@ from typing import Any, Callable, Sequence
 from disque.client import (DEFAULT_SEED, AuthenticationError, ConnectionSecurity, DisqueClient,
                            DisqueError, Job, NodeAddress, ResponseError)
 from disque.client import tracing
+from disque.client.disqueclient import NACK_REASON_LIMIT
 from disque.client.errors import CONNECTION_ERRORS, is_syntax_error
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.events import configure_unless_set_up, emit
@@ -321,10 +323,11 @@ class Worker(abc.ABC):
             emit(logging.DEBUG, "job.done", queue=job.queue, id=job.id, ms=round(took_ms, 3))
             return
         delay = nack_delay(job.nacks, self.options.nack_delay, self.options.nack_delay_max)
-        self._settler.nack(job.id, delay)
+        described = "%s: %s" % (type(error).__name__, error)
+        self._settler.nack(job.id, delay, failure_reason(described))
         emit(logging.WARNING, "job.failed", queue=job.queue, id=job.id, ms=round(took_ms, 3),
              nacks=job.nacks, nack_delay=delay if self._supports_delay else 0,
-             error="%s: %s" % (type(error).__name__, error), where=_where(error))
+             error=described, where=_where(error))
 
     def _abandon(self, jobs: list[Job]) -> None:
         """NACK jobs the worker will not finish, without delay: another worker takes them."""
@@ -350,6 +353,15 @@ class Worker(abc.ABC):
     @abc.abstractmethod
     def _submit(self, work: list[tuple[Job, Handler]]) -> None:
         """Run these handlers on their jobs (called from the fetcher's thread)."""
+
+
+def failure_reason(described: str) -> bytes:
+    """A failed handler's ``NACK ... REASON``: its exception described, as UTF-8 cut
+    to what a node keeps (whole characters only, so it reads back as text)."""
+    raw = described.encode("utf-8", "backslashreplace")
+    if len(raw) <= NACK_REASON_LIMIT:
+        return raw
+    return raw[:NACK_REASON_LIMIT].decode("utf-8", "ignore").encode("utf-8")
 
 
 def _where(error: BaseException) -> str:

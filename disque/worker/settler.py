@@ -2,7 +2,7 @@
 
 The fetching connection spends its time blocked in GETJOB, so outcomes go
 through this one, on its own thread, in bulk: every ACK gathered since the
-last round trip in one ACKJOB, NACKs grouped by delay, WORKINGs as they
+last round trip in one ACKJOB, NACKs grouped by delay and reason, WORKINGs as they
 fall due (``leases.LeaseBook``). Each command goes to the node that
 delivered the job: only a node that holds a job can requeue it or postpone
 its requeue. When that node is gone the client fails over, and a node
@@ -38,7 +38,8 @@ class _NodeWork:
     """What is to be sent to one node."""
 
     acks: list[str] = field(default_factory=list)
-    nacks: dict[int, list[str]] = field(default_factory=dict)  # delay (s) -> job IDs
+    # (delay in seconds, reason or None) -> job IDs: one NACK command each.
+    nacks: dict[tuple[int, bytes | None], list[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.acks or self.nacks)
@@ -76,10 +77,11 @@ class Settler:
         """The job was processed: ACKJOB it."""
         self._inbox.put(("ack", job_id))
 
-    def nack(self, job_id: str, delay: int) -> None:
-        """Put the job back in its queue, ``delay`` seconds from now (0: at once; a node
-        without ``NACK ... DELAY`` gets a plain NACK, ``DisqueClient.nack``)."""
-        self._inbox.put(("nack", job_id, delay))
+    def nack(self, job_id: str, delay: int, reason: bytes | None = None) -> None:
+        """Put the job back in its queue, ``delay`` seconds from now (0: at once), saying
+        why it failed (``reason``); a node without ``NACK ... DELAY`` or ``REASON`` gets
+        a plain NACK (``DisqueClient.nack``)."""
+        self._inbox.put(("nack", job_id, delay, reason))
 
     def close(self, timeout: float) -> bool:
         """Send what is pending (for at most ``timeout`` seconds), then stop; whether
@@ -148,7 +150,7 @@ class Settler:
             if kind == "ack":
                 work.acks.append(job_id)
             else:
-                work.nacks.setdefault(item[2], []).append(job_id)
+                work.nacks.setdefault((item[2], item[3]), []).append(job_id)
         elif kind == "held":
             _, node, ids, at = item
             for job_id in ids:
@@ -182,12 +184,12 @@ class Settler:
             emit(logging.DEBUG, "jobs.acked", count=len(work.acks), node=self.client.node)
             self.stats.acked += len(work.acks)
             work.acks.clear()
-        for delay, ids in list(work.nacks.items()):
-            self.client.nack(ids, delay=delay)
+        for (delay, reason), ids in list(work.nacks.items()):
+            self.client.nack(ids, delay=delay, reason=reason)
             emit(logging.DEBUG, "jobs.nacked", count=len(ids), delay=delay,
                  node=self.client.node)
             self.stats.nacked += len(ids)
-            del work.nacks[delay]
+            del work.nacks[(delay, reason)]
 
     def _send_working(self, now: float) -> None:
         due = self.leases.due(now)

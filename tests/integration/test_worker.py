@@ -131,6 +131,25 @@ def test_failed_job_is_nacked_with_the_delay(server, nack_delay):
         assert second - first < 0.9, "a plain NACK requeues at once"
 
 
+def test_a_failed_handlers_exception_reaches_show(server):
+    """The NACK says why: ``<exception type>: <message>``, SHOW's ``nack-reason``."""
+    with DisqueClient("127.0.0.1:%d" % server.port) as client:
+        job_id = client.add("work", b"order-42", retry=60)
+    worker = ThreadedWorker("127.0.0.1:%d" % server.port, concurrency=1, nack_delay=30)
+
+    @worker.task("work")
+    def handle(job):
+        raise KeyError("customer %s" % job.body.decode())
+
+    def reason():
+        return (server.client().execute_command("SHOW", job_id) or [None])[-1]
+
+    with running(worker):
+        wait_until(lambda: reason() == b"KeyError: 'customer order-42'",
+                   message="the failure's reason in SHOW")
+    assert worker.stats.failed == 1
+
+
 @pytest.mark.parametrize("working_after, kept", [(0.25, True), (30.0, False)])
 def test_long_job_is_kept_with_working(server, caplog, working_after, kept):
     """A 2.5 s job with RETRY 1: the worker's WORKINGs keep it from being delivered

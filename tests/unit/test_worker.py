@@ -1,6 +1,7 @@
 """disque.worker's parts that need no server: leases, delays, log lines, task
-registration, the CLI's parsing, and the client's argument building and NACK
-DELAY fallback (a client whose commands are recorded, not sent)."""
+registration, the CLI's parsing, a failure's NACK reason, and the client's
+argument building and NACK DELAY/REASON fallback (a client whose commands
+are recorded, not sent)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from disque.client.errors import is_badid
 from disque.worker import AsyncioWorker, ThreadedWorker, WorkerOptions
 from disque.worker.backoff import Backoff, nack_delay
 from disque.worker.cli import build_worker, parse_args
+from disque.worker.engine import failure_reason
 from disque.worker.events import Event, JsonFormatter, KeyValueFormatter, configure, kv_value
 from disque.worker.leases import RENEW_FRACTION, LeaseBook
 from disque.worker.tasks import TaskRegistry, load_target
@@ -216,12 +218,12 @@ def test_addjob_options_extensions_and_disque_1_0_form():
 
 
 class RecordingClient(DisqueClient):
-    """A DisqueClient whose commands are recorded and answered like a Disque 1.0 node
-    (every word after NACK is checked as a job ID)."""
+    """A DisqueClient whose commands are recorded and answered like this server
+    (``supported``) or a Disque 1.0 node (every word after NACK is checked as a job ID)."""
 
-    def __init__(self, delay_supported: bool) -> None:
+    def __init__(self, supported: bool) -> None:
         super().__init__("127.0.0.1:1")
-        self.delay_supported = delay_supported
+        self.supported = supported
         self.sent: list[tuple] = []
         self.connection.node = NodeAddress("127.0.0.1", 1)
 
@@ -230,7 +232,7 @@ class RecordingClient(DisqueClient):
 
     def execute(self, *args):
         self.sent.append(args)
-        if not self.delay_supported and (b"DELAY" in args or "DELAY" in args):
+        if not self.supported and (b"DELAY" in args or b"REASON" in args):
             raise ResponseError("BADID Invalid Job ID format.")
         return 0
 
@@ -253,6 +255,42 @@ def test_nack_with_delay_is_probed_once_and_falls_back_to_plain_nack(supported):
         assert nacks == [("NACK", ids[0])] * 2
     client.nack(ids)
     assert client.sent[-1] == ("NACK", ids[0])
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_nack_with_a_reason_is_probed_once_and_falls_back_to_plain_nack(supported):
+    client = RecordingClient(supported)
+    ids = ["D-11111111-aaaaaaaaaaaaaaaaaaaaaaaa-05a1"]
+    client.nack(ids, reason="ValueError: x")
+    client.nack(ids, delay=3, reason=b"KeyError: 'k'")
+    probes = [c for c in client.sent if c[1] == "D-00000000-000000000000000000000000-0000"]
+    assert sorted(c[2] for c in probes) == [b"DELAY", b"REASON"]  # each once
+    nacks = [c for c in client.sent if c not in probes]
+    if supported:
+        assert nacks == [("NACK", ids[0], b"REASON", b"ValueError: x"),
+                         ("NACK", ids[0], b"DELAY", b"3", b"REASON", b"KeyError: 'k'")]
+    else:
+        assert nacks == [("NACK", ids[0])] * 2
+
+
+def test_a_failover_to_a_disque_1_0_node_drops_both_options():
+    client = RecordingClient(True)
+    ids = ["D-11111111-aaaaaaaaaaaaaaaaaaaaaaaa-05a1"]
+    assert client.supports_nack_delay() and client.supports_nack_reason()
+    client.supported = False  # the node that answered the probes is gone
+    client.nack(ids, delay=3, reason="x")
+    assert client.sent[-2:] == [("NACK", ids[0], b"DELAY", b"3", b"REASON", b"x"),
+                                ("NACK", ids[0])]
+    client.nack(ids, delay=3, reason="x")
+    assert client.sent[-1] == ("NACK", ids[0])
+
+
+def test_a_failure_reason_is_the_exception_cut_to_whole_characters():
+    assert failure_reason("ValueError: caf\u00e9") == "ValueError: café".encode()
+    cut = failure_reason("E: " + "é" * 1000)  # 2 bytes each: 1024 ends mid-character
+    assert len(cut) == 1023 and cut.decode("utf-8") == "E: " + "é" * 510
+    assert failure_reason("E: \udc80") == b"E: \\udc80"  # a lone surrogate, escaped
+    assert len(failure_reason("x" * 5000)) == 1024
 
 
 def test_is_badid():

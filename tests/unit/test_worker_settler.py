@@ -38,8 +38,8 @@ class RecordingClient:
         self.calls.append(("ACKJOB", self.node, tuple(ids)))
         return len(ids)
 
-    def nack(self, ids, delay: int = 0) -> int:
-        self.calls.append(("NACK", self.node, tuple(ids), delay))
+    def nack(self, ids, delay: int = 0, reason: bytes | None = None) -> int:
+        self.calls.append(("NACK", self.node, tuple(ids), delay) + ((reason,) if reason else ()))
         return len(ids)
 
     def working_many(self, ids) -> dict:
@@ -84,6 +84,21 @@ def test_outcomes_go_in_bulk_to_the_node_that_delivered_each_job():
         ("ACKJOB", B, ("b1",)), ("NACK", B, ("b2",), 5)], key=repr)
     assert (stats.acked, stats.nacked) == (3, 3)
     assert client.closed and not settler.crashes
+
+
+def test_nacks_are_grouped_by_delay_and_reason():
+    client = RecordingClient()
+    settler = settler_for(client)
+    settler.held(A, ["a1", "a2", "a3", "a4"])
+    settler.nack("a1", 5, b"ValueError: x")
+    settler.nack("a2", 5, b"ValueError: x")
+    settler.nack("a3", 5, b"KeyError: 'k'")
+    settler.nack("a4", 5)
+    settler.start()
+    assert settler.close(5)
+    assert sorted(client.calls, key=repr) == sorted([
+        ("NACK", A, ("a1", "a2"), 5, b"ValueError: x"), ("NACK", A, ("a3",), 5, b"KeyError: 'k'"),
+        ("NACK", A, ("a4",), 5)], key=repr)
 
 
 def test_working_renews_until_the_server_refuses(caplog):

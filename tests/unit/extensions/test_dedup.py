@@ -128,7 +128,7 @@ def test_a_token_alone_is_held_without_job_extras(cmd):
     assert (shown["maxdeliver"], shown["deadletter"], shown["origin-queue"],
             shown["dead-reason"], shown["dedupid"]) == (0, b"q:dead", None, None, b"t1")
     # A rule that sets an extension field gives the job its JobExtras, token kept.
-    cmd.node.state.lifecycle.apply_state(jobs[fast], (b"q:dead", b"q", b"maxdeliver", 1, 0, 0, 300))
+    cmd.node.state.lifecycle.apply_state(jobs[fast], (b"q:dead", b"q", b"maxdeliver", 1, 0, 0, 300, None))
     assert jobs[fast].ext.dedupid == b"t1" and jobs[fast].ext.moves == 1
     assert cmd.raw("ADDJOB", "q", "again", 0, "DEDUPID", "t1") == b"+" + fast + b"\r\n"
 
