@@ -30,6 +30,10 @@ REASON_HOLDERS_CHANGED: Final = b"holders-changed"
 # here or on another holder), recorded the same way so the reason survives a
 # restart.
 REASON_NACK_REASON: Final = b"nack-reason"
+# The reasons of DELJOB records that are not a departure: a LOADJOB of the
+# same job follows (a reader of the AOF counts these as rewrites).
+REWRITE_REASONS: Final = frozenset((REASON_QUEUE_CHANGED, REASON_HOLDERS_CHANGED,
+                                    REASON_NACK_REASON))
 
 
 class Journal(Protocol):

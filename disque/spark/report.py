@@ -9,8 +9,10 @@ chart and says so in the summary) and ``report/summary.json``. How the numbers
 are derived (docs/aof-format.md, "Reading it offline"):
 
 * created: distinct job IDs with a LOADJOB record (replicas log the same ID).
-* deleted: distinct IDs with a DELJOB whose reason ends the job (not ``moved``);
-  the earliest such record gives the deletion time and reason.
+* deleted: distinct IDs with a DELJOB whose reason ends the job (not ``moved``,
+  nor a rewrite such as ``queue-changed``, ``holders-changed`` or ``nack-reason``,
+  which a LOADJOB of the same job follows); the earliest such record gives the
+  deletion time and reason.
 * lifetime: deletion time minus ``ctime / 10^6``, for jobs with both records.
 * nacks / additional deliveries: the highest counter any record shows for the
   job (known only for jobs with a LOADJOB or a DELJOB carrying counters).
@@ -24,6 +26,8 @@ import os
 import sys
 from datetime import datetime, timezone
 from typing import Any, Sequence
+
+from disque.jobs.journal import REASON_MOVED, REWRITE_REASONS
 
 CREATED_COLOR = "#1f77b4"
 DELETED_COLOR = "#ff7f0e"
@@ -60,7 +64,8 @@ def job_table(records):
         F.max("nacks").alias("load_nacks"),
         F.max("additional_deliveries").alias("load_deliveries")))
     deljobs = records.where(F.col("record") == "DELJOB")
-    terminal = F.col("reason").isNull() | ~F.col("reason").isin("moved")
+    not_departures = [REASON_MOVED.decode()] + sorted(r.decode() for r in REWRITE_REASONS)
+    terminal = F.col("reason").isNull() | ~F.col("reason").isin(*not_departures)
     time_key = F.coalesce(F.col("time"), F.lit(NO_TIME))
     dels = deljobs.groupBy("id").agg(
         F.max("queue").alias("del_queue"),

@@ -36,6 +36,10 @@ class GeneratedJob:
     nacks: int = 0
     deliveries: int = 0
     moved: bool = False
+    rewritten: bool = False         # a rewrite's DELJOB and LOADJOB follow its first LOADJOB
+
+
+REWRITES = (b"nack-reason", b"queue-changed", b"holders-changed")
 
 
 def generate(directory, seed=7):
@@ -58,6 +62,17 @@ def generate(directory, seed=7):
                 job.id.encode(), queue.encode(), body, ctime, ctime + n, tie=i % 3,
                 nodes=tuple(aofgen.node_id(h) for h in holders),
                 legacy=i % 5 == 0)))  # a file an upgrade went on appending to
+        if i % 11 == 0:
+            # A rewrite, not a departure: a NACK's reason (or a queue or holders
+            # change) is a DELJOB followed by a LOADJOB of the job as it is now.
+            rewrite = REWRITES[i % len(REWRITES)]
+            job.rewritten = True
+            for n in holders:
+                events[n].append((ctime + 2, aofgen.deljob(job.id.encode(), ctime + 2,
+                                                            queue.encode(), 0, 0, rewrite)))
+                events[n].append((ctime + 2, aofgen.loadjob(
+                    job.id.encode(), queue.encode(), body, ctime, ctime + 2, tie=i % 3,
+                    nodes=tuple(aofgen.node_id(h) for h in holders))))
         if i % 17 == 0 and holders == (0, 1):
             job.moved = True
             events[0].append((ctime + 3, aofgen.deljob(job.id.encode(), ctime + 3,
@@ -139,7 +154,7 @@ def test_records_with_bodies(spark, tmp_path):
     assert df.rdd.getNumPartitions() == 2
     rows = df.collect()
     loads = [r for r in rows if r.record == "LOADJOB"]
-    assert len(loads) == sum(len(j.nodes) for j in jobs)
+    assert len(loads) == sum(len(j.nodes) * (2 if j.rewritten else 1) for j in jobs)
     by_id = {j.id: j for j in jobs}
     for r in loads:
         job = by_id[r.id]
