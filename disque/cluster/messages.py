@@ -50,6 +50,11 @@ FLAGS: Final = "flags"
 MFLAGS: Final = "mflags"
 BPORT: Final = "bport"  # sender's bus port when it is not port + 10000 (optional)
 TPORT: Final = "tport"  # sender's TLS client port, when it has one (optional)
+# Only in the frames without messages that agree a link's bus format
+# (disque.net.busformat): the formats the sender speaks, and the one its
+# frames use from the next one on.
+FORMATS: Final = "formats"
+FORMAT: Final = "format"
 
 # Per-message flags.
 MFLAG_NOREPLY: Final = 1

@@ -8,6 +8,11 @@ interpreted adapter runs once per frame and per loop turn, not once per
 message: ``Wire.send`` packs a message and queues it for its peer (one
 ``PeerOutput`` per link), ``frame_bytes`` joins a peer's queue behind
 the header, ``decode_frames`` cuts a link's input into decoded frames.
+
+The layout described here is bus format 1. Two ends of a link agree on the
+highest format both speak when the link opens (``disque.net.busformat``);
+a format this version adds is listed in ``BUS_FORMATS`` and gets its
+packing and decoding here, chosen per link by the format agreed.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ _ID_MESSAGE_HEAD: Final = {
 _GOTACK_HEAD: Final = (b"\x83" + _pack_value(m.TYPE) + _pack_value(m.GOTACK) + _pack_value(m.ID)
                        + b"\xc4\x28")
 _GOTACK_KNOWN: Final = [_pack_value(m.KNOWN) + _pack_value(known) for known in (0, 1)]
+
+# The bus formats this version speaks, oldest first. Format 1 is the one
+# every version reads: versions from before the agreement speak it alone,
+# and the frames that agree a link's format are written in it.
+BUS_FORMATS: Final = (1,)
 
 # Why decode_frames stopped before the end of the buffer (besides a partial frame).
 FRAME_OK: Final = 0
@@ -160,13 +170,15 @@ def frame_bytes(out: list[bytes], header: bytes, size: int) -> bytes:
 
 
 def decode_frames(buffer: bytearray, max_frame: int, trailer: int = 0,
-                  check: Callable[[bytearray, int, int], bool] | None = None
-                  ) -> tuple[list[list[object]], int, int, str]:
+                  check: Callable[[bytearray, int, int], bool] | None = None,
+                  first_only: bool = False) -> tuple[list[list[object]], int, int, str]:
     """The whole frames at the start of ``buffer``, decoded: (their message
     arrays, the bytes they took, FRAME_OK or why the next frame is refused,
     what is wrong with it). A partial frame at the end waits for more bytes.
     With a cluster secret each frame is followed by ``trailer`` bytes of MAC,
-    which ``check(buffer, start, end)`` verifies before the frame is decoded."""
+    which ``check(buffer, start, end)`` verifies before the frame is decoded.
+    ``first_only`` stops after one frame: while a link agrees its format,
+    a frame may change how the next ones read."""
     frames: list[list[object]] = []
     pos = 0
     end = len(buffer)
@@ -191,4 +203,6 @@ def decode_frames(buffer: bytearray, max_frame: int, trailer: int = 0,
             return frames, pos, FRAME_NOT_ARRAY, "frame is not an array of messages"
         frames.append(msgs)
         pos += 4 + size + trailer
+        if first_only:
+            break
     return frames, pos, FRAME_OK, ""

@@ -28,7 +28,7 @@ from disque.jobs.codec import (STORED_FORMAT, STORED_FORMAT_EXTENDED, STORED_LAY
                                from_storage)
 from disque.jobs.job import Job
 from disque.jobs.records import (CHECKSUM_LEN, DELJOB, FORMAT_CHECKSUMMED, FORMAT_RECORD,
-                                 LOADJOB, checksum)
+                                 LOADJOB, checksum, unsupported_format)
 
 # What a record is, once read (``RecordReader.kind``).
 OTHER: Final = 0  # a command no AOF holds: the caller names it
@@ -170,7 +170,7 @@ def format_marker(argv: list[bytes], offset: int) -> bool:
     if argv[0].upper() != FORMAT_RECORD:
         return False
     if argv[1:] != [FORMAT_CHECKSUMMED]:
-        raise RecordDamaged(offset, "unsupported AOF format %r" % b" ".join(argv[1:])[:20])
+        raise RecordDamaged(offset, unsupported_format(argv[1:]))
     return True
 
 

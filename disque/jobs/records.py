@@ -42,6 +42,20 @@ CRLF: Final = b"\r\n"
 FORMAT_RECORD: Final = b"AOFFORMAT"
 FORMAT_CHECKSUMMED: Final = b"2"
 FILE_MARKER: Final = b"*2\r\n$9\r\nAOFFORMAT\r\n$1\r\n2\r\n"
+# Where an operator meeting a file of a later version is sent.
+UPGRADE_DOC: Final = 'docs/operations.md, "Upgrading a cluster"'
+
+def unsupported_format(words: list[bytes]) -> str:
+    """Why a format marker naming ``words`` cannot be read: a later version's
+    format (a number above this version's) says so and what to do."""
+    named = b" ".join(words)[:20]
+    number = words[0] if len(words) == 1 else b""
+    if 0 < len(number) < 10 and number.isdigit() and int(number) > int(FORMAT_CHECKSUMMED):
+        return ("unsupported AOF format %s: the file was written by a later version, and "
+                "this one reads format %s and the files before it. Start the version that "
+                "wrote it (%s)" % (named.decode(), FORMAT_CHECKSUMMED.decode(), UPGRADE_DOC))
+    return "unsupported AOF format %r" % named
+
 
 _DELJOB_FORMAT: Final = (b"*8\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n"
                          b"$%d\r\n%d\r\n$%d\r\n%d\r\n$%d\r\n%b\r\n$8\r\n")

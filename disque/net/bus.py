@@ -13,6 +13,10 @@ per message (packing, the per-peer queues, framing, decoding) is
 ``disque.cluster.wire``'s, compiled with the core: this module runs once
 per read, per frame and per loop turn.
 
+A link's first frames agree on the bus format both ends use
+(``disque.net.busformat``): a node speaks the previous format to a peer
+that knows only that one, and refuses a peer with which it shares none.
+
 With a cluster secret, a link first runs the handshake of
 ``disque.net.busauth`` and every frame then carries a MAC checked
 before the frame is decoded; an outbound link is reported up to the core
@@ -31,9 +35,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from disque.cluster.transport import BusTransport, Link
-from disque.cluster.wire import (FRAME_BAD_MAC, FRAME_OK, FRAME_TOO_LARGE, PeerOutput, Wire,
-                                 decode_frames, frame_bytes)
+from disque.cluster.wire import (BUS_FORMATS, FRAME_BAD_MAC, FRAME_OK, FRAME_TOO_LARGE,
+                                 PeerOutput, Wire, decode_frames, frame_bytes)
 from disque.net import loop_host, loop_hosts
+from disque.net.busformat import FormatRefused, LinkFormat
 from disque.commands.access import PROTECTED_MODE_BUS, is_loopback, protected_mode_refuses_bus
 from disque.config.errors import ConfigSetError
 from disque.context.log import LogThrottle, logger
@@ -97,6 +102,7 @@ class BusConnection(asyncio.Protocol):
         self.link: Link | None = None
         self.closed = False
         self.output = PeerOutput(self)  # messages waiting for this loop turn's flush
+        self.link_format = LinkFormat(self.outbound, bus.formats)  # agreed as the link opens
         self.handshake: Handshake | None = None  # the secret's handshake, while it runs
         self.session: Session | None = None  # the MAC keys once it succeeded
         self.deadline: asyncio.TimerHandle | None = None  # the handshake's timeout
@@ -129,6 +135,8 @@ class BusConnection(asyncio.Protocol):
                 bus.own_nonces.add(self.handshake.nonce)
             else:
                 stream.write(self.handshake.start())
+        elif self.outbound:
+            self._send_fields(self.link_format.hello())
         if bus.keys is not None or not self.outbound:
             self.deadline = bus.loop.call_later(bus.handshake_timeout, self._handshake_expired)
 
@@ -186,41 +194,79 @@ class BusConnection(asyncio.Protocol):
         if handshake.session is not None:
             self.session = handshake.session
             self._handshake_over(True)
+            if self.outbound:
+                self._send_fields(self.link_format.hello())
             if self.buffer:
                 self._frames_received()
 
     def _frames_received(self) -> None:
         """The frames of a link past its handshake: cut, checked against their
         MAC with a cluster secret, and decoded by ``wire.decode_frames``
-        (compiled), then handed to the node one by one."""
+        (compiled), then handed to the node one by one. While the link agrees
+        its format they are read one at a time: one may change the format of
+        the next."""
         link = self.link
         assert link is not None  # set by connection_made, before any data
         bus = self.bus
         session = self.session
-        if session is None:
-            frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame)
-        else:
-            frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame,
-                                                       session.mac_len, session.check)
-        if frames and self.deadline is not None:
-            self._handshake_over(True)  # a plain inbound link's first frame
-        for msgs in frames:
-            link.node_id = self.node_id
-            try:
-                bus.node.receive_frame(link, msgs)
-            except Exception:
-                logger.exception("Error handling bus messages from %s", link.peer_ip)
-            if self.closed:
-                return  # the frames after it are dropped
-        if problem != FRAME_OK:
-            if problem == FRAME_TOO_LARGE:
-                bus.frames_too_large += 1
-            elif problem == FRAME_BAD_MAC:
-                bus.mac_failures += 1
-            bus.protocol_error(self, what)
-            return
-        del self.buffer[:pos]
+        link_format = self.link_format
+        while True:
+            agreeing = link_format.pending
+            if session is None:
+                frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame, 0, None,
+                                                           agreeing)
+            else:
+                frames, pos, problem, what = decode_frames(self.buffer, bus.max_frame,
+                                                           session.mac_len, session.check,
+                                                           agreeing)
+            if frames and self.deadline is not None:
+                self._handshake_over(True)  # a plain inbound link's first frame
+            if agreeing and frames and not self._agree(frames[0]):
+                return  # refused: the link is closed
+            for msgs in frames:
+                link.node_id = self.node_id
+                try:
+                    bus.node.receive_frame(link, msgs)
+                except Exception:
+                    logger.exception("Error handling bus messages from %s", link.peer_ip)
+                if self.closed:
+                    return  # the frames after it are dropped
+            if problem != FRAME_OK:
+                if problem == FRAME_TOO_LARGE:
+                    bus.frames_too_large += 1
+                elif problem == FRAME_BAD_MAC:
+                    bus.mac_failures += 1
+                bus.protocol_error(self, what)
+                return
+            del self.buffer[:pos]
+            if not (agreeing and frames and self.buffer):
+                break
         bus.server_after_bus()
+
+    def _agree(self, frame: list) -> bool:
+        """A frame read while the link agrees its format: answer it if the
+        agreement asks; False when the peer is refused (the link is closed)."""
+        try:
+            reply = self.link_format.on_frame(frame[0] if frame else None)
+        except FormatRefused as exc:
+            if exc.reply is not None:
+                self._send_fields(exc.reply)
+            self.bus.format_refused(self, exc.reason, drain=exc.reply is not None)
+            return False
+        if reply is not None:
+            self._send_fields(reply)
+        return True
+
+    def _send_fields(self, fields: dict) -> None:
+        """A frame without messages, this node's header with ``fields`` added
+        (the format agreement's), in format 1's layout. The messages queued
+        before it leave first, in the format they were packed in."""
+        bus = self.bus
+        if self.output.out is not None:
+            bus.flush_output(self.output)
+        if self.transport is None or self.closed:
+            return
+        self._write_frame([], bus.wire.pack_value({**bus.node.bus_header(), **fields}), 0)
 
     def write(self, packed: bytes) -> None:
         """Queue a packed message: the messages for a peer leave together in one
@@ -275,10 +321,14 @@ class BusConnection(asyncio.Protocol):
         if group:
             self._write_frame(group, header, size)
 
-    def close(self) -> None:
+    def close(self, drain: bool = False) -> None:
+        """Close the connection; ``drain`` sends what is written first."""
         if not self.closed and self.transport is not None:
             self.closed = True
-            self.transport.abort()
+            if drain:
+                self.transport.close()
+            else:
+                self.transport.abort()
 
     def peer_ip(self) -> str:
         """The peer's address for the log ("?" before the connection is made)."""
@@ -331,7 +381,7 @@ class ClusterBus(BusTransport):
         self._packed_header = b""
         # Packing and the per-peer queues, compiled with the core: the node's
         # messages reach them without a call into this module (``Outbox``).
-        self.wire = Wire(self.outbound, self._flush_soon, self._flush_full, EARLY_FLUSH)
+        self.wire = Wire(self.outbound, self._flush_soon, self.flush_output, EARLY_FLUSH)
         self.keys: BusKeys | None = None  # the cluster secret's keys; None: plain bus
         self.own_nonces: set[bytes] = set()  # of the handshakes this node runs as initiator
         self.server_tls: ssl.SSLContext | None = None  # tls-cluster: the listener's context
@@ -345,8 +395,11 @@ class ClusterBus(BusTransport):
         self.messages_too_large = 0
         self.handshake_timeouts = 0
         self.rejected_connections = 0  # links refused by protected mode, either way
+        self.formats: tuple[int, ...] = BUS_FORMATS  # the bus formats this node speaks
+        self.format_refusals = 0  # links with a peer that shares no bus format
         self._error_log = LogThrottle(ERROR_LOG_INTERVAL_MS)
         self._refusal_log = LogThrottle(ERROR_LOG_INTERVAL_MS)
+        self._format_log = LogThrottle(ERROR_LOG_INTERVAL_MS)
         self.config: Config | None = None  # protected mode's settings, from configure()
 
     async def listen(self, hosts: list[str] | None, port: int, backlog: int) -> None:
@@ -436,8 +489,9 @@ class ClusterBus(BusTransport):
         """The first messages of this loop turn are queued: write them at its end."""
         self.loop.call_soon(self._flush_dirty)
 
-    def _flush_full(self, output: PeerOutput) -> None:
-        """Write a queue out now (its frame is full enough)."""
+    def flush_output(self, output: PeerOutput) -> None:
+        """Write a queue out now (its frame is full enough, or a frame of the
+        format agreement must follow it), the AOF first."""
         if self.before_write is not None:
             self.before_write()
         if output.handle is not None:
@@ -566,6 +620,32 @@ class ClusterBus(BusTransport):
                            conn.peer_ip(), what,
                            " (%d more since the last report)" % held if held else "")
         conn.close()
+
+    def format_refused(self, conn: BusConnection, why: str, drain: bool) -> None:
+        """Close a link whose peer shares no bus format with this node; counted,
+        and logged at most once a second (the peer dials again and again)."""
+        self.format_refusals += 1
+        held = self._format_log.admit(time.monotonic_ns() // 1_000_000)
+        if held >= 0:
+            logger.warning("Bus link %s %s refused: %s, so the two versions cannot "
+                           "talk (docs/operations.md, \"Upgrading a cluster\")%s",
+                           "to" if conn.outbound else "from", conn.peer_ip(), why,
+                           " (%d more since the last report)" % held if held else "")
+        conn.close(drain)
+
+    def link_formats(self) -> tuple[dict[int, int], int]:
+        """The open links by the format they send, once agreed, and how many
+        of them have a peer that named no formats (a version from before the
+        agreement)."""
+        counts: dict[int, int] = {}
+        unnamed = 0
+        for conn in list(self.outbound.values()) + list(self.inbound):
+            agreed = conn.link_format
+            if conn.closed or agreed.pending:
+                continue
+            counts[agreed.sending] = counts.get(agreed.sending, 0) + 1
+            unnamed += not agreed.versioned
+        return counts, unnamed
 
     def shutdown(self) -> None:
         """Close every link and listener."""

@@ -167,11 +167,16 @@ def _bus_fields(server: InfoServer) -> InfoFields:
     bus = server.bus
     if bus is None:
         return []
+    by_format, unnamed = bus.link_formats()
     return [("bus_secret", "yes" if bus.keys is not None else "no"),
             ("bus_tls", "yes" if bus.server_tls is not None else "no"),
             ("bus_max_frame", bus.max_frame),
+            ("bus_formats", ",".join(str(f) for f in bus.formats)),
             ("bus_links_outbound", len(bus.outbound)),
             ("bus_links_inbound", len(bus.inbound)),
+            ("bus_link_formats", ",".join("%d=%d" % (f, n) for f, n in sorted(by_format.items()))),
+            ("bus_links_unversioned", unnamed),
+            ("bus_format_refusals", bus.format_refusals),
             ("bus_auth_failures", bus.auth_failures),
             ("bus_mac_failures", bus.mac_failures),
             ("bus_frames_too_large", bus.frames_too_large),

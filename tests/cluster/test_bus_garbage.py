@@ -64,16 +64,21 @@ def send_garbage(port: int, data: bytes) -> bytes:
 
 
 def read_frame(sock: socket.socket) -> dict:
-    """The first message of the next frame, with the frame's header fields."""
+    """The first message of the next frame that carries messages, with the
+    frame's header fields (a link's first frame, the node's bus formats, has none)."""
     data = b""
-    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
-        chunk = sock.recv(65536)
-        assert chunk, "bus connection closed"
-        data += chunk
-    frame = msgpack.unpackb(data[4:4 + struct.unpack(">I", data[:4])[0]], raw=False,
-                            strict_map_key=False)
-    assert type(frame) is list and len(frame) >= 2, frame
-    return {**frame[0], **frame[1]}
+    while True:
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+            chunk = sock.recv(65536)
+            assert chunk, "bus connection closed"
+            data += chunk
+        end = 4 + struct.unpack(">I", data[:4])[0]
+        frame = msgpack.unpackb(data[4:end], raw=False, strict_map_key=False)
+        data = data[end:]
+        assert type(frame) is list and frame, frame
+        if len(frame) >= 2:
+            return {**frame[0], **frame[1]}
+        assert "formats" in frame[0], frame
 
 
 def garbage_payloads(known_id: bytes, known_port: int, seed: int) -> list[bytes]:

@@ -41,6 +41,10 @@ def make_bus() -> tuple[ClusterBus, BusConnection, FakeTransport, FakeLoop, list
     conn = BusConnection(bus, PEER)
     transport = FakeTransport()
     conn.connection_made(transport)
+    # An outbound link opens with its hello (the bus formats it speaks).
+    assert frames(b"".join(transport.writes)) == [[{**HEADER, "formats": [1]}]]
+    transport.writes.clear()
+    node.header_calls = 0
     bus.outbound[PEER] = conn
     return bus, conn, transport, loop, aof_flushes
 
