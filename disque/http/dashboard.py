@@ -196,7 +196,8 @@ class Sampler:
         self.nodes: dict[bytes, Track] = {}
         self.queues: dict[tuple[bytes, bytes], Track] = {}
         self.summaries: dict[bytes, NodeSummary] = {}
-        self.rows: list[QueueRow] = []
+        self.rows: list[QueueRow] = []  # the longest of the queues the summaries list
+        self.listed = 0  # queues the summaries list (by name)
         self.lengths: dict[bytes, deque[int]] = {}  # the shown queues' total lengths
         # The cluster's CLUSTER_RATES at each sample (None: not known yet).
         self.cluster: deque[tuple[float | None, ...]] = deque(maxlen=HISTORY_POINTS)
@@ -242,6 +243,7 @@ class Sampler:
                 row.add(node_id, share, window_rates(queue_track.points))
         self.nodes = nodes
         self.queues = queues
+        self.listed = len(rows)
         self.rows = heapq.nsmallest(self.limit, rows.values(),
                                     key=lambda row: (-row.length, row.name))
         lengths: dict[bytes, deque[int]] = {}
@@ -428,6 +430,9 @@ def build_stats(server: ObservedServer, sampler: Sampler, at: float,
         "queues": {
             "total": len(state.queues.by_name),
             "shown": [queue_entry(row, sampler) for row in sampler.rows],
+            # Queues the nodes' summaries list, by name: more than shown when
+            # the cluster has more than QUEUES_SHOWN.
+            "listed": sampler.listed,
             # Jobs waiting in this node's dead-letter queues (named <queue>:dead).
             "dead_letter_jobs": 0 if own is None else own.stats[FIGURES["dead_letter_jobs"]],
         },

@@ -238,9 +238,8 @@ function renderQueues(stats) {
   });
   byId("queues").tBodies[0].replaceChildren(...rows);
   byId("queues-empty").hidden = rows.length > 0;
-  const objects = stats.cluster.queue_objects;
-  setText("queues-note", objects > rows.length
-    ? "(the " + rows.length + " longest; the nodes hold " + plural(objects, "queue") + ")" : "");
+  setText("queues-note", queues.listed > rows.length
+    ? "(the " + rows.length + " longest of " + formatCount(queues.listed) + ")" : "");
 }
 
 function renderFailed(stats) {
@@ -437,6 +436,7 @@ function fieldRow(name, value) {
   const tr = document.createElement("tr");
   tr.dataset.field = name;
   tr.append(element("th", name), cell(formatValue(value), "value"));
+  if (value === null || value === undefined) tr.classList.add("empty");
   return tr;
 }
 

@@ -248,7 +248,7 @@ def test_only_the_longest_queues_are_shown(server):
     for index, length in enumerate([5, 1, 7, 3, 2]):
         add_jobs(server, "q%d" % index, length)
     stats = build_stats(server, Sampler(limit=3), 0.0)
-    assert stats["queues"]["total"] == 5
+    assert stats["queues"]["total"] == 5 and stats["queues"]["listed"] == 5
     assert [(e["name"], e["length"]) for e in stats["queues"]["shown"]] == [
         ("q2", 7), ("q0", 5), ("q3", 3)]
 
