@@ -46,6 +46,12 @@ ROUTE_JOB = "/api/job"
 ROUTE_REDRIVE = "/api/cluster/redrive"
 ROUTE_DELETE = "/api/cluster/deljob"
 
+# The commands whose rights each view and action needs (ACL permission units).
+PEEK_RIGHT = "qpeek"
+SHOW_RIGHT = "show"
+REDRIVE_RIGHT = "qredrive"
+DELETE_RIGHT = "deljob"
+
 ANSWER_TIMEOUT_S = 2.0
 MAX_WAITING = 256  # requests awaiting an answer at once; more are refused (503)
 NO_ANSWER = object()  # what ``Answers.wait`` gives when the time is up
@@ -261,7 +267,7 @@ class Inspector:
         try:
             session = self.actions.authorized(request)
             name = queue_named({"queue": request.query.get("name")}, self._known_queue_names())
-            self._refusal(session, "qpeek", name)
+            self._refusal(session, PEEK_RIGHT, name)
             state = self.state
             own_id = state.id
             nodes: list[dict[str, Any]] = []
@@ -292,7 +298,7 @@ class Inspector:
             session = self.actions.authorized(request)
             job_id = self._job_id(request.query.get("id"))
             copies, silent = await self._copies(job_id)
-            self._check_copies(session, "show", copies)
+            self._check_copies(session, SHOW_RIGHT, copies)
         except ActionError as exc:
             return _refused(exc)
         return _json({"id": job_id.decode(), "copies": [copy.entry for copy in copies],
@@ -308,7 +314,7 @@ class Inspector:
             name = queue_named(body, self._known_queue_names())
             node = self._node_named(body.get("node"))
             if node is not None:
-                self._refusal(session, "qredrive", name)
+                self._refusal(session, REDRIVE_RIGHT, name)
                 state = self.state
                 user = session.user_name.encode()
                 answers = await self._ask_peers(
@@ -334,7 +340,7 @@ class Inspector:
             session = actions.authorized(request)
             job_id = self._job_id(body.get("job"))
             copies, silent = await self._copies(job_id)
-            self._check_copies(session, "deljob", copies)
+            self._check_copies(session, DELETE_RIGHT, copies)
         except ActionError as exc:
             return _refused(exc)
         if silent:
