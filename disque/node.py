@@ -85,6 +85,7 @@ class Node:
         state = self.state
         gossip, repl, acks = state.gossip, state.replication, state.acks
         requeue, federation, schedules = state.requeue, state.federation, state.schedules
+        peerstats, inspection = state.peerstats, state.inspection
         return {
             m.PING: BusRoute(gossip.on_ping, True),
             m.PONG: BusRoute(gossip.on_ping, True),
@@ -104,6 +105,12 @@ class Node:
             m.YOURJOBS: BusRoute(federation.on_yourjobs, False),
             m.SCHEDULE: BusRoute(schedules.on_schedule, False),
             m.SCHEDFIRED: BusRoute(schedules.on_fired, False),
+            m.STATSWANT: BusRoute(peerstats.on_want, False),
+            m.NODESTATS: BusRoute(peerstats.on_stats, False),
+            m.QUEUEPEEK: BusRoute(inspection.on_queuepeek, False),
+            m.JOBPEEK: BusRoute(inspection.on_jobpeek, False),
+            m.REDRIVE: BusRoute(inspection.on_redrive, False),
+            m.ANSWER: BusRoute(inspection.on_answer, False),
         }
 
     # ------------------------------------------------------------ commands
@@ -297,6 +304,8 @@ class Node:
             state.eviction.free_memory()
         if state.schedules.table:
             fire_due(state)
+        if state.peerstats.watchers:
+            state.peerstats.send_due()
         self.run_timers()
 
     def _release_blocked(self, reply: bytes) -> None:

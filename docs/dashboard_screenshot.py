@@ -1,14 +1,17 @@
-"""Redraw docs/images/dashboard.png: the dashboard of a busy 3-node cluster.
+"""Redraw docs/images/dashboard*.png: the dashboard of a busy 3-node cluster.
 
 Starts three disque-server processes on free loopback ports (node 0 with
-metrics-port and a user who may act), joins them, logs the page in, keeps
-producers and consumers busy on a few queues (one of them fills its
-dead-letter queue) while the page polls, pauses one queue from the page,
-then saves a screenshot taken by Debian's chromium through Playwright. Needs the
-dev extra (redis-py, playwright) and /usr/bin/chromium; everything started
-is stopped on exit.
+metrics-port and a user who may act), joins them, logs node 0's page in,
+keeps producers and consumers busy on queues of every node (node 2's
+thumbnails are on node 2 only; mail fills its dead-letter queue on node 1,
+the workers saying why) while the page polls, pauses one queue from the
+page, then saves what Debian's chromium shows through Playwright: the
+whole page (dashboard.png), a queue looked inside (dashboard-queue.png), a
+job found by its ID (dashboard-job.png) and the failed jobs with their
+reasons (dashboard-failed.png). Needs the dev extra (redis-py, playwright)
+and /usr/bin/chromium; everything started is stopped on exit.
 
-    .venv/bin/python docs/dashboard_screenshot.py [output.png]
+    .venv/bin/python docs/dashboard_screenshot.py [output directory]
 """
 
 from __future__ import annotations
@@ -27,12 +30,14 @@ from playwright.sync_api import sync_playwright
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the test support's free_port, run from anywhere
 from tests.support.process import free_port  # noqa: E402
-OUTPUT = ROOT / "docs" / "images" / "dashboard.png"
+OUTPUT = ROOT / "docs" / "images"
+OVERVIEW, QUEUE, JOB, FAILED = ("dashboard.png", "dashboard-queue.png", "dashboard-job.png",
+                                "dashboard-failed.png")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-quic"]
-VIEWPORT = {"width": 1200, "height": 400}  # the screenshot takes the whole page
+VIEWPORT = {"width": 1280, "height": 400}  # the overview takes the whole page
 NODES = 3
 LOAD_SECONDS = 40           # enough samples for the sparklines
 TICK_S = 0.25               # between two rounds of jobs
@@ -41,6 +46,9 @@ START_TIMEOUT_S = 15
 USER, PASSWORD = "ops", "screenshot-only-password"
 USER_RULES = "on >%s ~* +@read +@manage +@connection" % PASSWORD
 PAUSED_QUEUE = "emails"
+INSPECTED_QUEUE = "thumbnails"
+BOUNCES = (b"550 mailbox full", b"DNS lookup failed: no MX for example.invalid",
+           b"SMTP timeout after 30 s")
 
 
 def wait_for(predicate, what: str) -> None:
@@ -66,31 +74,51 @@ def start_node(workdir: Path, port: int, metrics_port: int) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def load(main: redis.Redis, stop: threading.Event) -> None:
-    """Producers and consumers on node 0's queues until ``stop``: a backlog
-    that rises and falls, one that slowly grows, and mail whose failed jobs
-    end as dead letters."""
+def nack(client: redis.Redis, job_id: bytes, reason: bytes) -> None:
+    """NACK with the worker's reason where the node takes one."""
+    try:
+        client.execute_command("NACK", job_id, "REASON", reason)
+    except redis.ResponseError:
+        client.execute_command("NACK", job_id)
+
+
+def load(clients: list[redis.Redis], stop: threading.Event) -> None:
+    """Producers and consumers on every node's queues until ``stop``: a
+    backlog on node 2 only that rises and falls, orders on every node that
+    slowly grow, and mail on node 1 whose failed jobs end as dead letters."""
     started = time.monotonic()
+    rounds = 0
     while not stop.is_set():
         wave = math.sin((time.monotonic() - started) / LOAD_SECONDS * 2 * math.pi)
-        pipe = main.pipeline(transaction=False)
-        for _ in range(int(14 + 12 * wave)):
-            pipe.execute_command("ADDJOB", "thumbnails", "resize 640x480", 0, "RETRY", 60)
-        for _ in range(6):
-            pipe.execute_command("ADDJOB", "orders", '{"order": 42}', 0, "RETRY", 60)
-        for _ in range(3):
-            pipe.execute_command("ADDJOB", "emails", "welcome", 0, "MAXDELIVER", 1, "RETRY", 60)
-        pipe.execute()
-        for queue, count in (("thumbnails", 13), ("orders", 5), ("emails", 3)):
-            jobs = main.execute_command("GETJOB", "NOHANG", "COUNT", count, "FROM", queue) or []
-            ids = [job_id for _, job_id, _ in jobs]
-            if not ids:
-                continue
-            if queue == "emails":  # one mail in three bounces: NACKed, it is dead-lettered
-                main.execute_command("NACK", ids[0])
-                ids = ids[1:]
-            if ids:
-                main.execute_command("ACKJOB", *ids)
+        for index, client in enumerate(clients):
+            pipe = client.pipeline(transaction=False)
+            if index == 2:
+                for i in range(int(14 + 12 * wave)):
+                    pipe.execute_command("ADDJOB", INSPECTED_QUEUE, "resize photo-%d.jpg 640x480"
+                                         % (rounds * 100 + i), 0, "REPLICATE", 1, "RETRY", 60,
+                                         "HEADER", "trace-id", "%016x" % (rounds * 7919 + i))
+            for _ in range(2):
+                pipe.execute_command("ADDJOB", "orders", '{"order": 42, "items": 3}', 0,
+                                     "RETRY", 60)
+            if index == 1:
+                for _ in range(3):
+                    pipe.execute_command("ADDJOB", PAUSED_QUEUE, "welcome", 0, "RETRY", 60)
+                pipe.execute_command("ADDJOB", "mail", "to: ann@example.invalid", 0,
+                                     "MAXDELIVER", 2, "REPLICATE", 1, "RETRY", 60)
+            pipe.execute()
+            # Each queue consumed where it is produced (orders everywhere), so
+            # that federation leaves node 2's thumbnails on node 2.
+            consumed = {0: (("orders", 1),), 1: (("orders", 1), (PAUSED_QUEUE, 3), ("mail", 1)),
+                        2: ((INSPECTED_QUEUE, 13), ("orders", 1))}[index]
+            for queue, count in consumed:
+                jobs = client.execute_command("GETJOB", "NOHANG", "COUNT", count, "FROM", queue)
+                ids = [job_id for _, job_id, _ in jobs or []]
+                if queue == "mail":  # every mail bounces: twice NACKed, it is dead-lettered
+                    for job_id in ids:
+                        nack(client, job_id, BOUNCES[rounds % len(BOUNCES)])
+                elif ids:
+                    client.execute_command("ACKJOB", *ids)
+        rounds += 1
         stop.wait(TICK_S)
 
 
@@ -103,8 +131,21 @@ def log_in(page) -> None:
     page.locator("#action-forms").wait_for(state="visible")
 
 
+def element_shot(page, output: Path, *selectors: str) -> None:
+    """A screenshot of the page's part from the first selector's top to the
+    last one's bottom."""
+    scrolled = page.evaluate("window.scrollY")  # boxes are in the viewport's coordinates
+    boxes = [page.locator(selector).bounding_box() for selector in selectors]
+    top = min(box["y"] for box in boxes) + scrolled
+    bottom = max(box["y"] + box["height"] for box in boxes) + scrolled
+    page.screenshot(path=str(output), full_page=True,
+                    clip={"x": 0, "y": top - 8, "width": VIEWPORT["width"],
+                          "height": bottom - top + 16})
+
+
 def main(argv: list[str]) -> int:
     output = Path(argv[1]) if len(argv) > 1 else OUTPUT
+    output.mkdir(parents=True, exist_ok=True)
     ports = [free_port() for _ in range(NODES)]
     metrics_port = free_port()
     processes: list[subprocess.Popen] = []
@@ -122,7 +163,7 @@ def main(argv: list[str]) -> int:
                                  in c.execute_command("CLUSTER", "INFO") for c in clients),
                      "the cluster to join")
             stop = threading.Event()
-            producer = threading.Thread(target=load, args=(clients[0], stop))
+            producer = threading.Thread(target=load, args=(clients, stop))
             with sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport=VIEWPORT)
@@ -135,11 +176,23 @@ def main(argv: list[str]) -> int:
                     page.locator("#pause-mode").select_option("out")
                     page.locator("button[data-action=pause]").click()
                     page.wait_for_timeout(2000)  # the tables show it at the next poll
-                    output.parent.mkdir(parents=True, exist_ok=True)
-                    page.screenshot(path=str(output), full_page=True)
+                    page.screenshot(path=str(output / OVERVIEW), full_page=True)
+                    stop.set()  # the views below stay as they are shot
+                    producer.join()
+                    page.locator("#queues tbody tr[data-queue=%s]" % INSPECTED_QUEUE).click()
+                    page.locator("#inspect-nodes table").first.wait_for()
+                    element_shot(page, output / QUEUE, "#inspect")
+                    page.locator("#inspect-nodes button.link").nth(2).click()
+                    page.locator("#job-copies tbody tr").first.wait_for()
+                    element_shot(page, output / JOB, "#job-view")
+                    page.locator("#job-close").click()
+                    page.locator("#dead-queues tbody tr[data-queue='mail:dead'] button").click()
+                    page.locator("#inspect-nodes td.reason").first.wait_for()
+                    element_shot(page, output / FAILED, "#inspect", "#failed")
                 finally:
                     stop.set()
-                    producer.join()
+                    if producer.is_alive():
+                        producer.join()
                     browser.close()
             for client in clients:
                 client.close()
@@ -148,7 +201,8 @@ def main(argv: list[str]) -> int:
                 process.terminate()
             for process in processes:
                 process.wait()
-    print("saved %s (%d bytes)" % (output, output.stat().st_size))
+    for name in (OVERVIEW, QUEUE, JOB, FAILED):
+        print("saved %s (%d bytes)" % (output / name, (output / name).stat().st_size))
     return 0
 
 

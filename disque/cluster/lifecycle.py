@@ -242,6 +242,26 @@ class JobLifecycle:
         self.outbox.send_to_holders(job, self.job_message(m.QUEUED, job))
         return True
 
+    def redrive_queued(self, queue_name: bytes, count: int) -> int:
+        """The dead letters queued here in ``queue_name`` (at most ``count``
+        in queue order, 0: all) go back to their queues (QREDRIVE, and the
+        dashboard's REDRIVE); returns how many moved."""
+        queue = self.queues.by_name.get(queue_name)
+        if queue is None:
+            return 0
+        dead: list[Job] = []
+        for job in queue.jobs.iter_from_head():
+            ext = extras_of(job)
+            if ext is not None and ext.origin is not None:
+                dead.append(job)
+                if len(dead) == count:
+                    break
+        moved = 0
+        for job in dead:
+            if self.redrive(job):
+                moved += 1
+        return moved
+
     def apply_state(self, job: Job, state: m.JobState) -> None:
         """Take a newer generation of ``job`` heard from another holder: its
         queue, dead-letter fields, counters, retry period and, when it says

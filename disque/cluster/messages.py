@@ -36,10 +36,21 @@ PAUSE: Final = "PAUSE"
 # Extensions: periodic jobs (cluster/schedules.py, docs/schedules.md).
 SCHEDULE: Final = "SCHEDULE"
 SCHEDFIRED: Final = "SCHEDFIRED"
+# Extensions: the cluster's dashboard (docs/cluster.md "The dashboard's
+# messages"). STATSWANT asks a peer for its NODESTATS summary for the next
+# seconds (cluster/peerstats.py); QUEUEPEEK, JOBPEEK and REDRIVE are requests
+# a peer answers with one ANSWER carrying the same REQ (cluster/inspection.py).
+STATSWANT: Final = "STATSWANT"
+NODESTATS: Final = "NODESTATS"
+QUEUEPEEK: Final = "QUEUEPEEK"
+JOBPEEK: Final = "JOBPEEK"
+REDRIVE: Final = "REDRIVE"
+ANSWER: Final = "ANSWER"
 
 ALL_TYPES: Final = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
                               WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE,
-                              SCHEDULE, SCHEDFIRED))
+                              SCHEDULE, SCHEDFIRED, STATSWANT, NODESTATS, QUEUEPEEK, JOBPEEK,
+                              REDRIVE, ANSWER))
 
 # Header keys.
 VERSION: Final = "v"
@@ -105,6 +116,16 @@ SCHED_TICK: Final = "tick"
 SYNC_PART: Final = 0
 SYNC_ALL: Final = 1
 SYNC_ASK: Final = 2
+# NODESTATS: the node's figures (peerstats.STATS_FIELDS, in that order) and
+# its longest queues (peerstats.QueueShare's fields, each a list). The
+# requests: REQ (an int the asker chose), COUNT jobs of QUEUE, the job ID, or
+# the dead letters of QUEUE to redrive on behalf of USER (for the log); ANSWER:
+# REQ and the answer's VALUE (inspection.py says its shape per request).
+STATS: Final = "stats"
+QUEUES: Final = "queues"
+REQ: Final = "req"
+USER: Final = "user"
+VALUE: Final = "value"
 
 
 def job_message(kind: str, job_id: bytes, mflags: int = 0) -> dict:
@@ -195,6 +216,12 @@ BODY_SCHEMAS: Final[dict[str, dict[str, object]]] = {
            PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
            SCHEDULE: {SCHEDULES: list, SCHED_SYNC: int},
            SCHEDFIRED: {SCHED_NAME: bytes, SCHED_TICK: int},
+           STATSWANT: {},
+           NODESTATS: {STATS: list, QUEUES: list},
+           QUEUEPEEK: {REQ: int, QUEUE: bytes, COUNT: int},
+           JOBPEEK: {REQ: int, ID: _JOB_ID},
+           REDRIVE: {REQ: int, QUEUE: bytes, USER: bytes},
+           ANSWER: {REQ: int},
        }
 
 

@@ -122,17 +122,9 @@ def check_access(node: NodeState, client: ClientState, cmd: Command,
     one attribute test per command."""
     if cmd.is_auth:
         return None
-    user = client.user
-    if user is None:
-        user = node.config.users[DEFAULT_USER]
-        if not user.enabled or (not client.authenticated
-                                and (bool(node.config.requirepass) or not user.nopass)):
-            return errors.NOAUTH
-    elif user.removed or not user.enabled:
-        client.user = None
-        client.authenticated = False
-        client.close_after_reply = True
-        return USER_GONE
+    user = _user_of(node, client)
+    if not isinstance(user, User):
+        return user
     if not user.all_commands:
         unit = cmd.name
         if unit in SUBCOMMAND_PERMS:
@@ -142,12 +134,53 @@ def check_access(node: NodeState, client: ClientState, cmd: Command,
             if unit not in ALL_UNITS:
                 return None
         if unit not in user.allowed:
-            node.access_stats.denied_commands += 1
-            return error("NOPERM User %s has no permissions to run the '%s' command"
-                         % (_name(user), unit))
+            return _command_denied(node, user, unit)
     if not user.all_queues and cmd.acl_keys:
         return _check_keys(node, user, cmd.acl_keys, argv)
     return None
+
+
+def _user_of(node: NodeState, client: ClientState) -> User | bytes:
+    """The user the client acts as, or the reply refusing it any command
+    (NOAUTH; USER_GONE for a user deleted or turned off, which logs it out)."""
+    user = client.user
+    if user is None:
+        user = node.config.users[DEFAULT_USER]
+        if not user.enabled or (not client.authenticated
+                                and (bool(node.config.requirepass) or not user.nopass)):
+            return errors.NOAUTH
+        return user
+    if user.removed or not user.enabled:
+        client.user = None
+        client.authenticated = False
+        client.close_after_reply = True
+        return USER_GONE
+    return user
+
+
+def _command_denied(node: NodeState, user: User, unit: str) -> bytes:
+    node.access_stats.denied_commands += 1
+    return error("NOPERM User %s has no permissions to run the '%s' command" % (_name(user), unit))
+
+
+def check_on_queue(node: NodeState, client: ClientState, command: str,
+                   queue: bytes) -> bytes | None:
+    """The reply refusing ``client``'s user ``command`` on ``queue``, or None:
+    check_access's decision where the queue is another node's, which
+    ``KEY_SPECS`` cannot find here (the dashboard looking inside a queue or
+    a job, redriving or deleting there). A command disabled here is refused."""
+    if not any(cmd.name == command for cmd in node.commands.values()):
+        return errors.unknown_command(command.encode())
+    if not node.guarded:
+        if node.config.requirepass and not client.authenticated:
+            return errors.NOAUTH
+        return None
+    user = _user_of(node, client)
+    if not isinstance(user, User):
+        return user
+    if not user.may_run(command):
+        return _command_denied(node, user, command)
+    return _check_queue(node, user, queue)
 
 
 def _check_producer(node: NodeState, user: User, argv: list[bytes], first: int,

@@ -88,6 +88,8 @@ def _setuser(node: NodeState, argv: list[bytes]) -> bytes:
     if current is None:
         users[name] = user
     else:
+        if current.revokes(user):
+            current.credentials += 1
         current.assign(user)  # connections logged in as it see the change at once
     # Only ever turned on at run time: a connection may still be logged in as
     # a user deleted earlier, and check_access must meet it to close it.

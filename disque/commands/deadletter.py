@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final
 from disque.protocol import errors
 from disque.commands.args import option_name, parse_int
 from disque.jobs.ids import is_valid_job_id
-from disque.jobs.job import ACTIVE, DELIVERED, Job, extras_of
+from disque.jobs.job import ACTIVE, DELIVERED
 from disque.protocol.resp import integer
 
 if TYPE_CHECKING:
@@ -38,22 +38,7 @@ def qredrive(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
             i += 2
         else:
             return errors.SYNTAX
-    queue = node.queues.by_name.get(argv[1])
-    if queue is None:
-        return integer(0)
-    dead: list[Job] = []
-    for job in queue.jobs.iter_from_head():
-        ext = extras_of(job)
-        if ext is not None and ext.origin is not None:
-            dead.append(job)
-            if len(dead) == count:
-                break
-    moved = 0
-    redrive = node.lifecycle.redrive
-    for job in dead:
-        if redrive(job):
-            moved += 1
-    return integer(moved)
+    return integer(node.lifecycle.redrive_queued(argv[1], count))
 
 
 def nack_delayed(node: NodeState, argv: list[bytes], reason: bytes | None = None) -> bytes:

@@ -60,6 +60,8 @@ ERR_REWRITING: Final = "ERR Rewriting config file: {reason}"
 INVALID_MAXDELIVER: Final = "maxdeliver-default must be between 0 (unlimited) and 65535"
 INVALID_DEDUP_WINDOW: Final = "dedup-window must be between 0 (off) and 2592000 seconds"
 INVALID_METRICS_PORT: Final = "Invalid metrics port"
+INVALID_DASHBOARD_HOST: Final = ("dashboard-hosts takes host names, IP addresses or *, "
+                                 "at most 64 of them")
 INVALID_METRICS_MAX_QUEUES: Final = "metrics-max-queues must be between 0 and 100000"
 INVALID_TLS_PORT: Final = "Invalid tls-port"
 INVALID_TLS_AUTH_CLIENTS: Final = "tls-auth-clients must be one of yes, no, optional"

@@ -67,6 +67,7 @@ class Config:
     dedup_window: int
     metrics_port: int
     metrics_max_queues: int
+    dashboard_hosts: list[str]
     protected_mode: bool
     enable_debug_command: str
     enable_protected_configs: str

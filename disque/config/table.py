@@ -23,6 +23,7 @@ from disque.config.messages import (
     APPENDFILENAME_PATH,
     INVALID_BACKLOG,
     INVALID_BUS_PORT,
+    INVALID_DASHBOARD_HOST,
     INVALID_DATABASES,
     INVALID_FACILITY,
     INVALID_DEDUP_WINDOW,
@@ -86,6 +87,9 @@ MAX_BIND_ADDRESSES: Final = 16
 AUTHPASS_MAX_LEN: Final = 512
 KEEPALIVE_YES_SECONDS: Final = 300  # what CONFIG SET tcp-keepalive yes means (compatibility)
 _OCTAL: Final = re.compile(r"[0-7]+")
+MAX_DASHBOARD_HOSTS: Final = 64
+# A DNS name, an IPv4 or IPv6 address (with or without brackets), or * (any).
+_HOST_NAME: Final = re.compile(r"\*|[a-z0-9_.-]{1,253}|\[?[0-9a-f:.]{2,45}\]?")
 
 
 def _check_basename(text: str) -> None:
@@ -106,6 +110,18 @@ def _parse_bind(args: list[str]) -> list[str]:
 
 def _write_bind(addresses: list[str]) -> str | None:
     return " ".join(addresses) if addresses else None
+
+
+def _parse_dashboard_hosts(args: list[str]) -> list[str]:
+    """Names the dashboard answers to (``Host``), lower-case; ``*`` any."""
+    hosts = [ascii_lower(arg) for arg in args if arg]
+    if len(hosts) > MAX_DASHBOARD_HOSTS or not all(_HOST_NAME.fullmatch(h) for h in hosts):
+        raise InvalidValue(INVALID_DASHBOARD_HOST)
+    return hosts
+
+
+def _set_dashboard_hosts(text: str) -> list[str]:
+    return _parse_dashboard_hosts(text.split())
 
 
 def _parse_socket_perm(args: list[str]) -> int:
@@ -280,6 +296,10 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            integer("metrics-port", 0, "FGR", INVALID_METRICS_PORT, high=65535),
            integer("metrics-max-queues", 100, "FSGR", INVALID_METRICS_MAX_QUEUES,
                    high=MAX_METRICS_QUEUES),
+           # Host names the dashboard answers to besides its own (docs/dashboard.md).
+           Directive("dashboard-hosts", [], "FSGR", _parse_dashboard_hosts,
+                     nargs=(1, sys.maxsize), parse_set=_set_dashboard_hosts, show=" ".join,
+                     write=_write_bind),
            # TLS (docs/security.md), with Redis' names: read at startup.
            integer("tls-port", 0, "FGR", INVALID_TLS_PORT, high=65535),
            string("tls-cert-file", "", "FGR", optional=True),

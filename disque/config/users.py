@@ -87,7 +87,7 @@ class User:
 
     __slots__ = ("name", "enabled", "nopass", "passwords", "allowed", "all_commands",
                  "patterns", "all_queues", "removed", "queue_cache", "quota_jobs",
-                 "quota_bytes")
+                 "quota_bytes", "credentials")
 
     def __init__(self, name: bytes) -> None:
         # A new user is off, with no password, no command and no queue (Redis 7).
@@ -104,6 +104,9 @@ class User:
         # Jobs and body bytes the user may have pending on a node (0: no quota).
         self.quota_jobs = 0
         self.quota_bytes = 0
+        # Counts changes of its passwords and its turning off (``revokes``):
+        # what a login proved no longer holds, so the dashboard's sessions end.
+        self.credentials = 0
 
     @classmethod
     def default(cls) -> User:
@@ -134,6 +137,12 @@ class User:
         self.queue_cache = {}
         self.quota_jobs = other.quota_jobs
         self.quota_bytes = other.quota_bytes
+
+    def revokes(self, new: User) -> bool:
+        """Taking ``new``'s rules changes the passwords or turns the user off:
+        logins made before must end."""
+        return (new.passwords != self.passwords or new.nopass != self.nopass
+                or (self.enabled and not new.enabled))
 
     # ----------------------------------------------------------- checks
 

@@ -23,7 +23,7 @@ crosses a network in clear. Failed logins are limited per address
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 import hiredis
@@ -33,7 +33,7 @@ from disque.commands.access import is_loopback
 from disque.config.users import DEFAULT_USER
 from disque.context.clients import ClientState
 from disque.context.log import logger
-from disque.http.sessions import LoginLimiter, Session, SessionStore
+from disque.http.sessions import LoginLimiter, Session, SessionStore, credentials_of
 from disque.protocol.argsplit import quote_arg
 from disque.protocol.resp import OK
 
@@ -79,7 +79,10 @@ NOT_LOGGED_IN = "Not logged in, or the session expired: log in again."
 BAD_CSRF = "Missing or wrong CSRF token (X-CSRF-Token)."
 CROSS_ORIGIN = "Refused: the request does not come from this dashboard's page."
 NOT_JSON = "Expected a JSON object (Content-Type: application/json)."
-USER_GONE = "The session's user was deleted or turned off: logged out."
+USER_GONE = ("The session's user changed its password, or was turned off or deleted: "
+             "logged out.")
+CREDENTIALS_CHANGED = ("Dashboard: the session of user '%s' from %s ended: the user's password "
+                       "changed, or it was turned off or deleted")
 NO_SUCH_ACTION = "No such action: %s."
 
 
@@ -101,10 +104,10 @@ def _text_field(body: dict[str, Any], name: str) -> bytes:
         raise ActionError(400, "'%s' is not valid text." % name) from None
 
 
-def queue_named(body: dict[str, Any], queues: Mapping[bytes, Queue]) -> bytes:
+def queue_named(body: dict[str, Any], queues: Container[bytes]) -> bytes:
     """The queue the page names in ``body["queue"]``, as it shows names: a
     name that is not UTF-8 is shown with ``\\xNN`` for its odd bytes. When
-    both readings of such a text are queues here, the page cannot tell
+    both readings of such a text are ``queues``, the page cannot tell
     which one is meant, and the action is refused."""
     name = _text_field(body, "queue")
     if b"\\x" not in name:
@@ -201,7 +204,20 @@ class DashboardActions:
         return SECURE_COOKIE_PREFIX + name if request.secure else name
 
     def _session(self, request: web.Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(self.cookie_name(request)))
+        return self._live_session(request)[0]
+
+    def _live_session(self, request: web.Request) -> tuple[Session | None, bool]:
+        """The request's live session, and whether one just ended because
+        its user's password changed, or it was turned off or deleted."""
+        token = request.cookies.get(self.cookie_name(request))
+        session = self.sessions.get(token)
+        if session is None:
+            return None, False
+        if session.credentials != credentials_of(session.client, self.server.config):
+            self.sessions.end(token)
+            logger.info(CREDENTIALS_CHANGED, session.user_name, _address(request))
+            return None, True
+        return session, False
 
     def _logins_refused(self, request: web.Request) -> str | None:
         """Why no one can log in from this request, or None."""
@@ -211,7 +227,7 @@ class DashboardActions:
             return PLAIN_HTTP_REMOTE
         return None
 
-    async def _checked_post(self, request: web.Request) -> dict[str, Any]:
+    async def checked_post(self, request: web.Request) -> dict[str, Any]:
         """The JSON body of a POST from the dashboard's own page; raises ActionError."""
         if request.headers.get("Sec-Fetch-Site", SAME_ORIGIN) != SAME_ORIGIN:
             raise ActionError(403, CROSS_ORIGIN)
@@ -230,16 +246,16 @@ class DashboardActions:
             raise ActionError(400, NOT_JSON)
         return body
 
-    def _authorized(self, request: web.Request) -> Session:
+    def authorized(self, request: web.Request) -> Session:
         """The request's session, its CSRF token checked; raises ActionError."""
-        session = self._session(request)
+        session, revoked = self._live_session(request)
         if session is None:
-            raise ActionError(401, NOT_LOGGED_IN)
+            raise ActionError(401, USER_GONE if revoked else NOT_LOGGED_IN)
         if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
             raise ActionError(403, BAD_CSRF)
         return session
 
-    def _run(self, client: ClientState, argv: list[bytes]) -> bytes:
+    def run(self, client: ClientState, argv: list[bytes]) -> bytes:
         """One command through the node's command table, as ``client``."""
         server = self.server
         reply = server.node.call(client, argv)
@@ -263,7 +279,7 @@ class DashboardActions:
     async def login(self, request: web.Request) -> web.StreamResponse:
         """``{"user", "password"}``: AUTH as that user; a session on success."""
         try:
-            body = await self._checked_post(request)
+            body = await self.checked_post(request)
         except ActionError as exc:
             return _refused(exc)
         refused = self._logins_refused(request)
@@ -287,14 +303,15 @@ class DashboardActions:
         server = self.server
         client = ClientState(server.next_client_id(), _address(request), server.node.state.now)
         client.local = is_loopback(peer)
-        reply = self._run(client, argv)
+        reply = self.run(client, argv)
         # A user that takes any password (nopass) is no login: the page acts with rights.
         if reply != OK or (client.user is not None and client.user.nopass):
             self.limiter.failed(peer)
             return _json({"error": LOGIN_FAILED}, 401)
         self.limiter.succeeded(peer)
         self.sessions.end(request.cookies.get(self.cookie_name(request)))
-        token, session = self.sessions.create(client, name)
+        token, session = self.sessions.create(client, name,
+                                              credentials_of(client, server.config))
         logger.info("Dashboard: user '%s' logged in from %s", name, client.addr)
         response = _json({"user": name, "csrf_token": session.csrf_token})
         response.set_cookie(self.cookie_name(request), token, path="/", httponly=True,
@@ -304,8 +321,8 @@ class DashboardActions:
     async def logout(self, request: web.Request) -> web.StreamResponse:
         """End the session and clear its cookie."""
         try:
-            await self._checked_post(request)
-            self._authorized(request)
+            await self.checked_post(request)
+            self.authorized(request)
         except ActionError as exc:
             return _refused(exc)
         name = self.cookie_name(request)
@@ -319,8 +336,8 @@ class DashboardActions:
         """Run one action as the session's user: ``{"result": ...}`` with the
         command's reply, or ``{"error": ...}`` (403 when the user may not)."""
         try:
-            body = await self._checked_post(request)
-            session = self._authorized(request)
+            body = await self.checked_post(request)
+            session = self.authorized(request)
             action = request.match_info["name"]
             make_argv = ACTIONS.get(action)
             if make_argv is None:
@@ -330,7 +347,7 @@ class DashboardActions:
             return _refused(exc)
         client = session.client
         client.addr = _address(request)
-        value = reply_value(self._run(client, argv))
+        value = reply_value(self.run(client, argv))
         if client.close_after_reply:  # commands.access: the user was deleted or turned off
             self.sessions.end(request.cookies.get(self.cookie_name(request)))
             return _json({"error": USER_GONE}, 401)
@@ -343,10 +360,12 @@ class DashboardActions:
         return _json({"result": result})
 
 
-def add_routes(app: web.Application, server: DashboardServer) -> None:
-    """Serve the actions from ``app`` (the metrics-port application)."""
+def add_routes(app: web.Application, server: DashboardServer) -> DashboardActions:
+    """Serve the actions from ``app`` (the metrics-port application); the
+    handlers, whose sessions the views behind a login share."""
     actions = DashboardActions(server)
     app.router.add_get(ROUTE_SESSION, actions.session)
     app.router.add_post(ROUTE_LOGIN, actions.login)
     app.router.add_post(ROUTE_LOGOUT, actions.logout)
     app.router.add_post(ROUTE_ACTION, actions.act)
+    return actions

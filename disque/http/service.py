@@ -18,6 +18,7 @@ from aiohttp import web
 from prometheus_client.exposition import choose_encoder
 
 from disque.http import actions, dashboard
+from disque.http.hosts import HostCheck
 from disque.http.metrics import server_registry
 from disque.context.log import logger
 
@@ -39,8 +40,10 @@ class HttpService:
         self.runner: web.AppRunner | None = None
 
     def build_app(self) -> web.Application:
-        """/metrics here, the dashboard's routes from disque.http.dashboard."""
-        app = web.Application(client_max_size=actions.MAX_BODY)
+        """/metrics here, the dashboard's routes from disque.http.dashboard;
+        every request's ``Host`` checked first (disque.http.hosts)."""
+        app = web.Application(client_max_size=actions.MAX_BODY,
+                              middlewares=[HostCheck(self.server.config).middleware])
         app.router.add_get(METRICS_PATH, self.metrics)
         dashboard.add_routes(app, self.server)
         return app

@@ -4,7 +4,9 @@ A session is what a login earns: a random token in an HttpOnly cookie,
 a CSRF token the page sends back in a header with each action, and the
 ``ClientState`` the actions run as (it holds the ACL user, so ACL changes
 apply at once). Sessions end on logout, after IDLE_TIMEOUT_S without use
-and LIFETIME_S after the login, whichever comes first.
+and LIFETIME_S after the login, whichever comes first, and when what the
+login proved no longer holds (``credentials_of``: the user's password
+changed, or it was turned off or deleted).
 
 ``LoginLimiter`` slows password guessing: an address that failed
 MAX_FAILURES logins within FAILURE_WINDOW_S is refused until the oldest
@@ -21,7 +23,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from disque.config.users import DEFAULT_USER
+
 if TYPE_CHECKING:
+    from disque.config import Config
     from disque.context.clients import ClientState
 
 IDLE_TIMEOUT_S = 15 * 60
@@ -33,6 +38,17 @@ FAILURE_WINDOW_S = 60.0
 MAX_TRACKED_ADDRESSES = 10_000  # addresses whose failures are remembered (oldest forgotten)
 
 
+def credentials_of(client: ClientState, config: Config) -> tuple[object, ...]:
+    """What the client's login proved, as it stands now: its user's
+    credentials version (``User.credentials``, which ACL SETUSER bumps when
+    the passwords change or the user is turned off) and whether it was
+    deleted; for the default user, its version and requirepass."""
+    user = client.user
+    if user is None:
+        return (DEFAULT_USER, config.users[DEFAULT_USER].credentials, config.requirepass)
+    return (user.name, user.credentials, user.removed)
+
+
 def _token_key(token: str) -> bytes:
     """What sessions are found by: a digest, so that looking a guess up in
     the table does not time a comparison with a real token."""
@@ -40,13 +56,16 @@ def _token_key(token: str) -> bytes:
 
 
 class Session:
-    """One login: the client its actions run as, and its CSRF token."""
+    """One login: the client its actions run as, what the login proved
+    (``credentials_of``) and its CSRF token."""
 
-    __slots__ = ("client", "user_name", "csrf_token", "created", "last_used")
+    __slots__ = ("client", "user_name", "credentials", "csrf_token", "created", "last_used")
 
-    def __init__(self, client: ClientState, user_name: str, now: float) -> None:
+    def __init__(self, client: ClientState, user_name: str, credentials: tuple[object, ...],
+                 now: float) -> None:
         self.client = client
         self.user_name = user_name
+        self.credentials = credentials
         self.csrf_token = secrets.token_urlsafe(TOKEN_BYTES)
         self.created = now
         self.last_used = now
@@ -69,13 +88,15 @@ class SessionStore:
         self.limit = limit
         self.sessions: dict[bytes, Session] = {}  # by _token_key, oldest login first
 
-    def create(self, client: ClientState, user_name: str) -> tuple[str, Session]:
-        """A new session for ``client``: its cookie token, and the session."""
+    def create(self, client: ClientState, user_name: str,
+               credentials: tuple[object, ...]) -> tuple[str, Session]:
+        """A new session for ``client`` (``credentials``: what its login
+        proved): its cookie token, and the session."""
         self._drop_expired()
         while len(self.sessions) >= self.limit:
             del self.sessions[next(iter(self.sessions))]
         token = secrets.token_urlsafe(TOKEN_BYTES)
-        session = Session(client, user_name, self.timer())
+        session = Session(client, user_name, credentials, self.timer())
         self.sessions[_token_key(token)] = session
         return token, session
 

@@ -20,8 +20,10 @@ from disque.cluster.consumers import Consumers
 from disque.cluster.federation import Federation, Interest
 from disque.cluster.gossip import Gossip, random_node_id
 from disque.cluster.lifecycle import JobLifecycle
+from disque.cluster.inspection import Inspection
 from disque.cluster.membership import Membership
 from disque.cluster.outbox import Outbox
+from disque.cluster.peerstats import PeerStats
 from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.schedules import Schedules
@@ -61,6 +63,7 @@ class NodeState:
         membership = self.membership = Membership(node_id, config.port)
         membership.myself.tport = config.tls_port
         counters = self.counters = JobCounters()
+        self.stats = Stats()
         self.ids = JobIdGenerator(node_id, rng, counters)
         self.outbox = Outbox(runtime, membership, bus, config.port)
         self.jobs = JobRegistry(memory)
@@ -92,6 +95,11 @@ class NodeState:
         self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
                                      counters)
         self.schedules = Schedules(runtime, membership, self.outbox, config, host)
+        # The dashboard's: the nodes' summaries and looking inside other nodes.
+        self.peerstats = PeerStats(runtime, membership, self.outbox, config, self.jobs,
+                                   self.queues, self.blocked, memory, counters, self.stats)
+        self.inspection = Inspection(runtime, self.jobs, self.queues, self.lifecycle,
+                                     self.outbox)
         # The same dicts as QueueSet.ready and Interest.ready (cleared in
         # place, never replaced): after every input, one test says whether
         # ``after_input`` has work, without a call.
@@ -100,7 +108,6 @@ class NodeState:
         # The node's command table (COMMAND, rename-command and the call
         # statistics read it; Node dispatches through it).
         self.commands = commands
-        self.stats = Stats()
         self.aof_error: str | None = None  # last failed AOF write, for MISCONF
         self.loading = False
         self.monitors: dict[ClientState, None] = {}

@@ -80,7 +80,8 @@ def test_dead_letters_show_beside_their_queue(server_factory, open_dashboard):
     dead_row = dashboard.page.locator("#queues tbody tr[data-queue='mail:dead']")
     expect(dead_row).to_have_class("dead")
     expect(dashboard.page.locator("#dead-letter-jobs")).to_have_text("2")
-    expect(dashboard.page.locator("#dead-lettered")).to_have_text(re.compile(r"^2 dead-lettered"))
+    expect(dashboard.page.locator("#dead-lettered")).to_have_text(
+        re.compile(r"^2 on this node · 2 dead-lettered here"))
 
 
 def test_the_nodes_table_follows_the_cluster(server_factory, open_dashboard):

@@ -92,7 +92,7 @@ def test_a_user_with_the_rights_pauses_resumes_redrives_and_deletes(server_facto
     assert client.execute_command("QLEN", "mail:dead") == 0
 
     run_action(dashboard, "deljob", job=job_ids[0], confirm=True)
-    expect(action_result(dashboard)).to_have_text("%s: deleted" % job_ids[0])
+    expect(action_result(dashboard)).to_have_text("%s: deleted on 1 node" % job_ids[0])
     expect(dashboard.queue_cell("orders", "length")).to_have_text("2", timeout=PAGE_WAIT_MS)
     assert client.execute_command("SHOW", job_ids[0]) is None
 

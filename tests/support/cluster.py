@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,12 +232,15 @@ class Cluster:
     """N disque-server processes joined into one cluster."""
 
     def __init__(self, base_dir: Path, size: int, config: str = "", appendonly: bool = False,
-                 node_timeout: int = DEFAULT_NODE_TIMEOUT_MS) -> None:
+                 node_timeout: int = DEFAULT_NODE_TIMEOUT_MS,
+                 node_config: Callable[[int], str] | None = None) -> None:
+        """``node_config(i)``: lines for node ``i`` alone (a port of its own)."""
         text = "cluster-node-timeout %d\n" % node_timeout
         if appendonly:
             text += "appendonly yes\n"
         text += bus_security_config() + config
-        self.nodes = [DisqueProcess(Path(base_dir) / ("node%d" % i), config=text)
+        self.nodes = [DisqueProcess(Path(base_dir) / ("node%d" % i),
+                                    config=text + (node_config(i) if node_config else ""))
                       for i in range(size)]
         self.ids: list[str] = []
         self._clients: dict[int, redis.Redis] = {}

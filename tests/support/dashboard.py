@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.cluster import parse_cluster_info
 from tests.support.process import free_port, wait_until
 
 try:
@@ -51,6 +52,18 @@ def start_node(server_factory, extra: str = "") -> tuple[object, int]:
     node = server_factory("metrics-port %d\n%s%s" % (metrics_port, USERS, extra))
     wait_until(lambda: _accepts(metrics_port), message="metrics-port %d" % metrics_port)
     return node, metrics_port
+
+
+def start_cluster(server_factory, size: int = 3, extra: str = "") -> list[tuple[object, int]]:
+    """``size`` nodes as start_node makes them, joined in a full mesh: each
+    with its metrics-port."""
+    nodes = [start_node(server_factory, extra) for _ in range(size)]
+    for (first, _), (second, _) in zip(nodes, nodes[1:]):
+        assert first.call("CLUSTER", "MEET", "127.0.0.1", second.port) == b"OK"
+    wait_until(lambda: all(parse_cluster_info(node.call("CLUSTER", "INFO"))
+                           ["cluster_reachable_nodes"] == str(size - 1) for node, _ in nodes),
+               timeout=30, interval=0.1, message="a full mesh of %d nodes" % size)
+    return nodes
 
 
 def _accepts(port: int) -> bool:

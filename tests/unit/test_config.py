@@ -57,7 +57,7 @@ GETTABLE = [
     "proto-max-bulk-len",
     # The extensions' directives come after the original's (docs/commands.md).
     "maxdeliver-default", "dedup-window", "metrics-port", "metrics-max-queues",
-    "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
+    "dashboard-hosts", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
     "getjob-max-queues", "client-request-timeout",
@@ -257,6 +257,10 @@ def test_fatal_error_shows_trimmed_line():
     ("port -1", "Invalid port"),
     ("cluster-bus-port 65536", "Invalid cluster bus port"),
     ("bind " + " ".join(f"10.0.0.{i}" for i in range(17)), "Too many bind addresses specified"),
+    ("dashboard-hosts evil.com/x", "dashboard-hosts takes host names, IP addresses or *, at "
+     "most 64 of them"),
+    ("dashboard-hosts " + " ".join(f"h{i}" for i in range(65)),
+     "dashboard-hosts takes host names, IP addresses or *, at most 64 of them"),
     ("tcp-backlog -1", "Invalid backlog value"),
     ("unixsocketperm 1000", "Invalid socket file permissions"),
     ("unixsocketperm 789", "Invalid socket file permissions"),
@@ -322,6 +326,8 @@ def test_file_validation_errors(line, reason):
     ("bind 127.0.0.1 ::1", "bind", ["127.0.0.1", "::1"]),
     ("bind " + " ".join(f"10.0.0.{i}" for i in range(16)), "bind",
      [f"10.0.0.{i}" for i in range(16)]),
+    ("dashboard-hosts Disque1.Example.com 10.0.0.5 [::1] *", "dashboard_hosts",
+     ["disque1.example.com", "10.0.0.5", "[::1]", "*"]),
     ("tcp-backlog 0", "tcp_backlog", 0),
     ("unixsocket /tmp/d.sock", "unixsocket", "/tmp/d.sock"),
     ("unixsocketperm 700", "unixsocketperm", 0o700),
@@ -619,6 +625,8 @@ def test_get_glob(pattern, names):
      "client_output_buffer_limit", (10, 20, 30)),
     ("watchdog-period", "500", "watchdog_period", 500),
     ("proto-max-bulk-len", "1mb", "proto_max_bulk_len", MB),
+    ("dashboard-hosts", "a.example b.example", "dashboard_hosts", ["a.example", "b.example"]),
+    ("dashboard-hosts", "", "dashboard_hosts", []),
 ])
 def test_set_accepts(name, value, attr, expected):
     config = Config()

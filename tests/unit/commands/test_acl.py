@@ -11,7 +11,8 @@ import pytest
 from disque.context.clients import ClientState
 from disque.state.command import unique_commands
 from disque.commands.table import build_command_table
-from disque.commands.access import KEY_SPECS, is_loopback, protected_mode_refuses
+from disque.commands.access import (KEY_SPECS, check_on_queue, is_loopback,
+                                    protected_mode_refuses)
 from disque.commands.admin import PROTECTED_CONFIGS
 from disque.config import DIRECTIVES, Config
 from disque.config.globmatch import MAX_PATTERN_LEN
@@ -325,6 +326,44 @@ def test_setuser_changes_apply_to_logged_in_clients_at_once():
     assert worker.raw("QLEN", "orders:a") == b":0\r\n"
     assert Cmd(node).raw("ACL", "SETUSER", "worker", "+qlen", "bogus") == (
         b"-ERR Error in ACL SETUSER modifier 'bogus': Syntax error\r\n")
+
+
+@pytest.mark.parametrize("rules, revoked", [
+    (("resetpass", ">new"), True), ((">another",), True), (("<pw",), True), (("nopass",), True),
+    (("off",), True), (("reset",), True), ((">pw",), False), (("+qlen", "~mail"), False),
+    (("on",), False)])
+def test_a_password_change_or_turning_off_bumps_the_credentials(rules, revoked):
+    node = worker_node()
+    user = node.state.config.users[b"worker"]
+    before = user.credentials
+    assert Cmd(node).raw("ACL", "SETUSER", "worker", *rules) == b"+OK\r\n"
+    assert node.state.config.users[b"worker"] is user
+    assert user.credentials == before + revoked
+
+
+def test_check_on_queue_decides_as_the_command_table_would():
+    node = worker_node()
+    worker = logged_in(node)
+    state = node.state
+    assert check_on_queue(state, worker.client, "getjob", b"orders:a") is None
+    assert check_on_queue(state, worker.client, "getjob", b"payments").startswith(
+        b"-NOPERM User worker has no permissions to access the queue 'payments'")
+    assert check_on_queue(state, worker.client, "qpeek", b"orders:a").startswith(
+        b"-NOPERM User worker has no permissions to run the 'qpeek' command")
+    assert state.access_stats.denied_queues == 1 and state.access_stats.denied_commands == 1
+    node.rename_command("GETJOB", "")
+    assert check_on_queue(state, worker.client, "getjob", b"orders:a").startswith(
+        b"-ERR unknown command")
+    Cmd(node).raw("ACL", "DELUSER", "worker")
+    assert check_on_queue(state, worker.client, "qlen", b"orders:a").startswith(b"-NOAUTH")
+
+
+def test_check_on_queue_without_users_asks_only_for_requirepass():
+    node = make_node(requirepass="secret")
+    anonymous = client()
+    assert check_on_queue(node.state, anonymous, "qpeek", b"q") == NOAUTH
+    assert Cmd(node, anonymous).raw("AUTH", "secret") == b"+OK\r\n"
+    assert check_on_queue(node.state, anonymous, "qpeek", b"q") is None
 
 
 def test_acl_list_users_cat():

@@ -10,11 +10,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, MYSELF, NOADDR, PFAIL
 from disque.config import Config
 from disque.http import dashboard
+from disque.cluster.peerstats import NodeSummary
 from disque.http.dashboard import (HISTORY_POINTS, RATE_WINDOW_S, SAMPLE_INTERVAL_S,
-                                   SCAN_COST_RATIO, STALE_AFTER_S, Sampler,
-                                   add_routes, build_stats, node_state)
+                                   STALE_AFTER_S, Sampler, add_routes, build_stats, node_state)
 from disque.server import Server
-from tests.unit.helpers import Cmd, add_peer
+from tests.unit.helpers import PEER_ID, Cmd, add_peer, deliver, make_node
 
 
 @pytest.fixture
@@ -45,10 +45,31 @@ def shown(stats: dict) -> dict[str, dict]:
     return {entry["name"]: entry for entry in stats["queues"]["shown"]}
 
 
+def peer_summary(server: Server, peer, age_ms: int = 0) -> None:
+    """``peer``'s summary a second later reaches the server's node (``age_ms`` ago)."""
+    peer.state.clock.advance(1000)
+    peer.state.read_clock()
+    message = peer.state.peerstats.own().to_wire()
+    deliver(server.node, peer.state.id, message)
+    summary = server.node.state.peerstats.summaries[peer.state.id]
+    server.node.state.peerstats.summaries[peer.state.id] = NodeSummary(
+        summary.received - age_ms, summary.stats, summary.queues)
+
+
+def peer_node(server: Server):
+    """A second node the server's node knows and links to; both on the
+    peer's fake clock from now on."""
+    peer = make_node(node_id=PEER_ID)
+    server.node.state.clock = peer.state.clock
+    add_peer(server.node)
+    return peer
+
+
 def test_the_document_has_every_section_the_page_reads(server):
     add_jobs(server, "orders", 3)
     stats = build_stats(server, Sampler(), 100.0)
-    assert set(stats) == {"time_ms", "node", "jobs", "nodes", "queues", "memory", "aof"}
+    assert set(stats) == {"time_ms", "node", "jobs", "cluster", "nodes", "queues", "memory",
+                          "aof"}
     assert stats["node"]["id"] == server.node.state.id.decode()
     assert set(stats["node"]) == {"id", "version", "port", "uptime_s", "connected_clients",
                                   "blocked_clients", "ops_per_sec"}
@@ -60,10 +81,15 @@ def test_the_document_has_every_section_the_page_reads(server):
     assert stats["jobs"]["history"] == {"added": [], "delivered": []}
     assert stats["queues"]["total"] == 1
     assert stats["queues"]["dead_letter_jobs"] == 0
+    own = server.node.state.id.decode()
     assert shown(stats)["orders"] == {
-        "name": "orders", "length": 3, "jobs_in": 3, "jobs_out": 0, "rate_in": None,
-        "rate_out": None, "blocked_clients": 0, "paused": "none", "dead_letter_queue": False,
-        "dead_letters": None, "history": [3]}
+        "name": "orders", "length": 3, "shares": [{"node": own, "length": 3}], "jobs_in": 3,
+        "jobs_out": 0, "rate_in": None, "rate_out": None, "blocked_clients": 0,
+        "paused": "none", "dead_letter_queue": False, "dead_letters": None, "history": [3]}
+    assert stats["cluster"] == {
+        "nodes_with_figures": 1, "registered": 3, "dead_letter_jobs": 0, "queue_objects": 1,
+        "rates": dict.fromkeys(("added", "delivered", "acked", "nacked")),
+        "history": {"added": [0.0], "delivered": [0.0]}}
     memory = stats["memory"]
     assert memory["used"] == server.node.state.memory.used
     assert memory["maxmemory"] == server.config.maxmemory and memory["rss"] > 0
@@ -86,7 +112,9 @@ def test_nodes_are_listed_with_their_state_myself_first(server):
     assert nodes[0]["state"] == "ok" and nodes[0]["connected"] is True
     assert nodes[0]["flags"] == ["myself"]
     assert nodes[1] == {"id": peer.id.decode(), "address": "127.0.0.1:7712", "state": "pfail",
-                        "flags": ["fail?"], "myself": False, "connected": True, "priority": 10}
+                        "flags": ["fail?"], "myself": False, "connected": True, "priority": 10,
+                        "figures": None}
+    assert nodes[0]["figures"]["registered"] == 0 and nodes[0]["figures"]["age_s"] == 0
     assert nodes[2]["flags"] == [] and nodes[2]["state"] == "ok"
 
 
@@ -132,39 +160,66 @@ def test_polls_closer_than_the_interval_share_a_sample(server):
     build_stats(server, sampler, 10.0)
     add_jobs(server, "q", 1)
     entry = shown(build_stats(server, sampler, 10.0 + SAMPLE_INTERVAL_S / 2))["q"]
-    assert entry["history"] == [1] and entry["length"] == 2
+    assert entry["history"] == [1] and entry["length"] == 1
+    entry = shown(build_stats(server, sampler, 10.0 + SAMPLE_INTERVAL_S))["q"]
+    assert entry["history"] == [1, 2] and entry["length"] == 2
 
 
-class ScanTimer:
-    """A perf counter under which every sample's scan takes ``cost`` seconds."""
+def test_a_queue_only_on_a_peer_is_shown_with_its_share(server):
+    peer = peer_node(server)
+    peer_cmd = Cmd(peer)
+    for _ in range(4):
+        peer_cmd.addjob("elsewhere", "body")
+    Cmd(server.node).addjob("both", "body", "REPLICATE", 1)
+    peer_cmd.addjob("both", "body")
+    peer_summary(server, peer)
+    stats = build_stats(server, Sampler(), 0.0)
+    entries = shown(stats)
+    own, other = server.node.state.id.decode(), PEER_ID.decode()
+    assert entries["elsewhere"]["length"] == 4
+    assert entries["elsewhere"]["shares"] == [{"node": other, "length": 4}]
+    assert entries["both"]["shares"] == sorted([{"node": other, "length": 1},
+                                                {"node": own, "length": 1}],
+                                               key=lambda share: share["node"])
+    assert entries["both"]["length"] == 2
+    figures = {n["id"]: n["figures"] for n in stats["nodes"]}
+    assert figures[other]["registered"] == 5 and figures[own]["registered"] == 1
+    assert stats["cluster"]["registered"] == 6 and stats["cluster"]["nodes_with_figures"] == 2
+    # The page polling asked the peer for its summaries.
+    assert server.node.state.outbox.sent["STATSWANT"] == 1
 
-    def __init__(self, cost: float) -> None:
-        self.cost = cost
-        self.now = 0.0
-        self.started = False
 
-    def __call__(self) -> float:
-        self.started = not self.started
-        if not self.started:
-            self.now += self.cost
-        return self.now
+def test_a_peers_rates_come_from_its_summaries_dated_by_their_age(server):
+    peer = peer_node(server)
+    sampler = Sampler()
+    peer_summary(server, peer, age_ms=500)
+    build_stats(server, sampler, 10.0)
+    for _ in range(6):
+        Cmd(peer).addjob("q", "body")
+    peer_summary(server, peer, age_ms=500)
+    build_stats(server, sampler, 11.0)
+    build_stats(server, sampler, 12.0)  # no new summary since: no new sample of the peer
+    stats = build_stats(server, sampler, 13.0)
+    other = PEER_ID.decode()
+    assert shown(stats)["q"]["rate_in"] is None  # the queue's first summary
+    rate = {n["id"]: n["figures"]["rate_added"] for n in stats["nodes"]}[other]
+    assert rate == 6.0
+    assert stats["cluster"]["rates"]["added"] == 6.0
 
 
-def test_a_costly_scan_spaces_the_samples_out(server):
-    sampler = Sampler(timer=ScanTimer(cost=0.1))
-    wait = 0.1 * SCAN_COST_RATIO
-    add_jobs(server, "q", 1)
-    build_stats(server, sampler, 0.0)
-    for length, at in enumerate((1.0, 2.0, 3.0, wait - 0.5), start=2):
-        add_jobs(server, "q", 1)
-        entry = shown(build_stats(server, sampler, at))["q"]
-        # The row shows the queue as it is now; the history waits for the next sample.
-        assert entry["length"] == length and entry["history"] == [1]
-    add_jobs(server, "q", 1)
-    stats = build_stats(server, sampler, wait)
-    # Both samples are used however far apart: no rate is lost to a long interval.
-    assert shown(stats)["q"]["history"] == [1, 6]
-    assert shown(stats)["q"]["rate_in"] == 5 / wait
+def test_a_peer_that_restarted_starts_its_rates_afresh(server):
+    peer = peer_node(server)
+    sampler = Sampler()
+    for _ in range(5):
+        Cmd(peer).addjob("q", "body")
+    peer_summary(server, peer)
+    build_stats(server, sampler, 1.0)
+    restarted = make_node(node_id=PEER_ID, now=peer.state.clock.now)
+    restarted.state.clock = peer.state.clock
+    Cmd(restarted).addjob("q", "body")
+    peer_summary(server, restarted)
+    stats = build_stats(server, sampler, 2.0)
+    assert {n["id"]: n["figures"]["rate_added"] for n in stats["nodes"]}[PEER_ID.decode()] is None
 
 
 def test_history_is_bounded_and_restarts_after_a_gap_without_polls(server):
@@ -186,14 +241,14 @@ def test_a_queue_collected_and_created_again_starts_a_new_history(server):
     queues.destroy(queues[b"q"])
     add_jobs(server, "q", 1)
     entry = shown(build_stats(server, sampler, 2.0))["q"]
-    assert entry["history"] == [1] and entry["rate_in"] is None
+    assert entry["history"] == [3, 1] and entry["rate_in"] is None
 
 
 def test_only_the_longest_queues_are_shown(server):
     for index, length in enumerate([5, 1, 7, 3, 2]):
         add_jobs(server, "q%d" % index, length)
     stats = build_stats(server, Sampler(limit=3), 0.0)
-    assert stats["queues"]["total"] == 5
+    assert stats["queues"]["total"] == 5 and stats["queues"]["listed"] == 5
     assert [(e["name"], e["length"]) for e in stats["queues"]["shown"]] == [
         ("q2", 7), ("q0", 5), ("q3", 3)]
 

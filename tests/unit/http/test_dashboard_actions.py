@@ -80,6 +80,15 @@ async def login(http, user: str, password: str) -> tuple[int, dict]:
     return response.status, await response.json()
 
 
+async def login_elsewhere(server, http, user: str, password: str):
+    """A second browser (its own cookie jar) logged in as ``user``."""
+    other = TestClient(TestServer(http.server.app))
+    await other.start_server()
+    response = await other.post("/api/login", json={"user": user, "password": password})
+    assert response.status == 200
+    return response.status, other
+
+
 async def act(http, action: str, token: str | None, **body) -> tuple[int, dict]:
     headers = {} if token is None else {"X-CSRF-Token": token}
     response = await http.post("/api/action/" + action, json=body, headers=headers)
@@ -255,14 +264,38 @@ async def test_sessions_expire_when_idle_and_after_their_lifetime(http, server, 
     assert await act(http, "resume", token, queue="q") == (401, {"error": NOT_LOGGED_IN})
 
 
-async def test_a_deleted_or_disabled_user_is_logged_out(http, server):
+@pytest.mark.parametrize("change", [("SETUSER", OPS, "off"), ("DELUSER", OPS),
+                                    ("SETUSER", OPS, "resetpass", ">new-pw"),
+                                    ("SETUSER", OPS, "<" + OPS_PASSWORD, ">new-pw"),
+                                    ("SETUSER", OPS, "nopass")])
+async def test_a_password_change_or_a_user_gone_ends_its_sessions(http, server, change):
     cmd = add_users(server)
     _, document = await login(http, OPS, OPS_PASSWORD)
-    assert cmd("ACL", "SETUSER", OPS, "off") == b"OK"
+    _, viewer = await login_elsewhere(server, http, VIEWER, VIEWER_PASSWORD)
+    assert cmd("ACL", *change) in (b"OK", 1)
     assert await act(http, "pause", document["csrf_token"], queue="q") == (
         401, {"error": USER_GONE})
     assert (await (await http.get("/api/session")).json())["user"] is None
     assert cmd("PAUSE", "q", "state") == b"none"
+    # Another user's session goes on.
+    assert (await (await viewer.get("/api/session")).json())["user"] == VIEWER
+    await viewer.close()
+
+
+async def test_a_rule_change_that_keeps_the_password_keeps_the_session(http, server):
+    cmd = add_users(server)
+    _, document = await login(http, OPS, OPS_PASSWORD)
+    assert cmd("ACL", "SETUSER", OPS, "-pause", ">" + OPS_PASSWORD) == b"OK"
+    assert (await act(http, "pause", document["csrf_token"], queue="q"))[0] == 403
+    assert (await (await http.get("/api/session")).json())["user"] == OPS
+
+
+async def test_a_requirepass_change_ends_the_default_users_sessions(http, server):
+    server.config.requirepass = "secret"
+    _, document = await login(http, "", "secret")
+    server.config.requirepass = "another"
+    assert await act(http, "pause", document["csrf_token"], queue="q") == (
+        401, {"error": USER_GONE})
 
 
 class PeerTransport:
@@ -304,9 +337,9 @@ def test_a_queue_is_found_by_the_name_the_page_shows():
 def test_the_session_store_is_bounded():
     clock = Clock()
     store = SessionStore(timer=clock, limit=2)
-    first, _ = store.create(ClientState(), "a")
-    second, _ = store.create(ClientState(), "b")
-    third, _ = store.create(ClientState(), "c")
+    first, _ = store.create(ClientState(), "a", ())
+    second, _ = store.create(ClientState(), "b", ())
+    third, _ = store.create(ClientState(), "c", ())
     assert store.get(first) is None
     assert store.get(second).user_name == "b" and store.get(third).user_name == "c"
     assert store.get(None) is None and store.get("") is None
