@@ -87,7 +87,7 @@ class Schedule:
 
     __slots__ = ("name", "every", "cron", "queue", "body", "options", "owner", "version",
                  "origin", "deleted", "last_tick", "last_by", "next_tick", "retry_at", "failing",
-                 "bucket", "definition_print", "tick_print")
+                 "bucket", "definition_print", "tick_print", "ranked_in", "place")
 
     def __init__(self, name: bytes, every: int, cron: bytes, queue: bytes, body: bytes,
                  options: list[bytes], version: int, origin: bytes, deleted: bool = False,
@@ -110,6 +110,8 @@ class Schedule:
         self.bucket = 0
         self.definition_print = 0  # in the digest: 0 until filed
         self.tick_print = 0
+        self.ranked_in: list[bytes] | None = None  # the view ``place`` was computed under
+        self.place = 0  # this node's rank for it under that view
 
     def spec(self) -> bytes:
         """``EVERY <seconds>`` or ``CRON <expression>``, as SCHEDULE LIST shows it."""
@@ -241,6 +243,10 @@ class Schedules:
     def listing(self) -> list[Schedule]:
         """The live schedules, by name."""
         return sorted([s for s in self.table.values() if not s.deleted], key=_by_name)
+
+    def in_use(self) -> bool:
+        """The table holds a schedule or a tombstone."""
+        return bool(self.table)
 
     def live_count(self) -> int:
         """How many live schedules this node knows."""
@@ -528,7 +534,10 @@ class Schedules:
             tick = s.next_tick
             if tick < oldest:
                 tick = self._skip_to(s, oldest)
-            rank = self.rank(s, firers)
+            if s.ranked_in is not firers:  # the view is a new list each time it changes
+                s.place = self.rank(s, firers)
+                s.ranked_in = firers
+            rank = s.place
             wait = (rank if rank or settled else 1) * delay
             if formed < wait:
                 continue  # a tick missed before this view formed: the first catches up

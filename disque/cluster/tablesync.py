@@ -51,10 +51,6 @@ class BucketDigest:
         """Add a record's fingerprint to ``bucket``, or take it out (XOR)."""
         self.sums[bucket] ^= print_
 
-    def empty(self) -> bool:
-        """No record is filed."""
-        return not any(self.sums)
-
     def packed(self) -> bytes:
         """The digest as TABLESYNC carries it."""
         return b"".join([value.to_bytes(_PRINT_BYTES, "little") for value in self.sums])
@@ -74,6 +70,9 @@ class SyncedTable(Protocol):
     """A table that ``TableSync`` keeps alike across the cluster."""
 
     digest: BucketDigest
+
+    def in_use(self) -> bool:
+        """The table holds a record (one that does not sends no message)."""
 
     def bucket_messages(self, bucket: int) -> list[tuple[dict, int]]:
         """The bus messages that carry the records filed in ``bucket``, each
@@ -127,7 +126,7 @@ class TableSync:
         if node is None or node.flags & HANDSHAKE:
             return
         for name, table in self.tables.items():
-            if not table.digest.empty():
+            if table.in_use():
                 self._send_digest(name, table, node_id)
 
     def link_down(self, node_id: bytes) -> None:
@@ -219,19 +218,22 @@ class TableSync:
         now = self.runtime.now
         if now < self.next_round:
             return
-        used = [(name, table) for name, table in self.tables.items() if not table.digest.empty()]
-        if not used:
-            return  # the first record starts the rounds at once
-        self.next_round = now + SYNC_INTERVAL_MS
-        for name, table in used:
-            synced = self.synced[name]
-            counted = []
-            for node in self.membership.others():
-                if not node.link or node.flags & HANDSHAKE:
-                    continue
-                if node.id in synced:
-                    counted.append(node.id)
-                else:
-                    self._send_digest(name, table, node.id)
-            if counted:
-                self._send_digest(name, table, self.runtime.rng.choice(counted))
+        for name, table in self.tables.items():
+            # Tables not in use send nothing, and the first record starts the
+            # rounds at the next pass.
+            if table.in_use():
+                self.next_round = now + SYNC_INTERVAL_MS
+                self._round(name, table)
+
+    def _round(self, name: bytes, table: SyncedTable) -> None:
+        synced = self.synced[name]
+        counted = []
+        for node in self.membership.others():
+            if not node.link or node.flags & HANDSHAKE:
+                continue
+            if node.id in synced:
+                counted.append(node.id)
+            else:
+                self._send_digest(name, table, node.id)
+        if counted:
+            self._send_digest(name, table, self.runtime.rng.choice(counted))

@@ -161,6 +161,9 @@ class TableFile:
         try:
             with open(self.path, "rb") as f:
                 data = f.read()
+            if MAGIC.startswith(data):  # created, and a crash came before its first line
+                os.unlink(self.path)
+                return []
         except FileNotFoundError:
             return []
         except OSError as exc:

@@ -463,7 +463,7 @@ def test_tombstones_are_forgotten_after_a_day_and_late_copies_stay_out():
     advance(node, 86_400_000, cron=True)
     assert b"beat" in schedules.table
     advance(node, 1000, cron=True)
-    assert schedules.table == {} and schedules.digest.empty()
+    assert schedules.table == {} and not any(schedules.digest.sums)
     add_peer(node)
     deliver(node, PEER_ID, schedule_msg(tombstone.to_wire()))  # a node that forgets later
     assert schedules.table == {}

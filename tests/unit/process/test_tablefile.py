@@ -123,3 +123,14 @@ def test_a_crashed_compaction_leaves_a_file_the_next_start_removes(tmp_path):
         fh.write(MAGIC + frame(LIMIT_TABLE, b"q", [1, 1]))
     assert TableFile(path).load() == [(LIMIT_TABLE, b"q", [1, 1])]
     assert not os.path.exists(path + ".tmp")
+
+
+@pytest.mark.parametrize("content", [b"", MAGIC[:5]])
+def test_a_file_a_crash_left_without_its_first_line_starts_over(tmp_path, content):
+    path = tmp_path / "nodes.tables"
+    path.write_bytes(content)
+    f = TableFile(str(path))
+    assert f.load() == []
+    f.write([(LIMIT_TABLE, b"q", [1, 1])])
+    f.close()
+    assert TableFile(str(path)).load() == [(LIMIT_TABLE, b"q", [1, 1])]
