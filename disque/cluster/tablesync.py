@@ -108,7 +108,6 @@ class TableSync:
         self.asked: dict[bytes, dict[bytes, None]] = {}
         self.answers: dict[bytes, dict[bytes, _Answer]] = {}  # peer -> table -> answer
         self.next_round = 0
-        self.records_sent = 0  # record messages sent answering digests
 
     def register(self, name: bytes, table: SyncedTable) -> None:
         """Keep ``table`` alike across the cluster under ``name``."""
@@ -175,8 +174,9 @@ class TableSync:
 
     def _send(self, answer: _Answer, budget: int) -> int:
         """Send what ``budget`` bytes allow of ``answer`` (at least one
-        record); the budget left once all of it, TABLEDONE included, is
-        sent, or -1 while some is left for the next pass."""
+        record while the budget is positive); the budget left once all of
+        it, TABLEDONE included, is sent, or -1 while some is left for the
+        next pass."""
         outbox = self.outbox
         while True:
             messages = answer.messages
@@ -190,7 +190,6 @@ class TableSync:
                 return -1
             msg, size = messages.pop()
             outbox.reply(answer.link, msg)
-            self.records_sent += 1
             budget -= size
 
     def _answered(self, peer: bytes, name: bytes) -> None:

@@ -145,7 +145,6 @@ class TableFile:
         self.task: Future[None] | Future[int] | None = None  # one fsync or compaction at a time
         self.compacting = False
         self.cut = 0  # the compaction copies the file up to here
-        self.compactions = 0
 
     # ------------------------------------------------------------ start
 
@@ -298,7 +297,6 @@ class TableFile:
         os.close(self.fd)
         self.fd = new_fd
         self.size = size + len(tail)
-        self.compactions += 1
 
     # ------------------------------------------------------------- stop
 

@@ -327,7 +327,7 @@ def test_ticks_missed_before_a_view_formed_wait_for_the_first_only():
     advance_answered(node, 20_000)  # no majority meanwhile
     deliver(node, PEER_ID, done_msg())
     advance_answered(node, 2900)
-    assert queued_tokens(node) == []  # under the old rule, 20 ticks would be fired at once
+    assert queued_tokens(node) == []  # 20 ticks missed, none fired before its turn
     deliver(node, PEER_ID, fired_msg([name, START_MS + 21_000, PEER_ID]))
     advance_answered(node, 300)
     assert queued_tokens(node) == []  # the first caught up

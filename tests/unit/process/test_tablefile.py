@@ -83,7 +83,7 @@ def test_compaction_keeps_the_live_records_and_those_written_meanwhile(tmp_path,
     f.write([(LIMIT_TABLE, b"late", [7, 7]), (LIMIT_TABLE, b"q0", None)])
     wait_until(lambda: f.task.done(), 10)
     f.cron()
-    assert f.compactions == 1 and not f.compacting
+    assert not f.compacting
     assert os.path.getsize(path) == f.size < 2 * f.live + len(MAGIC)
     f.write([(LIMIT_TABLE, b"after", [8, 8])])
     f.close()
