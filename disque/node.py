@@ -111,6 +111,8 @@ class Node:
             m.JOBPEEK: BusRoute(inspection.on_jobpeek, False),
             m.REDRIVE: BusRoute(inspection.on_redrive, False),
             m.ANSWER: BusRoute(inspection.on_answer, False),
+            m.TABLESYNC: BusRoute(state.table_sync.on_sync, False),
+            m.TABLEDONE: BusRoute(state.table_sync.on_done, False),
         }
 
     # ------------------------------------------------------------ commands
@@ -302,6 +304,7 @@ class Node:
         memory = state.memory
         if memory.used > memory.evict_threshold:
             state.eviction.free_memory()
+        state.table_sync.cron()
         if state.schedules.table:
             fire_due(state)
         if state.peerstats.watchers:
@@ -365,14 +368,14 @@ class Node:
         state = self.state
         state.read_clock()
         state.gossip.link_up(node_id, link)
-        state.schedules.link_up(node_id)
+        state.table_sync.link_up(node_id)
 
     def link_down(self, node_id: bytes) -> None:
         """The outbound link of ``node_id`` closed or could not be opened."""
         state = self.state
         state.read_clock()
         state.gossip.link_down(node_id)
-        state.schedules.link_down(node_id)
+        state.table_sync.link_down(node_id)
 
     def bus_header(self) -> dict:
         """The header the transport puts on each frame."""

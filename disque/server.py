@@ -46,14 +46,18 @@ from disque.process.gctuning import GarbageCollector
 from disque.process.listeners import Listeners, tune_tcp_socket
 from disque.process.startup import StartupError, cannot_listen
 from disque.process.supervision import Supervision
+from disque.process.tablefile import TableFile, TablesFileError, tables_path
 from disque.state.host import Host
 from disque.context.log import logger
 from disque.node import Node
 from disque.process.osprocess import RESERVED_FDS, daemonize, raise_fd_limit
 
 if TYPE_CHECKING:
+    from disque.cluster.schedules import Schedule
     from disque.context.clients import ClientState
+    from disque.context.tablelog import Record
     from disque.http.service import HttpService
+    from disque.state.nodestate import NodeState
 
 
 REQUEST_SCAN_INTERVAL_MS = 1000  # client-request-timeout is checked once a second
@@ -95,6 +99,7 @@ class Server(Host):
         self.client_control = ClientControl(self.clients, config, self.limits, self._running_loop)
         self.supervision = Supervision(config)
         self.cluster_config = ClusterConfigFile(config.cluster_config_file)
+        self.tables = TableFile(tables_path(config.cluster_config_file))
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
         self.node: Node = self._create_node()
@@ -104,21 +109,23 @@ class Server(Host):
     def _create_node(self) -> Node:
         rng = random.Random(os.urandom(32))
         nodes, schedules, limits = self.cluster_config.lock_and_read()
+        try:
+            records = self.tables.load()
+        except TablesFileError as exc:
+            raise StartupError(str(exc)) from None
         myself = next((n for n in nodes if n.flags & 1), None)
         node_id = myself.id if myself is not None else random_node_id(rng)
         node = Node(self.config, node_id, clock=wall_clock_ms, rng=rng, host=self,
                     perf_ns=time.perf_counter_ns)
+        self.node = node
         state = node.state
         nodesconf.restore(state.membership, nodes, self.config.port)
-        state.schedules.restore(schedules)
-        for queue, rate, burst in limits:
-            state.queues.set_limit(queue, RateLimit(rate, burst, state.now))
+        self._restore_tables(state, schedules, limits, records)
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
         if myself is None:
             logger.info("No cluster configuration found, I'm %s", node_id.decode())
-            self.node = node
             problem = self.save_cluster_config()
             if problem:
                 raise StartupError("Can't write the cluster config file: %s" % problem)
@@ -126,9 +133,49 @@ class Server(Host):
             logger.info("Node configuration loaded, I'm %s", node_id.decode())
         return node
 
+    def _restore_tables(self, state: NodeState, schedules: list[Schedule],
+                        limits: list[tuple[bytes, int, int]], records: list[Record]) -> None:
+        """The schedules and delivery limits: those an older version left in
+        nodes.conf, then the tables file's. From then on each change goes to
+        the tables file; the ones nodes.conf held move there at once."""
+        state.schedules.restore(schedules)
+        for queue, rate, burst in limits:
+            state.queues.set_limit(queue, RateLimit(rate, burst, state.now))
+        for table, key, value in records:
+            if not state.restore_table_record(table, key, value):
+                raise StartupError("Invalid record in the tables file %s: %s %r"
+                                   % (self.tables.path, table.decode(), key))
+        state.table_log.enabled = True
+        if not schedules and not limits:
+            return
+        state.persist_tables()
+        problem = self.flush_tables()
+        if problem is None:
+            problem = self.save_cluster_config()
+        if problem is not None:
+            raise StartupError("Can't move the schedules and delivery limits of %s to %s: %s"
+                               % (self.cluster_config.path, self.tables.path, problem))
+        logger.warning("Moved %d schedules and %d delivery limits from %s to %s",
+                       len(schedules), len(limits), self.cluster_config.path, self.tables.path)
+
     def save_cluster_config(self) -> str | None:
         """Rewrite nodes.conf atomically; return the error text on failure."""
         return self.cluster_config.save(self.node.state)
+
+    def flush_tables(self) -> str | None:
+        """Append the tables' records of this turn to the tables file; the
+        error text when they could not be written."""
+        records = self.node.state.table_log.take()
+        if not records and not self.tables.unwritten:
+            return None
+        return self.tables.write(records)
+
+    def before_output(self) -> None:
+        """What must be written before any reply or bus message leaves the
+        process: the AOF's records, then the tables'."""
+        self.flush_aof()
+        if self.node.state.table_log.pending:
+            self.flush_tables()
 
     def cron_problem(self, expr: bytes) -> str | None:
         """SCHEDULE SET ... CRON: croniter reads the expression (process/cronspec)."""
@@ -238,7 +285,7 @@ class Server(Host):
         """Listen for cluster bus connections on port + 10000 (or cluster-bus-port)."""
         config = self.config
         bus = ClusterBus(self.node, self._running_loop(), after_bus=self._after_bus,
-                         before_write=self.flush_aof)
+                         before_write=self.before_output)
         self.node.state.outbox.use(bus)
         self.bus = bus
         if not config.port:
@@ -308,6 +355,8 @@ class Server(Host):
             self.client_control.close_stalled(now)
         if self.aof is not None:
             self.aof.cron()
+        self.flush_tables()
+        self.tables.cron()
         self.gc.tick()
 
     @property
@@ -332,7 +381,7 @@ class Server(Host):
         """The replies of this loop turn, handed to each new connection."""
         batch = self._output_batch
         if batch is None or batch.loop is not self.loop:
-            batch = self._output_batch = OutputBatch(self._running_loop(), self.flush_aof)
+            batch = self._output_batch = OutputBatch(self._running_loop(), self.before_output)
         return batch
 
     def flush_aof(self) -> None:
@@ -352,6 +401,8 @@ class Server(Host):
         if self.bus is not None:
             self.bus.shutdown()
         self.save_cluster_config()
+        self.flush_tables()
+        self.tables.close()
         self.supervision.remove_pidfile()
         logger.warning("Disque is now ready to exit, bye bye...")
         self._stop(0)
@@ -395,6 +446,8 @@ class Server(Host):
                 logger.warning("DEBUG RESTART: config rewrite failed: %s", exc)
                 return False
             self.save_cluster_config()
+        self.flush_tables()
+        self.tables.close()
         if self.listeners is not None:
             self.listeners.close()
         if delay_ms:

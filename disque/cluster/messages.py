@@ -33,7 +33,8 @@ DELJOB: Final = "DELJOB"
 NEEDJOBS: Final = "NEEDJOBS"
 YOURJOBS: Final = "YOURJOBS"
 PAUSE: Final = "PAUSE"
-# Extensions: periodic jobs (cluster/schedules.py, docs/schedules.md).
+# Extensions: periodic jobs (cluster/schedules.py, docs/schedules.md), and
+# the digests that keep cluster-wide tables alike (cluster/tablesync.py).
 SCHEDULE: Final = "SCHEDULE"
 SCHEDFIRED: Final = "SCHEDFIRED"
 # Extensions: the cluster's dashboard (docs/cluster.md "The dashboard's
@@ -46,11 +47,13 @@ QUEUEPEEK: Final = "QUEUEPEEK"
 JOBPEEK: Final = "JOBPEEK"
 REDRIVE: Final = "REDRIVE"
 ANSWER: Final = "ANSWER"
+TABLESYNC: Final = "TABLESYNC"
+TABLEDONE: Final = "TABLEDONE"
 
 ALL_TYPES: Final = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
                               WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE,
-                              SCHEDULE, SCHEDFIRED, STATSWANT, NODESTATS, QUEUEPEEK, JOBPEEK,
-                              REDRIVE, ANSWER))
+                              SCHEDULE, SCHEDFIRED, TABLESYNC, TABLEDONE, STATSWANT, NODESTATS,
+                              QUEUEPEEK, JOBPEEK, REDRIVE, ANSWER))
 
 # Header keys.
 VERSION: Final = "v"
@@ -106,16 +109,15 @@ RETRY: Final = "retry"
 # QUEUED), and with a generation's state, which a holder taking that
 # generation takes it with.
 NACK_REASON: Final = "nack_reason"
-# SCHEDULE: schedule records (schedules.Schedule.to_wire) and what they are:
-# SYNC_PART some records (a SET or DEL), SYNC_ALL the sender's whole table,
-# SYNC_ASK its whole table, asking for ours. SCHEDFIRED: a schedule's tick.
-SCHEDULES: Final = "scheds"
-SCHED_SYNC: Final = "sync"
-SCHED_NAME: Final = "name"
-SCHED_TICK: Final = "tick"
-SYNC_PART: Final = 0
-SYNC_ALL: Final = 1
-SYNC_ASK: Final = 2
+# SCHEDULE: one schedule record (schedules.Schedule.to_wire). SCHEDFIRED:
+# ticks fired, each [name, tick, node that fired it].
+SCHED: Final = "sched"
+SCHED_TICKS: Final = "ticks"
+# TABLESYNC: a table's name, the sender's digest of it, and whether it asks
+# for the receiver's (1) or answers an ask (0). TABLEDONE: the table's name.
+TABLE: Final = "table"
+DIGEST: Final = "digest"
+ASK: Final = "ask"
 # NODESTATS: the node's figures (peerstats.STATS_FIELDS, in that order) and
 # its longest queues (peerstats.QueueShare's fields, each a list). The
 # requests: REQ (an int the asker chose), COUNT jobs of QUEUE, the job ID, or
@@ -214,8 +216,10 @@ BODY_SCHEMAS: Final[dict[str, dict[str, object]]] = {
            NEEDJOBS: {QUEUE: bytes, COUNT: int},
            YOURJOBS: {JOBS: list},
            PAUSE: {QUEUE: bytes, PAUSE_STATE: bytes},
-           SCHEDULE: {SCHEDULES: list, SCHED_SYNC: int},
-           SCHEDFIRED: {SCHED_NAME: bytes, SCHED_TICK: int},
+           SCHEDULE: {SCHED: list},
+           SCHEDFIRED: {SCHED_TICKS: list},
+           TABLESYNC: {TABLE: bytes, DIGEST: bytes, ASK: int},
+           TABLEDONE: {TABLE: bytes},
            STATSWANT: {},
            NODESTATS: {STATS: list, QUEUES: list},
            QUEUEPEEK: {REQ: int, QUEUE: bytes, COUNT: int},

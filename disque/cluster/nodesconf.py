@@ -1,8 +1,10 @@
 """The cluster config file (nodes.conf): text ↔ node table, no I/O.
 
 spec: cluster-bus.md §2. Same line format as CLUSTER NODES; handshake
-nodes are not saved; ``myself`` marks this node's own line. The
-schedules (docs/schedules.md) follow as ``schedule`` lines.
+nodes are not saved; ``myself`` marks this node's own line. Versions
+before the tables file (``process/tablefile.py``) kept the schedules there
+too, as ``schedule`` lines after the nodes: they are read once, to move
+them.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Final
 
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL, ClusterNode, Membership)
-from disque.cluster.schedules import CONF_LINE, Schedule, Schedules, parse_line, render_line
+from disque.cluster.schedules import CONF_LINE, Schedule, parse_line
 
 _PERSISTED_FLAGS: Final = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
 
@@ -20,13 +22,10 @@ class NodesConfError(ValueError):
     """The file cannot be used; the server refuses to start."""
 
 
-def render(membership: Membership, schedules: Schedules | None = None) -> str:
-    """File content for the current table (and schedules)."""
-    text = "".join(n.render(with_bus_port=True) + "\n" for n in membership.nodes.values()
+def render(membership: Membership) -> str:
+    """File content for the current table."""
+    return "".join(n.render(with_bus_port=True) + "\n" for n in membership.nodes.values()
                    if not n.flags & HANDSHAKE)
-    if schedules is not None and schedules.table:
-        text += "".join([render_line(s) for s in schedules.table.values()])
-    return text
 
 
 def parse(text: str, now_ms: int) -> list[ClusterNode]:
@@ -67,7 +66,7 @@ def parse(text: str, now_ms: int) -> list[ClusterNode]:
 
 
 def parse_schedules(text: str) -> list[Schedule]:
-    """The schedules listed in ``text``."""
+    """The schedules listed in ``text`` (by a version before the tables file)."""
     schedules = []
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()

@@ -1,22 +1,27 @@
 """Periodic jobs (docs/schedules.md): the cluster's table of schedules, how
 nodes agree on it, and which ticks this node fires.
 
-A schedule's definition (EVERY seconds or a five-field CRON, a queue, a
-body, ADDJOB options) carries a version, the time it was set and the node
-that set it: the highest version wins on every node (last writer wins; a
-DEL leaves a tombstone with its version). Its last fired tick only grows.
-Both travel in SCHEDULE messages (one record on SET and DEL; the whole
-table when a link comes up, answered with the peer's table, and every
-``SYNC_INTERVAL_MS`` to one peer) and in SCHEDFIRED (a tick was fired).
+A schedule's definition (EVERY seconds or a CRON expression, a queue, a
+body, ADDJOB options, the user who set it) carries a version, the time it
+was set and the node that set it: the highest version wins on every node
+(last writer wins; a DEL leaves a tombstone with its version). Its last
+fired tick only grows. A SET or DEL travels as one SCHEDULE message (one
+record), fired ticks as SCHEDFIRED; what a node missed comes back through
+``cluster/tablesync``'s digests, the definitions and the last ticks in
+buckets of their own. Each change is persisted as one record
+(``context/tablelog``).
 
 Which node fires a tick: among the nodes this one counts (itself, and the
-peers whose table it received since their link last came up, none failing),
-ranked per schedule by a hash of the name and the node ID, the first fires
-at the tick and the r-th at the tick plus r times cluster-node-timeout,
-unless a SCHEDFIRED for that tick arrived first. A node that counts less
-than a majority of the cluster fires nothing, and one whose view changed
-less than ``HANDOVER_MS`` ago fires as if it were second at best. This part says which ticks
-are due here; ``commands/schedule.fire_due`` makes their jobs.
+peers synced with it, none failing), ranked per schedule by a hash of the
+name and the node ID, the first fires at the tick and the r-th r times
+cluster-node-timeout after it, and no sooner than that long after its
+view of the ranking formed, unless a SCHEDFIRED for the tick arrived
+first: ticks missed while no majority was up are caught up by the first
+alone. A node that counts less than a majority of the cluster fires
+nothing; one whose view changed less than ``HANDOVER_MS`` ago, or that
+is linked to a peer not synced yet, fires as if it were second at best.
+This part says which ticks are due here; ``commands/schedule.fire_due``
+makes their jobs.
 """
 
 from __future__ import annotations
@@ -28,31 +33,42 @@ from typing import Final, Protocol
 from disque.cluster import messages as m
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, NOADDR, PFAIL, Membership
 from disque.cluster.outbox import Outbox
+from disque.cluster.tablesync import BucketDigest, TableSync, fingerprint
 from disque.cluster.transport import Link
+from disque.config.users import DEFAULT_USER
 from disque.context.log import logger
 from disque.context.runtime import Runtime
+from disque.context.tablelog import SCHEDULE_TABLE, TICK_TABLE, TableLog
 
 NEVER: Final = 1 << 62  # next_tick of a schedule that will not fire again
 MAX_NAME: Final = 200  # bytes: the tick's DEDUPID (name and time) stays within 256
 MAX_EVERY: Final = 10 * 366 * 86400  # seconds
-SYNC_INTERVAL_MS: Final = 5000  # the whole table to one peer this often
+# Bytes of a schedule's queue, options and spec together (its body has its
+# own bound, schedule-max-body): a record stays well within a bus frame.
+MAX_DEFINITION: Final = 65536
 RETRY_MS: Final = 1000  # a tick whose ADDJOB was refused is tried again after this
 MAX_TICKS_PER_PASS: Final = 16  # ticks of one schedule fired by one cron pass
+MAX_JOBS_PER_PASS: Final = 500  # ticks of all schedules fired by one cron pass
 MIN_CATCHUP_MS: Final = 60_000  # older unfired ticks are skipped (see catchup_ms)
 TOMBSTONE_MS: Final = 86_400_000  # a DEL is remembered this long
 # A node fires first only under a view (the nodes it ranks) this old: the
 # node that fired before it learns of the change and stops meanwhile.
 HANDOVER_MS: Final = 1000
-CONF_LINE: Final = "schedule"  # nodes.conf lines holding a schedule
-_FIELDS: Final = 11  # a record's fields on the wire and in nodes.conf
+TABLE_NAME: Final = b"schedules"  # in TABLESYNC messages
+# Digest buckets: the definitions in the first BUCKETS, the last ticks in
+# the next BUCKETS (a tick heard late resends a tick, not a body).
+BUCKETS: Final = 128
+TICKS_PER_MESSAGE: Final = 256  # entries of a SCHEDFIRED
+_TICK_ENTRY_SIZE: Final = 64  # bytes of a SCHEDFIRED entry besides the name (about)
+_RECORD_SIZE: Final = 128  # bytes of a SCHEDULE message besides its fields' data (about)
+_FIELDS: Final = 12  # a record's fields on the wire and in the tables file
+CONF_LINE: Final = "schedule"  # nodes.conf lines of versions that kept schedules there
+_CONF_FIELDS: Final = 11  # such a line's fields after the keyword (no owner)
 
 
 class ScheduleHost(Protocol):
-    """What schedules ask of the process: nodes.conf, and the CRON calendar
-    (a parser outside the core, see docs/architecture.md)."""
-
-    def save_cluster_config(self) -> str | None:
-        """Persist the node table and the schedules; an error text on failure."""
+    """What schedules ask of the process: the CRON calendar (a parser
+    outside the core, see docs/architecture.md)."""
 
     def cron_next(self, expr: bytes, after_ms: int) -> int:
         """The first time (unix ms) after ``after_ms`` that ``expr`` names, or -1."""
@@ -66,20 +82,23 @@ class ScheduleSettings(Protocol):
 
 class Schedule:
     """One schedule: its definition, version and last fired tick, and what
-    this node derives from them (``next_tick``, the retry time)."""
+    this node derives from them (``next_tick``, the retry time, its digest
+    bucket and fingerprints)."""
 
-    __slots__ = ("name", "every", "cron", "queue", "body", "options", "version", "origin",
-                 "deleted", "last_tick", "last_by", "next_tick", "retry_at", "failing")
+    __slots__ = ("name", "every", "cron", "queue", "body", "options", "owner", "version",
+                 "origin", "deleted", "last_tick", "last_by", "next_tick", "retry_at", "failing",
+                 "bucket", "definition_print", "tick_print", "ranked_in", "place")
 
     def __init__(self, name: bytes, every: int, cron: bytes, queue: bytes, body: bytes,
                  options: list[bytes], version: int, origin: bytes, deleted: bool = False,
-                 last_tick: int = 0, last_by: bytes = b"") -> None:
+                 last_tick: int = 0, last_by: bytes = b"", owner: bytes = DEFAULT_USER) -> None:
         self.name = name
         self.every = every  # seconds; 0 for a CRON schedule
-        self.cron = cron  # the five fields; b"" for an EVERY schedule
+        self.cron = cron  # the expression (with its TZ= prefix); b"" for an EVERY schedule
         self.queue = queue
         self.body = body
         self.options = options  # ADDJOB's words after the timeout
+        self.owner = owner  # the user who set it: its jobs count against that user's quota
         self.version = version  # unix ms when set (or deleted), see Schedules.set
         self.origin = origin  # the node that set it: breaks ties between equal versions
         self.deleted = deleted
@@ -87,10 +106,15 @@ class Schedule:
         self.last_by = last_by  # the node that fired it
         self.next_tick = NEVER
         self.retry_at = 0
-        self.failing = False  # its last ADDJOB was refused (logged once per streak)
+        self.failing = False  # its last tick was refused (logged once per streak)
+        self.bucket = 0
+        self.definition_print = 0  # in the digest: 0 until filed
+        self.tick_print = 0
+        self.ranked_in: list[bytes] | None = None  # the view ``place`` was computed under
+        self.place = 0  # this node's rank for it under that view
 
     def spec(self) -> bytes:
-        """``EVERY <seconds>`` or ``CRON <fields>``, as SCHEDULE LIST shows it."""
+        """``EVERY <seconds>`` or ``CRON <expression>``, as SCHEDULE LIST shows it."""
         return b"EVERY %d" % self.every if self.every else b"CRON " + self.cron
 
     def newer_than(self, other: Schedule) -> bool:
@@ -98,13 +122,23 @@ class Schedule:
         return (self.version, self.origin) > (other.version, other.origin)
 
     def to_wire(self) -> list:
-        """The record as SCHEDULE messages carry it."""
+        """The record as SCHEDULE messages and the tables file carry it."""
         return [self.name, self.version, self.origin, int(self.deleted), self.every, self.cron,
-                self.queue, self.body, self.options, self.last_tick, self.last_by]
+                self.queue, self.body, self.options, self.last_tick, self.last_by, self.owner]
+
+    def size(self) -> int:
+        """The record's size in a message, about."""
+        return (_RECORD_SIZE + len(self.name) + len(self.body) + len(self.queue)
+                + len(self.cron) + len(self.owner) + sum([len(word) for word in self.options]))
+
+
+def definition_size(queue: bytes, cron: bytes, options: list[bytes]) -> int:
+    """What counts against ``MAX_DEFINITION``."""
+    return len(queue) + len(cron) + sum([len(word) + 1 for word in options])
 
 
 def _is_node_id(value: object) -> bool:
-    # 40 hex characters: nodes.conf writes it as text.
+    # 40 hex characters: the ID is shown and logged as text.
     return type(value) is bytes and len(value) == 40 and not value.translate(None, _HEX)
 
 
@@ -112,18 +146,20 @@ _HEX: Final = b"0123456789abcdefABCDEF"
 
 
 def from_wire(record: object) -> Schedule | None:
-    """A record of a SCHEDULE message, checked field by field; None when malformed."""
+    """A record of a SCHEDULE message or the tables file, checked field by
+    field; None when malformed."""
     if type(record) is not list or len(record) != _FIELDS:
         return None
     (name, version, origin, deleted, every, cron, queue, body, options, last_tick,
-     last_by) = record
+     last_by, owner) = record
     if (type(name) is not bytes or not 0 < len(name) <= MAX_NAME or type(version) is not int
             or not 0 <= version < NEVER or not _is_node_id(origin) or type(deleted) is not int
             or type(every) is not int or not 0 <= every <= MAX_EVERY
             or type(cron) is not bytes or type(queue) is not bytes or type(body) is not bytes
             or type(options) is not list or type(last_tick) is not int
             or not 0 <= last_tick < NEVER
-            or type(last_by) is not bytes or (last_by and not _is_node_id(last_by))):
+            or type(last_by) is not bytes or (last_by and not _is_node_id(last_by))
+            or type(owner) is not bytes or not owner):
         return None
     words: list[bytes] = []
     for word in options:
@@ -133,37 +169,37 @@ def from_wire(record: object) -> Schedule | None:
     if not deleted and (not queue or (every > 0) == bool(cron)):
         return None
     return Schedule(name, every, cron, queue, body, words, version, origin, bool(deleted),
-                    last_tick, last_by)
+                    last_tick, last_by, owner)
 
 
-# ----------------------------------------------------------- nodes.conf
+def tick_from_record(value: object) -> tuple[int, bytes] | None:
+    """A last tick as the tables file keeps it, ``[tick, node]``; None when malformed."""
+    if type(value) is not list or len(value) != 2:
+        return None
+    tick, by = value
+    if type(tick) is not int or not 0 < tick < NEVER or not _is_node_id(by):
+        return None
+    return tick, by
 
-def _text(data: bytes) -> str:
-    return base64.b64encode(data).decode() if data else "-"
 
+# -------------------------------------------- nodes.conf, before the tables file
 
 def _data(text: str) -> bytes:
     return b"" if text == "-" else base64.b64decode(text, validate=True)
 
 
-def render_line(s: Schedule) -> str:
-    """The nodes.conf line of a schedule (binary fields in base64, ``-`` when empty)."""
-    options = ",".join([_text(word) for word in s.options]) or "-"
-    return "%s %s %d %s %d %d %s %s %s %s %d %s\n" % (
-        CONF_LINE, _text(s.name), s.version, s.origin.decode(), int(s.deleted), s.every,
-        _text(s.cron), _text(s.queue), _text(s.body), options, s.last_tick,
-        s.last_by.decode() or "-")
-
-
 def parse_line(fields: list[str]) -> Schedule | None:
-    """A schedule from the words of its nodes.conf line; None when malformed."""
-    if len(fields) != _FIELDS + 1 or fields[0] != CONF_LINE:
+    """A schedule from the words of a nodes.conf ``schedule`` line, as
+    versions that kept them there wrote it (binary fields in base64, ``-``
+    when empty; no owner: the default user's); None when malformed."""
+    if len(fields) != _CONF_FIELDS + 1 or fields[0] != CONF_LINE:
         return None
     try:
         options = [] if fields[9] == "-" else [_data(w) for w in fields[9].split(",")]
         record = [_data(fields[1]), int(fields[2]), fields[3].encode(), int(fields[4]),
                   int(fields[5]), _data(fields[6]), _data(fields[7]), _data(fields[8]),
-                  options, int(fields[10]), b"" if fields[11] == "-" else fields[11].encode()]
+                  options, int(fields[10]), b"" if fields[11] == "-" else fields[11].encode(),
+                  DEFAULT_USER]
     except (ValueError, binascii.Error):
         return None
     return from_wire(record)
@@ -175,30 +211,46 @@ class Schedules:
     """The schedules this node knows, and the ticks it fires."""
 
     def __init__(self, runtime: Runtime, membership: Membership, outbox: Outbox,
-                 settings: ScheduleSettings, host: ScheduleHost) -> None:
+                 settings: ScheduleSettings, host: ScheduleHost, sync: TableSync,
+                 log: TableLog) -> None:
         self.runtime = runtime
         self.membership = membership
         self.outbox = outbox
         self.settings = settings
         self.host = host
+        self.log = log
         self.table: dict[bytes, Schedule] = {}  # tombstones included
-        # Peers whose whole table arrived since their link last came up: the
-        # nodes counted for firing (a node that just started or whose peer
-        # was cut off knows nothing of the ticks fired meanwhile until then).
-        self.synced: dict[bytes, None] = {}
-        self.dirty = False  # nodes.conf is behind the table
-        self.next_sync = 0
+        self.buckets: list[dict[bytes, Schedule]] = [{} for _ in range(BUCKETS)]
+        self.digest = BucketDigest(2 * BUCKETS)
+        self.sync = sync
+        sync.register(TABLE_NAME, self)
+        # The peers synced with this node (cluster/tablesync.py): the nodes
+        # counted for firing (a node that just started or whose peer was cut
+        # off knows nothing of the ticks fired meanwhile until then).
+        self.synced = sync.synced[TABLE_NAME]
         self.fired = 0  # ticks whose job this node made
-        self.refused = 0  # ADDJOBs of ticks refused here (retried)
+        self.refused = 0  # ticks not made here: ADDJOB refused, owner unknown or over quota
+        self.over_quota = 0  # of those, ticks skipped: the owner was over its quota
         self.skipped = 0  # ticks older than the catch-up window, never fired
         self.view: list[bytes] | None = None  # firers() at the last cron pass
         self.view_since = 0  # when it last changed
+        self.complete = False  # at the last cron pass, every linked peer was synced
+        self.soonest = NEVER  # no schedule is due before (``due`` looks again from then)
+        self.next_expiry = NEVER  # when the oldest tombstone is forgotten
 
     # ------------------------------------------------------------ reads
 
     def listing(self) -> list[Schedule]:
         """The live schedules, by name."""
         return sorted([s for s in self.table.values() if not s.deleted], key=_by_name)
+
+    def in_use(self) -> bool:
+        """The table holds a schedule or a tombstone."""
+        return bool(self.table)
+
+    def live_count(self) -> int:
+        """How many live schedules this node knows."""
+        return sum([1 for s in self.table.values() if not s.deleted])
 
     def get(self, name: bytes) -> Schedule | None:
         """The live schedule called ``name``."""
@@ -213,10 +265,10 @@ class Schedules:
     # ----------------------------------------------------------- writes
 
     def set(self, name: bytes, every: int, cron: bytes, queue: bytes, body: bytes,
-            options: list[bytes]) -> None:
+            options: list[bytes], owner: bytes) -> None:
         """SCHEDULE SET: a new version of ``name``, told to every node."""
         self._write(Schedule(name, every, cron, queue, body, options, self._version(name),
-                             self.runtime.node_id))
+                             self.runtime.node_id, owner=owner))
 
     def delete(self, name: bytes) -> bool:
         """SCHEDULE DEL: a tombstone, told to every node; False if unknown."""
@@ -226,6 +278,13 @@ class Schedules:
                              self.runtime.node_id, True))
         return True
 
+    def delete_owned_by(self, owner: bytes) -> int:
+        """The schedules ``owner`` set are deleted (ACL DELUSER); how many."""
+        names = [s.name for s in self.table.values() if s.owner == owner and not s.deleted]
+        for name in names:
+            self.delete(name)
+        return len(names)
+
     def _version(self, name: bytes) -> int:
         # Later than the version it replaces even if this clock is behind.
         known = self.table.get(name)
@@ -234,20 +293,34 @@ class Schedules:
 
     def _write(self, s: Schedule) -> None:
         self._merge(s)
-        self.outbox.broadcast({m.TYPE: m.SCHEDULE, m.SCHEDULES: [self.table[s.name].to_wire()],
-                               m.SCHED_SYNC: m.SYNC_PART})
-        self.save()
+        self.outbox.broadcast({m.TYPE: m.SCHEDULE, m.SCHED: self.table[s.name].to_wire()})
 
     def restore(self, records: list[Schedule]) -> None:
-        """Schedules read from nodes.conf at startup."""
+        """Schedules read from nodes.conf at startup (as versions that kept
+        them there wrote them)."""
         for s in records:
             self._merge(s)
-        self.dirty = False
 
-    def save(self) -> None:
-        """Write nodes.conf now."""
-        self.dirty = False
-        self.host.save_cluster_config()
+    def restore_record(self, table: bytes, key: bytes, value: object) -> bool:
+        """A record of the tables file at startup; False when malformed."""
+        if table == SCHEDULE_TABLE:
+            s = from_wire(value)
+            if s is None or s.name != key:
+                return False
+            self._merge(s)
+            return True
+        tick = tick_from_record(value)
+        if tick is None:
+            return False
+        known = self.table.get(key)
+        if known is not None and tick[0] > known.last_tick:
+            self._take_tick(known, tick[0], tick[1])
+        return True
+
+    def persist_all(self) -> None:
+        """Put every schedule in the tables log (moving them out of nodes.conf)."""
+        for s in self.table.values():
+            self.log.put(SCHEDULE_TABLE, s.name, s.to_wire())
 
     def _merge(self, s: Schedule) -> bool:
         """Take what ``s`` knows that is newer: its definition if its version
@@ -255,27 +328,71 @@ class Schedules:
         known = self.table.get(s.name)
         if known is None:
             self.table[s.name] = s
+            s.bucket = fingerprint(s.name) % BUCKETS
+            self.buckets[s.bucket][s.name] = s
+            self._definition_changed(s)
+            if s.last_tick:
+                self._reprint_tick(s)
             self._plan(s)
             return True
-        changed = False
-        if s.newer_than(known):
+        defined = s.newer_than(known)
+        ticked = s.last_tick > known.last_tick
+        if ticked:
+            known.last_tick, known.last_by = s.last_tick, s.last_by
+            self._reprint_tick(known)
+        if defined:
             known.every, known.cron, known.queue = s.every, s.cron, s.queue
             known.body, known.options, known.deleted = s.body, s.options, s.deleted
-            known.version, known.origin = s.version, s.origin
+            known.owner, known.version, known.origin = s.owner, s.version, s.origin
             known.failing = False
-            changed = True
-        if s.last_tick > known.last_tick:
-            known.last_tick, known.last_by = s.last_tick, s.last_by
-            changed = True
-        if changed:
+            self._definition_changed(known)
+        elif ticked:
+            self.log.put(TICK_TABLE, known.name, [known.last_tick, known.last_by])
+        if defined or ticked:
             self._plan(known)
-        return changed
+            return True
+        return False
+
+    def _definition_changed(self, s: Schedule) -> None:
+        """File the definition's fingerprint and persist it (with its last tick)."""
+        new = fingerprint(b"%s\0%d\0%s" % (s.name, s.version, s.origin))
+        self.digest.toggle(s.bucket, s.definition_print ^ new)
+        s.definition_print = new
+        self.log.put(SCHEDULE_TABLE, s.name, s.to_wire())
+        if s.deleted:
+            expiry = s.version + TOMBSTONE_MS
+            if expiry < self.next_expiry:
+                self.next_expiry = expiry
+
+    def _reprint_tick(self, s: Schedule) -> None:
+        new = fingerprint(b"%s\0%d" % (s.name, s.last_tick))
+        self.digest.toggle(BUCKETS + s.bucket, s.tick_print ^ new)
+        s.tick_print = new
+
+    def _take_tick(self, s: Schedule, tick: int, by: bytes) -> None:
+        """A later tick of ``s`` was fired (here or by ``by``)."""
+        s.last_tick = tick
+        s.last_by = by
+        self._reprint_tick(s)
+        self.log.put(TICK_TABLE, s.name, [tick, by])
+        self._plan(s)
+
+    def _forget(self, s: Schedule) -> None:
+        """A tombstone past its time leaves the table, the digest and the file."""
+        del self.table[s.name]
+        del self.buckets[s.bucket][s.name]
+        self.digest.toggle(s.bucket, s.definition_print)
+        self.digest.toggle(BUCKETS + s.bucket, s.tick_print)
+        self.log.drop(SCHEDULE_TABLE, s.name)
+        self.log.drop(TICK_TABLE, s.name)
 
     def _plan(self, s: Schedule) -> None:
         """Compute the schedule's next tick: the first after its version and
         after the last tick fired."""
         s.next_tick = NEVER if s.deleted else self.tick_after(s, max(s.version, s.last_tick))
         s.retry_at = 0
+        if s.next_tick < self.soonest:
+            self.soonest = s.next_tick
 
     def tick_after(self, s: Schedule, after_ms: int) -> int:
         """The schedule's first tick after ``after_ms``: EVERY n ticks at the
@@ -288,89 +405,72 @@ class Schedules:
 
     # -------------------------------------------------------------- bus
 
-    def link_up(self, node_id: bytes) -> None:
-        """A link came up: send our table and ask for the peer's (a node in
-        handshake is asked by the next sync round, once known). A node with
-        no schedule sends nothing: a cluster that does not use them carries
-        no message of theirs, and the first SET starts the sync rounds."""
-        node = self.membership.nodes.get(node_id)
-        if self.table and node is not None and not node.flags & HANDSHAKE:
-            self._send_table(node_id, m.SYNC_ASK)
-
-    def link_down(self, node_id: bytes) -> None:
-        """A link went down: the peer counts again once its table arrives."""
-        self.synced.pop(node_id, None)
-
-    def _table_message(self, kind: int) -> dict:
-        return {m.TYPE: m.SCHEDULE, m.SCHEDULES: [s.to_wire() for s in self.table.values()],
-                m.SCHED_SYNC: kind}
-
-    def _send_table(self, node_id: bytes, kind: int) -> None:
-        self.outbox.send_to(node_id, self._table_message(kind))
+    def bucket_messages(self, bucket: int) -> list[tuple[dict, int]]:
+        """What answers a peer whose digest differs in ``bucket``: each
+        definition filed there in a SCHEDULE message of its own, or their
+        last ticks, a few hundred per SCHEDFIRED."""
+        if bucket < BUCKETS:
+            return [({m.TYPE: m.SCHEDULE, m.SCHED: s.to_wire()}, s.size())
+                    for s in self.buckets[bucket].values()]
+        entries = [[s.name, s.last_tick, s.last_by]
+                   for s in self.buckets[bucket - BUCKETS].values() if s.last_tick]
+        return [_ticks_message(entries[i:i + TICKS_PER_MESSAGE])
+                for i in range(0, len(entries), TICKS_PER_MESSAGE)]
 
     def on_schedule(self, sender: bytes, msg: dict, link: Link) -> None:
-        """SCHEDULE: records to merge; a whole table makes the sender counted,
-        and one that asks for ours is answered on the same link."""
-        changed = False
-        for record in msg[m.SCHEDULES]:
-            s = from_wire(record)
-            if s is None:
-                logger.warning("Bad schedule record from %s", sender.decode("latin-1"))
-                continue
-            if self._merge(s):
-                changed = True
-        if changed:
-            self.dirty = True
-        kind = msg[m.SCHED_SYNC]
-        if kind != m.SYNC_PART:
-            self.synced[sender] = None
-            if kind == m.SYNC_ASK:
-                self.outbox.reply(link, self._table_message(m.SYNC_ALL))
+        """SCHEDULE: one record to merge."""
+        s = from_wire(msg[m.SCHED])
+        if s is None:
+            logger.warning("Bad schedule record from %s", sender.decode("latin-1"))
+            return
+        if (s.deleted and s.version < self.runtime.now - TOMBSTONE_MS
+                and s.name not in self.table):
+            return  # forgotten here already (a node that forgets later sent it)
+        self._merge(s)
 
     def on_fired(self, sender: bytes, msg: dict, link: Link) -> None:
-        """SCHEDFIRED: ``sender`` fired the schedule's tick."""
-        s = self.table.get(msg[m.SCHED_NAME])
-        tick = msg[m.SCHED_TICK]
-        if s is not None and tick > s.last_tick:
-            s.last_tick, s.last_by = tick, sender
-            self._plan(s)
-            self.dirty = True
+        """SCHEDFIRED: ticks fired, each by the node it names (the sender
+        when it names none)."""
+        bad = False
+        for entry in msg[m.SCHED_TICKS]:
+            if type(entry) is not list or len(entry) != 3:
+                bad = True
+                continue
+            name, tick, by = entry
+            if (type(name) is not bytes or type(tick) is not int or not 0 < tick < NEVER
+                    or type(by) is not bytes or (by and not _is_node_id(by))):
+                bad = True
+                continue
+            s = self.table.get(name)
+            if s is not None and tick > s.last_tick:
+                self._take_tick(s, tick, by or sender)
+        if bad:
+            logger.warning("Bad schedule tick from %s", sender.decode("latin-1"))
 
     # ------------------------------------------------------------- time
 
     def cron(self) -> None:
         """Housekeeping (only while the table holds something): the view of
-        who fires, tombstones past their time, our table to peers now and
-        then, and nodes.conf catching up with what arrived."""
+        who fires, and tombstones past their time."""
         now = self.runtime.now
         view = self.firers()
         if view != self.view:
             self.view = view
             self.view_since = now
-        for name in [n for n, s in self.table.items()
-                     if s.deleted and s.version < now - TOMBSTONE_MS]:
-            del self.table[name]
-            self.dirty = True
-        if now >= self.next_sync:
-            self.next_sync = now + SYNC_INTERVAL_MS
-            self._sync_round()
-        if self.dirty:
-            self.save()
+        self.complete = self._all_synced()
+        if now >= self.next_expiry:
+            self._forget_tombstones(now)
 
-    def _sync_round(self) -> None:
-        """Ask every linked peer not counted yet for its table (a link that
-        came up during a handshake, a lost answer), and one counted peer,
-        which catches up on a lost message."""
-        counted = []
-        for node in self.membership.others():
-            if not node.link or node.flags & HANDSHAKE:
-                continue
-            if node.id in self.synced:
-                counted.append(node.id)
-            else:
-                self._send_table(node.id, m.SYNC_ASK)
-        if counted:
-            self._send_table(self.runtime.rng.choice(counted), m.SYNC_ASK)
+    def _forget_tombstones(self, now: int) -> None:
+        horizon = now - TOMBSTONE_MS
+        following = NEVER
+        for s in list(self.table.values()):
+            if s.deleted:
+                if s.version < horizon:
+                    self._forget(s)
+                elif s.version + TOMBSTONE_MS < following:
+                    following = s.version + TOMBSTONE_MS
+        self.next_expiry = following
 
     def firers(self) -> list[bytes] | None:
         """The nodes that may fire, this one first if it may (see the module
@@ -380,10 +480,11 @@ class Schedules:
         counted = 1
         firers = [] if myself.flags & LEAVING else [self.runtime.node_id]
         nodes = membership.nodes
-        for node_id in list(self.synced):
+        synced = self.synced
+        for node_id in list(synced):
             node = nodes.get(node_id)
             if node is None or not node.link or node.flags & (PFAIL | FAIL | HANDSHAKE | NOADDR):
-                del self.synced[node_id]
+                del synced[node_id]
                 continue
             counted += 1
             if not node.flags & LEAVING:
@@ -392,36 +493,64 @@ class Schedules:
             return None
         return firers
 
+    def _all_synced(self) -> bool:
+        """Every peer this node is linked to and does not suspect is synced:
+        the ranking this node sees is the one its peers see."""
+        synced = self.synced
+        for node in self.membership.others():
+            if (node.link and not node.flags & (PFAIL | FAIL | HANDSHAKE | NOADDR)
+                    and node.id not in synced):
+                return False
+        return True
+
     def rank(self, s: Schedule, firers: list[bytes]) -> int:
         """This node's place among ``firers`` for ``s`` (0: it fires first)."""
         own = _score(s.name, self.runtime.node_id)
         return sum([1 for node_id in firers if _score(s.name, node_id) < own])
 
     def due(self) -> list[tuple[Schedule, int]]:
-        """The ticks this node must fire now, each schedule's oldest first
-        (under the view of the last ``cron`` pass)."""
+        """The ticks this node must fire now, each schedule's oldest first,
+        at most ``MAX_JOBS_PER_PASS`` (under the view of the last ``cron``
+        pass)."""
         firers = self.view
         if firers is None or self.membership.leaving:
             return []
         now = self.runtime.now
-        waiting = [s for s in self.table.values() if s.next_tick <= now and s.retry_at <= now]
-        if not waiting:
+        if now < self.soonest:
             return []
-        settled = now - self.view_since >= HANDOVER_MS
+        soonest = NEVER
+        formed = now - self.view_since
+        settled = self.complete and formed >= HANDOVER_MS
         delay = self.settings.cluster_node_timeout
         oldest = now - self.catchup_ms()
         due: list[tuple[Schedule, int]] = []
-        for s in waiting:
+        for s in self.table.values():
+            start = s.next_tick if s.next_tick > s.retry_at else s.retry_at
+            if start > now:
+                if start < soonest:
+                    soonest = start
+                continue
+            soonest = now  # due, or waiting for its turn: looked at again next pass
             tick = s.next_tick
             if tick < oldest:
                 tick = self._skip_to(s, oldest)
-            rank = self.rank(s, firers)
-            latest = now - (rank if rank or settled else 1) * delay
+            if s.ranked_in is not firers:  # the view is a new list each time it changes
+                s.place = self.rank(s, firers)
+                s.ranked_in = firers
+            rank = s.place
+            wait = (rank if rank or settled else 1) * delay
+            if formed < wait:
+                continue  # a tick missed before this view formed: the first catches up
+            latest = now - wait
             count = 0
             while tick <= latest and count < MAX_TICKS_PER_PASS:
                 due.append((s, tick))
                 tick = self.tick_after(s, tick)
                 count += 1
+        self.soonest = soonest
+        if len(due) > MAX_JOBS_PER_PASS:
+            due.sort(key=_by_tick)  # stable: each schedule's ticks stay in order
+            del due[MAX_JOBS_PER_PASS:]
         return due
 
     def _skip_to(self, s: Schedule, oldest: int) -> int:
@@ -436,33 +565,56 @@ class Schedules:
 
     def fired_here(self, s: Schedule, tick: int) -> None:
         """This node made the job of ``s``'s tick."""
-        s.last_tick = tick
-        s.last_by = self.runtime.node_id
-        s.next_tick = self.tick_after(s, tick)
         s.failing = False
         self.fired += 1
-        self.dirty = True
+        self._take_tick(s, tick, self.runtime.node_id)
+
+    def over_quota_here(self, s: Schedule, tick: int, reply: bytes) -> None:
+        """The owner of ``s`` is over its quota here: the tick is skipped
+        (no job; no other node makes it either) and counted as refused."""
+        self.refused += 1
+        self.over_quota += 1
+        self._failed(s, tick, reply)
+        self._take_tick(s, tick, self.runtime.node_id)
 
     def refused_here(self, s: Schedule, tick: int, reply: bytes) -> None:
-        """The tick's ADDJOB was refused: try again after ``RETRY_MS``."""
+        """The tick's ADDJOB was refused, or its owner is not a user here:
+        try again after ``RETRY_MS`` (another node may fire it meanwhile)."""
         self.refused += 1
         s.retry_at = self.runtime.now + RETRY_MS
+        if s.retry_at < self.soonest:
+            self.soonest = s.retry_at
+        self._failed(s, tick, reply)
+
+    def _failed(self, s: Schedule, tick: int, reply: bytes) -> None:
+        """Log the first refusal of a streak."""
         if not s.failing:
             s.failing = True
-            logger.warning("Schedule %s: the job of tick %d was refused (%s), retrying",
+            logger.warning("Schedule %s: the job of tick %d was refused (%s)",
                            s.name.decode("utf-8", "backslashreplace"), tick,
                            reply.strip().decode("utf-8", "backslashreplace"))
 
-    def announce(self, s: Schedule) -> None:
-        """Tell every node the last tick fired here."""
-        self.outbox.broadcast({m.TYPE: m.SCHEDFIRED, m.SCHED_NAME: s.name,
-                               m.SCHED_TICK: s.last_tick})
+    def announce(self, fired: list[Schedule]) -> None:
+        """Tell every node the last ticks fired (or skipped) here."""
+        entries = [[s.name, s.last_tick, s.last_by] for s in fired]
+        for i in range(0, len(entries), TICKS_PER_MESSAGE):
+            msg, _ = _ticks_message(entries[i:i + TICKS_PER_MESSAGE])
+            self.outbox.broadcast(msg)
 
 
-def _score(name: bytes, node_id: bytes) -> bytes:
-    import hashlib  # loaded with the first schedule, not by every start
-    return hashlib.blake2b(name + b"\0" + node_id, digest_size=8).digest()
+def _ticks_message(entries: list[list]) -> tuple[dict, int]:
+    """A SCHEDFIRED of ``entries`` (``[name, tick, node]``), with its size."""
+    size = sum([len(entry[0]) + _TICK_ENTRY_SIZE for entry in entries])
+    return {m.TYPE: m.SCHEDFIRED, m.SCHED_TICKS: entries}, size
+
+
+def _score(name: bytes, node_id: bytes) -> int:
+    return fingerprint(name + b"\0" + node_id)
 
 
 def _by_name(s: Schedule) -> bytes:
     return s.name
+
+
+def _by_tick(item: tuple[Schedule, int]) -> int:
+    return item[1]

@@ -34,7 +34,7 @@ KEYS_ADDJOB: Final = 2    # argv[1], and the queue of DEADLETTER <queue>
 KEYS_GETJOB: Final = 3    # the queues after FROM
 KEYS_JOBS: Final = 4      # job IDs: a job held here must be of a permitted queue
 KEYS_ACKS: Final = 5      # job IDs as KEYS_JOBS; IDs of jobs not held here are dropped
-KEYS_SCHEDULE: Final = 6  # SCHEDULE SET's queue (and DEADLETTER's), DEL's schedule's queue
+KEYS_SCHEDULE: Final = 6  # SCHEDULE SET's queue (and DEADLETTER's), DEL's and a replaced schedule's queue
 KEYS_ADDJOBS: Final = 7   # argv[1], and DEADLETTER <queue> among the options
 KEY_SPECS: Final[dict[str, int]] = {
     "addjob": KEYS_ADDJOB, "addjobs": KEYS_ADDJOBS, "getjob": KEYS_GETJOB,
@@ -63,6 +63,8 @@ SECRET_CONFIGS: Final = frozenset({b"requirepass", b"tls-key-file-pass", b"clust
                                    b"cluster-secret-old"})
 _SET: Final = b"SET"
 _DEL: Final = b"DEL"
+SCHEDULE_SET_UNIT: Final = "schedule|set"
+SCHEDULE_DEL_UNIT: Final = "schedule|del"
 USER_GONE: Final = error("NOAUTH this connection's user was deleted or turned off")
 DEBUG_NOT_ALLOWED: Final = error(
     "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", "
@@ -135,6 +137,14 @@ def check_access(node: NodeState, client: ClientState, cmd: Command,
                 return None
         if unit not in user.allowed:
             return _command_denied(node, user, unit)
+        if (unit == SCHEDULE_SET_UNIT and SCHEDULE_DEL_UNIT not in user.allowed
+                and len(argv) > 2 and node.schedules.get(argv[2]) is not None):
+            # Replacing a schedule removes the one there: SCHEDULE DEL's right.
+            node.access_stats.denied_commands += 1
+            return error("NOPERM User %s has no permissions to replace the schedule '%s': SET "
+                         "of an existing name needs the '%s' command too"
+                         % (_name(user), argv[2].decode("utf-8", "backslashreplace"),
+                            SCHEDULE_DEL_UNIT))
     if not user.all_queues and cmd.acl_keys:
         return _check_keys(node, user, cmd.acl_keys, argv)
     return None
@@ -247,10 +257,12 @@ def _check_queue(node: NodeState, user: User, queue: bytes) -> bytes | None:
 
 def _schedule_queues(node: NodeState, argv: list[bytes]) -> list[bytes]:
     """The queues a SCHEDULE command names: SET's (argv[5]) and its
-    DEADLETTER's, DEL's schedule's; LIST filters its reply instead."""
+    DEADLETTER's, and the queue of the schedule it replaces (as DEL would);
+    DEL's schedule's; LIST filters its reply instead."""
     sub = argv[1].upper()
     if sub == _SET and len(argv) >= 7:
-        queues = [argv[5]]
+        replaced = node.schedules.get(argv[2])
+        queues = [argv[5]] if replaced is None else [replaced.queue, argv[5]]
         for i in range(7, len(argv) - 1):
             if option_name(argv[i]) == _DEADLETTER:
                 queues.append(argv[i + 1])

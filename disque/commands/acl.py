@@ -109,6 +109,12 @@ def _deluser(node: NodeState, argv: list[bytes]) -> bytes:
         if user is not None:
             user.removed = True  # its connections are closed at their next command
             deleted += 1
+            # Its schedules go too, on every node (SCHEDULE DEL's tombstones):
+            # nothing it set keeps adding jobs.
+            gone = node.schedules.delete_owned_by(name)
+            if gone:
+                logger.warning("ACL DELUSER %s: its %d schedules deleted",
+                               name.decode("utf-8", "backslashreplace"), gone)
     # NodeState.guarded stays on: connections logged in as a deleted user must
     # still meet check_access, which closes them.
     node.quotas.active = users_have_quotas(users)

@@ -53,7 +53,7 @@ EXTRA_SECTIONS: Final = (
                        "addjob_quota_refused")),  # docs/security.md "Limits", rate-limits.md
            ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)
            ("Schedules", ("schedules", "schedule_ticks_fired", "schedule_ticks_refused",
-                          "schedule_ticks_skipped")),  # docs/schedules.md
+                          "schedule_ticks_over_quota", "schedule_ticks_skipped")),  # schedules.md
        )
 _SECTION_NAMES: Final = {name.lower() for name, _ in SECTIONS}
 _EXTRA_SECTION_NAMES: Final = {name.lower(): (name, keys) for name, keys in EXTRA_SECTIONS}
@@ -92,9 +92,10 @@ def _node_fields(node: NodeState, section: str, host: dict) -> dict:
                 "addjob_quota_refused": node.stats.quota_refused}
     if section == "schedules":
         schedules = node.schedules
-        return {"schedules": len(schedules.listing()),
+        return {"schedules": schedules.live_count(),
                 "schedule_ticks_fired": schedules.fired,
                 "schedule_ticks_refused": schedules.refused,
+                "schedule_ticks_over_quota": schedules.over_quota,
                 "schedule_ticks_skipped": schedules.skipped}
     if section == "stats":
         return {"total_commands_processed": node.stats.commands_processed,

@@ -16,8 +16,9 @@ from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
 from disque.jobs.replies import job_entry, job_info
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
+from disque.context.tablelog import LIMIT_TABLE
 from disque.queues.ratelimit import (MAX_BURST, RateLimit, default_burst, format_rate,
-                                     parse_rate)
+                                     limit_record, parse_rate)
 from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, OK, Status, encode, error, integer, status
 
 if TYPE_CHECKING:
@@ -56,8 +57,8 @@ RATE_RANGE: Final = error("ERR RATE must be a number of jobs per second from 0.0
                           "with at most three decimals (0 removes the limit)")
 BURST_RANGE: Final = error("ERR BURST must be between 1 and %d" % MAX_BURST)
 BURST_WITHOUT_RATE: Final = error("ERR BURST goes with RATE: QLIMIT <queue> RATE <n> BURST <n>")
-LIMIT_NOT_SAVED: Final = ("ERR the limit is in force but the cluster config file could not be "
-                          "saved (it is lost at a restart): %s")
+LIMIT_NOT_SAVED: Final = ("ERR the limit is in force but the tables file could not be "
+                          "written (it is lost at a restart): %s")
 
 # Words beyond a command's Disque 1.0 arity that its extensions take: the
 # command table keeps 1.0's arity (COMMAND shows it) and lets these through.
@@ -348,8 +349,8 @@ def qpurge(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
 
 def qlimit(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QLIMIT queue [RATE jobs-per-second [BURST n]]: set (RATE 0 removes)
-    or read the queue's delivery limit on this node, kept in the cluster
-    config file. The read form replies rate (a decimal string, "0" when
+    or read the queue's delivery limit on this node, kept in the tables
+    file (written now, so that a failure is answered). The read form replies rate (a decimal string, "0" when
     there is none), burst and the tokens available now."""
     name = argv[1]
     rate: int | None = None
@@ -386,12 +387,15 @@ def qlimit(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
         burst = default_burst(rate)
     if not rate:
         queues.set_limit(name, None)
-    elif limit is None:
-        queues.set_limit(name, RateLimit(rate, burst, now))
+        node.table_log.drop(LIMIT_TABLE, name)
     else:
-        limit.change(rate, burst, now)
+        if limit is None:
+            limit = RateLimit(rate, burst, now)
+        else:
+            limit.change(rate, burst, now)
         queues.set_limit(name, limit)
-    problem = node.host.save_cluster_config()
+        node.table_log.put(LIMIT_TABLE, name, limit_record(limit))
+    problem = node.host.flush_tables()
     return OK if problem is None else error(LIMIT_NOT_SAVED % problem)
 
 

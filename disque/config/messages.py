@@ -59,6 +59,7 @@ ERR_NO_CONFIG_FILE: Final = "ERR The server is running without a config file"
 ERR_REWRITING: Final = "ERR Rewriting config file: {reason}"
 INVALID_MAXDELIVER: Final = "maxdeliver-default must be between 0 (unlimited) and 65535"
 INVALID_DEDUP_WINDOW: Final = "dedup-window must be between 0 (off) and 2592000 seconds"
+SCHEDULE_MAX_BODY_TOO_SMALL: Final = "schedule-max-body must be 1kb or greater"
 INVALID_METRICS_PORT: Final = "Invalid metrics port"
 INVALID_DASHBOARD_HOST: Final = ("dashboard-hosts takes host names, IP addresses or *, "
                                  "at most 64 of them")

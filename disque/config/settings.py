@@ -65,6 +65,7 @@ class Config:
     proto_max_bulk_len: int
     maxdeliver_default: int
     dedup_window: int
+    schedule_max_body: int
     metrics_port: int
     metrics_max_queues: int
     dashboard_hosts: list[str]

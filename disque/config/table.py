@@ -59,6 +59,7 @@ from disque.config.messages import (
     NOT_MEMORY,
     PASSWORD_TOO_LONG,
     PROTO_MAX_BULK_LEN_TOO_SMALL,
+    SCHEDULE_MAX_BODY_TOO_SMALL,
     TOO_MANY_BIND,
     UNKNOWN_CLIENT_CLASS,
 )
@@ -292,6 +293,7 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            # its CONFIG GET order is kept.
            integer("maxdeliver-default", 0, "FSGR", INVALID_MAXDELIVER, high=MAX_DELIVERIES),
            integer("dedup-window", 300, "FSGR", INVALID_DEDUP_WINDOW, high=MAX_DEDUP_WINDOW),
+           memory("schedule-max-body", MB, "FSGR", SCHEDULE_MAX_BODY_TOO_SMALL, low=KB),
            # The HTTP listener (/metrics, the dashboard) opens at startup only.
            integer("metrics-port", 0, "FGR", INVALID_METRICS_PORT, high=65535),
            integer("metrics-max-queues", 100, "FSGR", INVALID_METRICS_MAX_QUEUES,

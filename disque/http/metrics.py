@@ -218,11 +218,14 @@ class ScheduleCollector:
     def collect(self) -> Iterator[Metric]:
         schedules = self.node.state.schedules
         yield _gauge("schedules", "Live schedules this node knows (SCHEDULE LIST).",
-                     len(schedules.listing()))
+                     schedules.live_count())
         yield _counter("schedule_ticks_fired", "Ticks whose job this node made.",
                        schedules.fired)
-        yield _counter("schedule_ticks_refused", "Ticks whose ADDJOB this node refused "
-                       "(retried).", schedules.refused)
+        yield _counter("schedule_ticks_refused", "Ticks whose job this node did not make: "
+                       "ADDJOB refused or the owner unknown (retried), the owner over its "
+                       "quota (skipped).", schedules.refused)
+        yield _counter("schedule_ticks_over_quota", "Ticks skipped because the schedule's "
+                       "owner was over its quota here.", schedules.over_quota)
         yield _counter("schedule_ticks_skipped", "Ticks older than the catch-up window, "
                        "never fired.", schedules.skipped)
 

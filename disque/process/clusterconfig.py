@@ -1,7 +1,8 @@
 """nodes.conf, the process's side of it: locked by one node at a time,
-read at start (the nodes, the schedules and the queues' delivery limits)
-and rewritten atomically. Its text is the core's (``cluster.nodesconf``,
-``queues.ratelimit``)."""
+read at start and rewritten atomically. Its text is the core's
+(``cluster.nodesconf``). Versions before the tables file kept the
+schedules and the queues' delivery limits there too: they are read at
+start, to move them (``server.Server``), and never written back."""
 
 from __future__ import annotations
 
@@ -35,8 +36,9 @@ class ClusterConfigFile:
 
     def lock_and_read(self) -> tuple[list[ClusterNode], list[Schedule],
                                      list[tuple[bytes, int, int]]]:
-        """Take the file for this process, then read its nodes, schedules and
-        delivery limits (none when it does not exist yet); raise StartupError."""
+        """Take the file for this process, then read its nodes, and the
+        schedules and delivery limits an older version left in it (none when
+        it does not exist yet); raise StartupError."""
         self.lock_fd = os.open(self.path + ".lock", os.O_WRONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -59,8 +61,7 @@ class ClusterConfigFile:
     def save(self, state: NodeState) -> str | None:
         """Rewrite the file from the node's state; the error text on failure."""
         try:
-            atomic_write(self.path, nodesconf.render(state.membership, state.schedules)
-                         + ratelimit.conf_lines(state.queues.limits))
+            atomic_write(self.path, nodesconf.render(state.membership))
         except OSError as exc:
             logger.warning("Could not save the cluster config file: %s", exc)
             return exc.strerror or str(exc)

@@ -5,8 +5,9 @@ node takes one token from per job it hands out.
 Times are the node's injected clock (unix ms); the bucket counts in
 millionths of a job, so a rate in thousandths of a job per second is
 exactly that many units per millisecond and every step is an integer.
-The limits are kept in the cluster config file as ``vars`` lines, which
-Disque 1.0 and nodes.conf readers skip (spec: cluster-bus.md §2).
+A limit is persisted as one record of the tables file beside nodes.conf
+(``limit_record``; docs/rate-limits.md "Kept across restarts"); versions
+before it kept them in nodes.conf as ``vars`` lines, read once to move them.
 """
 
 from __future__ import annotations
@@ -113,17 +114,26 @@ def default_burst(rate_milli: int) -> int:
     return burst if burst <= MAX_BURST else MAX_BURST
 
 
-def conf_lines(limits: dict[bytes, RateLimit]) -> str:
-    """The cluster config file's lines for ``limits`` (names in base64)."""
-    return "".join(["%s %s %s %s %d\n" % (CONF_KEYWORD, CONF_NAME,
-                                          base64.b64encode(name).decode(),
-                                          format_rate(limit.rate_milli).decode(), limit.burst)
-                    for name, limit in limits.items()])
+def limit_record(limit: RateLimit) -> list:
+    """The tables file's record of a limit: ``[rate in thousandths, burst]``."""
+    return [limit.rate_milli, limit.burst]
+
+
+def limit_from_record(value: object, now: int) -> RateLimit | None:
+    """A limit from its record (starting full at ``now``); None when malformed."""
+    if type(value) is not list or len(value) != 2:
+        return None
+    rate, burst = value
+    if (type(rate) is not int or not 0 < rate <= MAX_RATE_MILLI or type(burst) is not int
+            or not 1 <= burst <= MAX_BURST):
+        return None
+    return RateLimit(rate, burst, now)
 
 
 def parse_conf(text: str) -> list[tuple[bytes, int, int]]:
-    """``(queue, rate_milli, burst)`` of each limit line of the cluster
-    config file; raise ValueError naming a malformed one's line."""
+    """``(queue, rate_milli, burst)`` of each limit line of a cluster config
+    file written before the tables file; raise ValueError naming a
+    malformed one's line."""
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         fields = line.split()

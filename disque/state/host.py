@@ -64,10 +64,15 @@ class Host:
         """Persist nodes.conf; return an error text on failure."""
         return None
 
+    def flush_tables(self) -> str | None:
+        """Write the tables log's records now (``context/tablelog``); the
+        error text on failure."""
+        return None
+
     def cron_problem(self, expr: bytes) -> str | None:
-        """Why ``expr`` is not a five-field CRON expression, or None. The
-        calendar is the process's (``process/calendar.py``): the core does
-        not import the parser."""
+        """Why ``expr`` is not a CRON expression every node reads alike, or
+        None. The calendar is the process's (``process/cronspec.py``): the
+        core does not import the parser."""
         return "CRON schedules need the server's calendar"
 
     def cron_next(self, expr: bytes, after_ms: int) -> int:

@@ -27,12 +27,14 @@ from disque.cluster.peerstats import PeerStats
 from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.schedules import Schedules
+from disque.cluster.tablesync import TableSync
 from disque.cluster.transport import BusTransport
 from disque.config import Config
 from disque.config.users import users_have_quotas, users_restrict
 from disque.context.memory import MemoryAccount
 from disque.context.runtime import Runtime
 from disque.context.stats import AccessStats, JobCounters, Stats
+from disque.context.tablelog import LIMIT_TABLE, SCHEDULE_TABLE, TICK_TABLE, TableLog
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
@@ -42,6 +44,7 @@ from disque.jobs.timers import TimerWheel
 from disque.protocol.resp import NIL_ARRAY
 from disque.queues.blocking import BlockedClients
 from disque.queues.queueset import QueueSet
+from disque.queues.ratelimit import limit_from_record, limit_record
 from disque.state.eviction import MemoryPolicy
 from disque.state.host import Host
 
@@ -94,7 +97,12 @@ class NodeState:
         self.gossip = Gossip(runtime, membership, self.outbox, config, host)
         self.eviction = MemoryPolicy(config, memory, self.jobs, self.lifecycle, self.queues,
                                      counters)
-        self.schedules = Schedules(runtime, membership, self.outbox, config, host)
+        # The small tables' records for the process to persist (schedules,
+        # their ticks, delivery limits), and the cluster-wide ones kept alike.
+        self.table_log = TableLog()
+        self.table_sync = TableSync(runtime, membership, self.outbox)
+        self.schedules = Schedules(runtime, membership, self.outbox, config, host,
+                                   self.table_sync, self.table_log)
         # The dashboard's: the nodes' summaries and looking inside other nodes.
         self.peerstats = PeerStats(runtime, membership, self.outbox, config, self.jobs,
                                    self.queues, self.blocked, memory, counters, self.stats)
@@ -194,6 +202,28 @@ class NodeState:
         while appendonly is on, the null journal otherwise)."""
         self.lifecycle.journal = journal
         self.journaling = journal is not NULL_JOURNAL
+
+    # ------------------------------------------------------ small tables
+
+    def restore_table_record(self, table: bytes, key: bytes, value: object) -> bool:
+        """One record of the tables file at startup (the schedules' first,
+        then their ticks); False when malformed."""
+        if table == SCHEDULE_TABLE or table == TICK_TABLE:
+            return self.schedules.restore_record(table, key, value)
+        if table == LIMIT_TABLE:
+            limit = limit_from_record(value, self.runtime.now)
+            if limit is None:
+                return False
+            self.queues.set_limit(key, limit)
+            return True
+        return False
+
+    def persist_tables(self) -> None:
+        """Put every record of the small tables in the log (moving them
+        out of nodes.conf, where versions before the tables file kept them)."""
+        self.schedules.persist_all()
+        for name, limit in self.queues.limits.items():
+            self.table_log.put(LIMIT_TABLE, name, limit_record(limit))
 
     # --------------------------------------------------------------- flush
 

@@ -123,3 +123,48 @@ def test_cron_schedule_and_errors_through_redis_py(cluster_factory):
     ]:
         with pytest.raises(Exception, match=text):
             client.execute_command("SCHEDULE", "SET", "bad", *args, "q", "b")
+
+
+def test_a_table_larger_than_a_bus_frame_reaches_a_restarted_node_and_catches_up_once(
+        cluster_factory):
+    """Six schedules, five of them with 900 KB bodies, on nodes whose bus
+    frames hold 2 MB (proto-max-bulk-len 1mb): the table travels one record
+    per message. Two nodes go down (no majority: no tick fires), one of
+    them losing its tables file; once they are back, the restarted node
+    gets every schedule, and the ticks missed meanwhile are made once each."""
+    cluster = cluster_factory(3, config="proto-max-bulk-len 1mb\n")
+    body = b"x" * 900_000
+    for k in range(5):
+        assert cluster.call(0, "SCHEDULE", "SET", "big%d" % k, "EVERY", 86400, "bigq",
+                            body) == b"OK"
+    assert cluster.call(0, "SCHEDULE", "SET", "beat", "EVERY", 1, "beats", "ping",
+                        "TTL", 600) == b"OK"
+    wait_until(lambda: all(len(cluster.call(i, "SCHEDULE", "LIST")) == 6 for i in range(3)),
+               15, message="the schedules on every node")
+    first = _entry(cluster, 0)[b"next"]
+    wait_until(lambda: (_entry(cluster, 0)[b"last"] or 0) >= first + 2000, 15,
+               message="ticks fired")
+    wait_until(lambda: 400 <= time.time() * 1000 % 1000 <= 600, 2, interval=0.01)
+    cluster.kill(1)
+    cluster.kill(2)
+    tables = next(cluster.nodes[2].dir.glob("nodes*.tables"))
+    tables.unlink()
+    down_at = time.time()
+    # Node 0 alone fires nothing: its last tick stays while the others are down.
+    stopped = _entry(cluster, 0)[b"last"]
+    wait_until(lambda: time.time() - down_at >= 5, 10, interval=0.1)
+    assert _entry(cluster, 0)[b"last"] <= stopped + 1000
+    cluster.restart_many([1, 2])
+    cluster.wait_joined(20)
+    wait_until(lambda: len(cluster.call(2, "SCHEDULE", "LIST")) == 6, 20,
+               message="the whole table on the node that lost its file")
+    assert all(len(_entry(cluster, 2, b"big%d" % k) or {}) for k in range(5))
+    back = int(time.time() * 1000)
+    wait_until(lambda: min((_entry(cluster, i)[b"last"] or 0) for i in range(3)) >= back + 3000,
+               20, message="the ticks caught up on every node")
+    last = min(_entry(cluster, i)[b"last"] for i in range(3))
+    ticks = _ticks(cluster, range(3))
+    _check_once_each({t: ids for t, ids in ticks.items() if t <= last}, first, last)
+    for i in range(3):
+        bus = cluster.info_section(i, "bus")
+        assert bus["bus_messages_too_large"] == 0 and bus["bus_frames_too_large"] == 0, bus

@@ -1,11 +1,14 @@
 """Users' quotas through a real server process and redis-py
 (docs/rate-limits.md "Quotas per user"): refusals, release on ACK, the
-rules in the config file and through CONFIG REWRITE and a restart."""
+rules in the config file and through CONFIG REWRITE and a restart, and a
+schedule's jobs counted against the user who set it."""
 
 from __future__ import annotations
 
 import pytest
 import redis
+
+from tests.support.process import wait_until
 
 PRODUCER_RULES = ("on", ">pw", "~*", "+@produce", "+@consume", "+@connection")
 
@@ -59,3 +62,23 @@ def test_quotas_from_the_config_file_and_through_rewrite_and_restart(server_fact
         batch.execute_command("ADDJOB", "q", "6", 0)
     with pytest.raises(redis.ResponseError, match="A quota is one word: quota-jobs=<n>"):
         admin.execute_command("ACL", "SETUSER", "batch", "quota-jobs", "10")
+
+
+def test_a_schedule_fires_as_its_owner_within_its_quota_and_goes_with_it(server):
+    admin = server.client()
+    admin.execute_command("ACL", "SETUSER", "cron", "on", ">pw", "~*", "+@all", "quota-jobs=3")
+    cron = server.client(username="cron", password="pw")
+    assert cron.execute_command("SCHEDULE", "SET", "beat", "EVERY", 1, "ticks", "t") == b"OK"
+
+    def over_quota() -> int:
+        return admin.info("schedules")["schedule_ticks_over_quota"]
+    # Three ticks make jobs that count against cron's quota; the next are
+    # skipped (no job), not retried.
+    wait_until(lambda: over_quota() >= 2, 15, message="ticks skipped at the quota")
+    assert admin.execute_command("QLEN", "ticks") == 3
+    info = admin.info("schedules")
+    assert info["schedule_ticks_fired"] == 3
+    assert info["schedule_ticks_refused"] == info["schedule_ticks_over_quota"]
+    # ACL DELUSER deletes the user's schedules: nothing fires for it any more.
+    assert admin.execute_command("ACL", "DELUSER", "cron") == 1
+    assert admin.execute_command("SCHEDULE", "LIST") == []

@@ -1,6 +1,7 @@
 """Queue delivery limits (QLIMIT) through real server processes
 (docs/rate-limits.md): redis-py and redis-cli, consumers held to the rate,
-waiting consumers served later, and the limit kept across a restart.
+waiting consumers served later, and the limit kept across a restart (in
+the tables file beside nodes.conf, moved there from an older nodes.conf).
 
 Counts are checked against the time each test measured around them (a
 bound the server cannot exceed whatever the machine's load), never
@@ -91,11 +92,15 @@ def test_nohang_under_the_limit_gets_nothing_rather_than_waiting(server):
 
 def test_the_limit_is_kept_across_a_restart(server):
     r = server.client()
+    conf = next(server.dir.glob("nodes*.conf"))
+    written = conf.stat().st_mtime_ns
     r.execute_command("QLIMIT", "kept", "RATE", "2.5", "BURST", 3)
     r.execute_command("QLIMIT", "dropped", "RATE", 9)
     r.execute_command("QLIMIT", "dropped", "RATE", 0)
-    conf = next(server.dir.glob("nodes*.conf")).read_text()
-    assert "vars queue-rate-limit %s 2.5 3\n" % base64.b64encode(b"kept").decode() in conf
+    # One record per change in the tables file; nodes.conf is not rewritten.
+    tables = conf.with_suffix(".tables").read_bytes()
+    assert tables.startswith(b"DISQUE-TABLES 1\n") and tables.count(b"dropped") == 2
+    assert conf.stat().st_mtime_ns == written and "queue-rate-limit" not in conf.read_text()
     server.restart()
     r = server.client()
     assert limit_of(r, "kept") == {"rate": b"2.5", "burst": 3, "tokens": 3}
@@ -135,7 +140,33 @@ def test_qlimit_is_in_manage_and_checks_the_queue(server):
         worker.execute_command("QLIMIT", "orders:eu")
 
 
-def test_limits_and_schedules_share_the_cluster_config_file(server):
+def test_limits_and_schedules_of_an_older_nodes_conf_move_to_the_tables_file(server):
+    """A node upgraded from a version that kept them in nodes.conf keeps them."""
+    conf = next(server.dir.glob("nodes*.conf"))
+    server.stop()
+    node_line = conf.read_text().splitlines()[0]
+    node_id = node_line.split()[0]
+    b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+    conf.write_text(
+        node_line + "\n"
+        + "schedule %s 1700000000000 %s 0 3600 - %s %s - 0 -\n" % (
+            b64(b"hourly"), node_id, b64(b"reports"), b64(b"build"))
+        + "vars queue-rate-limit %s 2.5 3\n" % b64(b"reports"))
+    conf.with_suffix(".tables").unlink(missing_ok=True)
+    server.start()
+    assert "Moved 1 schedules and 1 delivery limits from" in server.log_path.read_text()
+    for _ in range(2):  # as moved, then as read back from the tables file
+        r = server.client()
+        assert limit_of(r, "reports") == {"rate": b"2.5", "burst": 3, "tokens": 3}
+        [entry] = r.execute_command("SCHEDULE", "LIST")
+        assert entry[:6] == [b"name", b"hourly", b"spec", b"EVERY 3600", b"queue", b"reports"]
+        assert entry[-2:] == [b"owner", b"default"]
+        text = conf.read_text()
+        assert "schedule " not in text and "queue-rate-limit" not in text and node_id in text
+        server.restart()
+
+
+def test_limits_and_schedules_share_the_tables_file(server):
     r = server.client()
     r.execute_command("SCHEDULE", "SET", "nightly", "EVERY", 3600, "reports", "build")
     r.execute_command("QLIMIT", "reports", "RATE", 1)

@@ -264,3 +264,30 @@ def test_schedules_over_the_real_bus(seed):
     [last] = {sn.node.state.schedules.get(b"beat").last_tick for sn in sim.alive()}
     assert last >= first + 6000
     ledger.check(b"beat", first, last, 1000)
+
+
+@pytest.mark.parametrize("seed", seeds("test_schedules_catch_up_once_after_a_majority_returns", 6))
+def test_schedules_catch_up_once_after_a_majority_returns(seed):
+    """Two of three nodes are down for longer than node-timeout (the third
+    fires nothing alone), then come back: the ticks missed meanwhile that
+    are still within the catch-up window are made once each, by one node,
+    whatever the order in which the nodes learn of each other."""
+    sim, ledger, rng = _cluster(3, seed)
+    first = _set_every(sim, rng.randrange(3), "beat", 1)
+    # Half-way between two ticks: a firer crashing right after it made a
+    # tick's job, before its SCHEDFIRED left, may have it made twice (at least once).
+    sim.run_for(4000 + 500 - sim.now % 1000)
+    down = rng.sample(range(3), 2)
+    for i in down:
+        sim.crash(i)
+    outage = rng.uniform(10_000, 30_000)
+    sim.run_for(outage)
+    sim.net.params.latency = (1.0, 200.0)
+    for i in down:
+        sim.restart(i)
+        ledger.attach(i)
+        sim.run_for(rng.uniform(0, 3000))
+    sim.run_for(15_000)
+    last = int(sim.now) - 2000
+    ledger.check(b"beat", first, last - last % 1000, 1000)
+    check_cluster(sim)

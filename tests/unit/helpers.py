@@ -46,6 +46,10 @@ class MessageLog(list):
     (``send``), so tests do not depend on how the node is wired to the bus.
     """
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.replies: list[dict] = []  # answered on the link a message came by
+
     def __call__(self, node_id: bytes, msg: dict) -> None:
         self.append((node_id, msg))
 
@@ -55,8 +59,8 @@ class MessageLog(list):
     def connect(self, *args, **kwargs) -> None:
         pass
 
-    def reply(self, *args, **kwargs) -> None:
-        pass
+    def reply(self, link: Link, msg: dict) -> None:
+        self.replies.append(msg)
 
     def close(self, *args, **kwargs) -> None:
         pass

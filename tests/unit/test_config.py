@@ -56,7 +56,7 @@ GETTABLE = [
     "latency-monitor-threshold", "client-output-buffer-limit", "watchdog-period",
     "proto-max-bulk-len",
     # The extensions' directives come after the original's (docs/commands.md).
-    "maxdeliver-default", "dedup-window", "metrics-port", "metrics-max-queues",
+    "maxdeliver-default", "dedup-window", "schedule-max-body", "metrics-port", "metrics-max-queues",
     "dashboard-hosts", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",

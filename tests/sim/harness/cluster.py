@@ -4,10 +4,12 @@
 10.0.0.2:7712, ... (bus port = client port + 10000). Each node gets its
 cron every 100 ms of virtual time (hz 10, random phase) and its job
 timers as soon as they are due (``Node.next_timer``). Nodes can crash
-(state lost, like a SIGKILL without AOF) and restart with the same ID and
-the peers saved in their simulated nodes.conf. ``Sim(..., aof=True)`` (or
-a list of node indexes) turns ``appendonly`` on: such a machine keeps its
-AOF across crashes and loads it when it restarts (see ``aof``).
+(state lost, like a SIGKILL without AOF) and restart with the same ID, the
+peers saved in their simulated nodes.conf and the records of their
+simulated tables file (schedules, their ticks, delivery limits).
+``Sim(..., aof=True)`` (or a list of node indexes) turns ``appendonly``
+on: such a machine keeps its AOF across crashes and loads it when it
+restarts (see ``aof``).
 
 ``Sim(..., wire=True)`` runs the real bus framing and client connection
 code over a loopback transport instead of handing decoded messages and
@@ -27,6 +29,7 @@ from typing import Callable
 from disque.cluster import nodesconf
 from disque.cluster.membership import HANDSHAKE
 from disque.config import Config
+from disque.context.tablelog import TABLES
 from disque.state.host import Host
 from disque.jobs.timers import NEVER
 from disque.node import Node
@@ -51,8 +54,20 @@ class SimHost(Host):
 
     def save_cluster_config(self) -> str | None:
         if self.node is not None and self.simnode.node is self.node:
-            self.simnode.saved_conf = nodesconf.render(self.node.state.membership, self.node.state.schedules)
+            self.simnode.saved_conf = nodesconf.render(self.node.state.membership)
             self.saves += 1
+        return None
+
+    def flush_tables(self) -> str | None:
+        """The tables log's records, kept as the tables file keeps them (the
+        last of each key), across crashes."""
+        if self.node is not None and self.simnode.node is self.node:
+            tables = self.simnode.saved_tables
+            for table, key, value in self.node.state.table_log.take():
+                if value is None:
+                    tables.pop((table, key), None)
+                else:
+                    tables[(table, key)] = value
         return None
 
     def cron_problem(self, expr: bytes) -> str | None:
@@ -78,6 +93,7 @@ class SimNode:
         self.host: SimHost | None = None
         self.incarnation = 0
         self.saved_conf: str | None = None
+        self.saved_tables: dict[tuple[bytes, bytes], list] = {}  # the tables file's live records
         self.timer_at = INF
         self.waiting: dict[SimClient, Request] = {}  # clients with a pending (blocked) request
         self.crashes = 0
@@ -242,7 +258,11 @@ class Sim:
         if sn.saved_conf is not None:
             nodesconf.restore(node.state.membership, nodesconf.parse(sn.saved_conf, clock()),
                               config.port)
-            node.state.schedules.restore(nodesconf.parse_schedules(sn.saved_conf))
+        for table in TABLES:
+            for (kind, key), value in sn.saved_tables.items():
+                if kind == table:
+                    assert node.state.restore_table_record(kind, key, value)
+        node.state.table_log.enabled = True
         if sn.aof is not None:
             sn.aof.start(node, config)
         sn.host.node = node
@@ -271,6 +291,8 @@ class Sim:
             return
         if sn.aof is not None:
             sn.aof.flush()  # as the server does before any output of the event leaves
+        if sn.host is not None:
+            sn.host.flush_tables()
         due = node.next_timer()
         if due >= NEVER:
             return

@@ -7,6 +7,7 @@ import pytest
 
 from disque.cluster import messages as m
 from disque.context.clients import ClientState
+from disque.context.tablelog import LIMIT_TABLE
 from disque.state.host import Host
 from tests.unit.helpers import Cmd, add_peer, advance, make_node
 
@@ -163,12 +164,12 @@ def test_a_throttled_queue_with_jobs_asks_no_other_node_for_more():
 
 
 class UnsavableHost(Host):
-    """A host whose cluster config file cannot be written."""
+    """A host whose tables file cannot be written."""
 
     def __init__(self) -> None:
         self.saves = 0
 
-    def save_cluster_config(self) -> str | None:
+    def flush_tables(self) -> str | None:
         self.saves += 1
         return "No space left on device"
 
@@ -179,9 +180,28 @@ def test_a_limit_that_cannot_be_saved_says_so_and_is_in_force():
     node.state.host = host
     cmd = Cmd(node)
     assert cmd.error("QLIMIT", "q", "RATE", "3") == (
-        "ERR the limit is in force but the cluster config file could not be saved (it is "
+        "ERR the limit is in force but the tables file could not be written (it is "
         "lost at a restart): No space left on device")
     assert host.saves == 1
     assert limit_of(cmd)[b"rate"] == b"3"
     cmd.ok("QLIMIT", "q")
     assert host.saves == 1  # reading saves nothing
+
+
+def test_each_change_is_one_record_of_the_tables_log():
+    node = make_node()
+    log = node.state.table_log
+    log.enabled = True
+    cmd = Cmd(node)
+    cmd.ok("QLIMIT", "q", "RATE", "2.5", "BURST", "4")
+    cmd.ok("QLIMIT", "q")
+    cmd.ok("QLIMIT", "q", "RATE", "0")
+    assert log.take() == [(LIMIT_TABLE, b"q", [2500, 4]), (LIMIT_TABLE, b"q", None)]
+    # What the records restore.
+    cmd.ok("QLIMIT", "r", "RATE", "7")
+    [(table, key, value)] = log.take()
+    restored = make_node()
+    assert restored.state.restore_table_record(table, key, value)
+    assert limit_of(Cmd(restored), "r") == {b"rate": b"7", b"burst": 7, b"tokens": 7}
+    assert not restored.state.restore_table_record(LIMIT_TABLE, b"r", [0, 7])
+    assert not restored.state.restore_table_record(LIMIT_TABLE, b"r", [7])

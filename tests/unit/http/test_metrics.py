@@ -121,11 +121,13 @@ def test_schedules_and_their_ticks():
     node = make_node()
     assert value(scrape(node_registry(node)), "disque_schedules") == 0
     Cmd(node)("SCHEDULE", "SET", "beat", "EVERY", "1", "beats", "ping")
-    node.state.schedules.fired, node.state.schedules.refused, node.state.schedules.skipped = 3, 2, 1
+    schedules = node.state.schedules
+    schedules.fired, schedules.refused, schedules.over_quota, schedules.skipped = 3, 2, 1, 1
     families = scrape(node_registry(node))
     assert value(families, "disque_schedules") == 1
     assert value(families, "disque_schedule_ticks_fired_total") == 3
     assert value(families, "disque_schedule_ticks_refused_total") == 2
+    assert value(families, "disque_schedule_ticks_over_quota_total") == 1
     assert value(families, "disque_schedule_ticks_skipped_total") == 1
 
 

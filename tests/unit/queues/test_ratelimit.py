@@ -8,8 +8,8 @@ import base64
 
 import pytest
 
-from disque.queues.ratelimit import (RateLimit, conf_lines, default_burst, format_rate,
-                                     parse_conf, parse_rate)
+from disque.queues.ratelimit import (RateLimit, default_burst, format_rate, limit_from_record,
+                                     limit_record, parse_conf, parse_rate)
 
 T0 = 1_700_000_000_000
 
@@ -86,14 +86,19 @@ def test_format_rate_and_default_burst():
     assert [default_burst(r) for r in (5000, 2500, 1, 10 ** 9)] == [5, 3, 1, 1_000_000]
 
 
-def test_conf_lines_round_trip_any_queue_name():
-    limits = {b"orders": RateLimit(5000, 5, T0), b"a b\r\n\x00\xff": RateLimit(2500, 9, T0)}
-    text = conf_lines(limits)
-    assert text.splitlines()[0] == "vars queue-rate-limit %s 5 5" % base64.b64encode(
-        b"orders").decode()
+def test_limit_lines_of_an_older_nodes_conf_are_read_for_any_queue_name():
+    text = "".join("vars queue-rate-limit %s %s\n" % (base64.b64encode(name).decode(), rest)
+                   for name, rest in ((b"orders", "5 5"), (b"a b\r\n\x00\xff", "2.5 9")))
     nodes = "a1b2c3d4" + "0" * 32 + " 127.0.0.1:7711@17711 myself 0 0 connected\n"
     assert parse_conf(nodes + text) == [(b"orders", 5000, 5), (b"a b\r\n\x00\xff", 2500, 9)]
     assert parse_conf(nodes) == []
+
+
+def test_a_limit_record_round_trips_and_a_bad_one_is_refused():
+    limit = limit_from_record(limit_record(RateLimit(2500, 9, T0)), T0 + 5)
+    assert (limit.rate_milli, limit.burst, limit.tokens(T0 + 5)) == (2500, 9, 9)
+    for bad in ([0, 9], [2500, 0], [2500], [b"1", 9], "x", [10 ** 10, 9]):
+        assert limit_from_record(bad, T0) is None
 
 
 @pytest.mark.parametrize("line", [
