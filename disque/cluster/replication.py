@@ -200,9 +200,14 @@ class Replication:
             self.replication_achieved(job)
 
     def on_enqueue(self, sender: bytes, msg: dict, link: Link) -> None:
-        """The origin kept no copy and asks this holder to queue the job (spec §6.4)."""
+        """The origin kept no copy and asks this holder to queue the job (spec §6.4).
+
+        A job in wait-repl here is this node's own, its producer still
+        waiting: only a forged ENQUEUE names it, and queueing it would take it
+        out of wait-repl for good and leave the producer blocked (as YOURJOBS
+        skips it)."""
         job = self.registry.by_id.get(msg[m.ID])
-        if job is None or job.state not in (WAIT_REPL, ACTIVE):
+        if job is None or job.state != ACTIVE:
             return
         assert job.queue is not None
         queue = self.queues.by_name.get(job.queue)

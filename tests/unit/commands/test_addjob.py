@@ -7,6 +7,7 @@ import pytest
 
 from disque.cluster import messages as m
 from disque.cluster.membership import FAIL, HANDSHAKE, LEAVING, PFAIL
+from disque.jobs.job import WAIT_REPL
 from tests.unit.helpers import (
     NODE_ID,
     PEER_ID,
@@ -436,6 +437,19 @@ def test_external_asynchronous_replication_keeps_nothing():
     assert not node.state.jobs
     assert [d for d, _ in node.state.outbox.transport.of_type(m.REPLJOB)] == [PEER_ID]
     assert [d for d, _ in node.state.outbox.transport.of_type(m.ENQUEUE)] == [PEER_ID]
+
+
+def test_a_forged_enqueue_leaves_the_producers_job_waiting():
+    """Only a forged ENQUEUE names a job still in wait-repl on its origin:
+    queueing it would leave its producer blocked for good."""
+    node = make_node()
+    add_peer(node)
+    cmd = Cmd(node)
+    assert cmd.raw("ADDJOB", "q", "b", "0") is None
+    [job_id] = list(node.state.jobs.by_id)
+    deliver(node, PEER_ID, {m.TYPE: m.ENQUEUE, m.ID: job_id, m.DELAY: 0})
+    assert node.state.jobs.by_id[job_id].state == WAIT_REPL
+    assert cmd.client.blocked is not None and node.state.queues.get(b"q") is None
 
 
 def test_client_disconnect_while_waiting_deletes_the_job():
