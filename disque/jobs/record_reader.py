@@ -81,60 +81,6 @@ class AofFormatError(ValueError):
         return "at offset %d (record %d%s)" % (self.record_offset, self.record, found)
 
 
-def decode_job(buf: bytes, start: int, stop: int, known_nodes: Container[bytes] | None,
-               own: tuple[bytes, ...] | None = None,
-               names: dict[bytes, bytes] | None = None) -> tuple[Job, bool]:
-    """The job of the LOADJOB payload ``buf[start:stop]``, and whether it was
-    stored as queued (see ``codec.from_storage``). Raises BadJobPayload.
-
-    A packed payload (format 1 or 2) is unpacked in place, its fields
-    straight into the Job without the type checks a msgpack one (earlier
-    versions' form, never starting with the packed form's byte) needs.
-    ``names``, when given, holds one bytes object per queue name, shared
-    by the jobs of that queue.
-    """
-    marker = buf[start] if start < stop else -1
-    if marker != STORED_FORMAT and marker != STORED_FORMAT_EXTENDED:
-        try:
-            stored = _unpackb(buf[start:stop])
-        except (ValueError, TypeError, _UnpackException) as exc:
-            raise BadJobPayload("not a job payload: %s" % exc) from None
-        return from_storage(stored, known_nodes, own)
-    if stop - start < _FIXED:
-        raise BadJobPayload("job payload too short")
-    fields = _unpack_fixed(buf, start)
-    queue_len: int = fields[10]
-    body_len: int = fields[11]
-    count: int = fields[12]
-    queue_at = start + _FIXED
-    body_at = queue_at + queue_len
-    nodes_at = body_at + body_len
-    nodes_end = nodes_at + count * _NODE_ID_LEN
-    # Format 1 ends with the node IDs; format 2 has its map after them.
-    if nodes_end != stop if marker == STORED_FORMAT else nodes_end >= stop:
-        raise BadJobPayload("job payload length does not match its fields")
-    queue = buf[queue_at:body_at]
-    if names is not None:
-        queue = names.setdefault(queue, queue)
-    delivered: tuple[bytes, ...] | list[bytes]
-    if count == 1 and own is not None and buf.startswith(own[0], nodes_at):
-        delivered = own  # a job held here only: no slice to make
-    else:
-        delivered = [buf[at:at + _NODE_ID_LEN]
-                     for at in range(nodes_at, nodes_end, _NODE_ID_LEN)]
-    job, queued = from_checked_storage(
-        fields[13], queue, buf[body_at:nodes_at], fields[3], fields[4], fields[5],
-        fields[6], fields[7], fields[8], fields[9], fields[2], delivered, fields[1],
-        known_nodes, own)
-    if marker == STORED_FORMAT_EXTENDED:
-        try:
-            extra = _unpackb(buf[nodes_end:stop], raw=False)
-        except (ValueError, TypeError, _UnpackException) as exc:
-            raise BadJobPayload("bad job extensions: %s" % exc) from None
-        apply_extension_fields(job, extra)
-    return job, queued
-
-
 class RecordReader:
     """Reads a file's records in order, from the bytes it is fed, holding
     the file's checksum rule.
@@ -225,14 +171,14 @@ class RecordReader:
             if self._summed:
                 self._check_sum(buf, pos)
         kind = self._kind
-        if not self._summed:
+        if not self._summed:  # a record with a checksum is a LOADJOB or a DELJOB
             if kind == MARKER:
                 self._check_marker()
                 self.required = True
             elif self.required:
                 raise self._damage(pos, "record without a checksum after the format marker")
-        if kind == _OTHER:
-            raise self._damage(pos, self._unknown())
+            elif kind == _OTHER:
+                raise self._damage(pos, self._unknown())
         self._pos = nxt
         self.records += 1
         return kind
@@ -254,12 +200,61 @@ class RecordReader:
 
     def job(self, known_nodes: Container[bytes] | None, own: tuple[bytes, ...] | None = None,
             names: dict[bytes, bytes] | None = None) -> tuple[Job, bool]:
-        """The job of the LOADJOB last read (``decode_job``); raises
-        AofFormatError when its payload does not decode."""
+        """The job of the LOADJOB last read, and whether it was stored as
+        queued (see ``codec.from_storage``); raises AofFormatError when its
+        payload does not decode.
+
+        A packed payload (format 1 or 2) is unpacked in place, its fields
+        straight into the Job without the type checks a msgpack one
+        (earlier versions' form, never starting with the packed form's
+        byte) needs. ``names``, when given, holds one bytes object per
+        queue name, shared by the jobs of that queue.
+        """
+        buf = self._buf
         at = self._at
+        start = at + self._first_at
+        stop = at + self._first_stop_at
         try:
-            return decode_job(self._buf, at + self._first_at, at + self._first_stop_at,
-                              known_nodes, own, names)
+            marker = buf[start] if start < stop else -1
+            if marker != STORED_FORMAT and marker != STORED_FORMAT_EXTENDED:
+                try:
+                    stored = _unpackb(buf[start:stop])
+                except (ValueError, TypeError, _UnpackException) as exc:
+                    raise BadJobPayload("not a job payload: %s" % exc) from None
+                return from_storage(stored, known_nodes, own)
+            if stop - start < _FIXED:
+                raise BadJobPayload("job payload too short")
+            fields = _unpack_fixed(buf, start)
+            queue_len: int = fields[10]
+            body_len: int = fields[11]
+            count: int = fields[12]
+            queue_at = start + _FIXED
+            body_at = queue_at + queue_len
+            nodes_at = body_at + body_len
+            nodes_end = nodes_at + count * _NODE_ID_LEN
+            # Format 1 ends with the node IDs; format 2 has its map after them.
+            if nodes_end != stop if marker == STORED_FORMAT else nodes_end >= stop:
+                raise BadJobPayload("job payload length does not match its fields")
+            queue = buf[queue_at:body_at]
+            if names is not None:
+                queue = names.setdefault(queue, queue)
+            delivered: tuple[bytes, ...] | list[bytes]
+            if count == 1 and own is not None and buf.startswith(own[0], nodes_at):
+                delivered = own  # a job held here only: no slice to make
+            else:
+                delivered = [buf[node_at:node_at + _NODE_ID_LEN]
+                             for node_at in range(nodes_at, nodes_end, _NODE_ID_LEN)]
+            job, queued = from_checked_storage(
+                fields[13], queue, buf[body_at:nodes_at], fields[3], fields[4], fields[5],
+                fields[6], fields[7], fields[8], fields[9], fields[2], delivered, fields[1],
+                known_nodes, own)
+            if marker == STORED_FORMAT_EXTENDED:
+                try:
+                    extra = _unpackb(buf[nodes_end:stop], raw=False)
+                except (ValueError, TypeError, _UnpackException) as exc:
+                    raise BadJobPayload("bad job extensions: %s" % exc) from None
+                apply_extension_fields(job, extra)
+            return job, queued
         except BadJobPayload as exc:
             raise self.damaged("corrupted job: %s" % exc) from None
 

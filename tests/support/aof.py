@@ -7,7 +7,7 @@ import logging
 import msgpack
 
 from disque.aof.loader import AofLoader
-from disque.jobs.record_reader import END, MARKER, RecordReader, decode_job
+from disque.jobs.record_reader import END, JOB, MARKER, RecordReader
 from disque.jobs.records import append_loadjobs
 
 
@@ -56,8 +56,12 @@ def first_record(data: bytes) -> tuple[list[bytes], int]:
 
 
 def decode_payload(payload: bytes) -> tuple:
-    """The job of a LOADJOB payload, and whether it was stored queued."""
-    return decode_job(payload, 0, len(payload), None)
+    """The job of a LOADJOB payload, and whether it was stored queued (the
+    reader's verdict on a record holding it: AofFormatError if it does not
+    decode)."""
+    reader = RecordReader(b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n" % (len(payload), payload))
+    assert reader.next() == JOB
+    return reader.job(None)
 
 
 def file_records(path="disque.aof") -> list[list[bytes]]:

@@ -9,6 +9,7 @@ import pytest
 from disque.jobs.records import append_loadjobs
 from disque.config import Config
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
+from disque.jobs.record_reader import AofFormatError
 from tests.support.aof import decode_payload, first_record
 from tests.unit.helpers import NODE_ID, Cmd, make_node
 
@@ -152,9 +153,9 @@ def test_aof_plain_job_keeps_format_1(cmd):
 def test_aof_extended_payload_damage_is_reported(cmd):
     job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "1")]
     payload = _stored(job, cmd.node.state.now)
-    with pytest.raises(BadJobPayload):
+    with pytest.raises(AofFormatError, match="corrupted job: bad job extensions"):
         decode_payload(payload[:-1] + b"\xc1")  # 0xc1 is never valid msgpack
-    with pytest.raises(BadJobPayload):
+    with pytest.raises(AofFormatError, match="corrupted job: "):
         decode_payload(payload[:payload.rindex(NODE_ID) + 40])  # the map cut off
 
 

@@ -13,7 +13,6 @@ import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from disque.jobs.codec import BadJobPayload
 from disque.jobs.journal import REASON_ACKED, REASON_EXPIRED
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, DELIVERED, QUEUED, Job
 from disque.jobs.record_reader import (DELETION, END, JOB, MARKER, AofFormatError,
@@ -145,9 +144,9 @@ def test_a_run_of_records_keeps_each_jobs_own_fields(jobs_fields):
     lambda p: b"\xc1" + p[1:],  # neither form (0xc1 is never used by msgpack)
     lambda p: msgpack_payload(sample_job())[:-3],  # a msgpack array cut short
 ])
-def test_damaged_payloads_are_bad_job_payloads(damage):
+def test_damaged_payloads_are_corrupted_jobs(damage):
     payload = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
-    with pytest.raises(BadJobPayload):
+    with pytest.raises(AofFormatError, match="corrupted job: "):
         decode_payload(damage(payload))
 
 
@@ -265,16 +264,16 @@ def test_a_payload_that_does_not_decode_is_named_at_its_record():
 
 
 @given(st.binary(max_size=400), st.integers(0, 400))
-def test_any_bytes_load_or_are_a_bad_job_payload(data, at):
-    """A damaged payload never raises anything the loader does not turn into
-    "Corrupted job at offset N": neither form, either form cut or spliced."""
+def test_any_bytes_load_or_are_a_corrupted_job(data, at):
+    """A damaged payload never raises anything but the reader's "corrupted
+    job": neither form, either form cut or spliced."""
     packed = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
     legacy = msgpack_payload(sample_job())
     for payload in (data, packed[:at] + data, b"\x01" + data, legacy[:at] + data):
         try:
             decode_payload(payload)
-        except BadJobPayload:
-            pass
+        except AofFormatError as exc:
+            assert exc.reason.startswith("corrupted job: "), exc
 
 
 # ------------------------------------------------------------- checksums
