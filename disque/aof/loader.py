@@ -73,24 +73,31 @@ class AofLoader:
     def run(self, max_records: int) -> bool:
         """Apply up to ``max_records`` records; True once the whole file is loaded."""
         restore = self.restore
-        reader = restore.reader
         done = 0
         try:
             while True:
                 done += restore.load(max_records - done)
                 if done >= max_records:
                     return False
-                chunk = self.file.read(READ_CHUNK)
-                if not chunk:
+                if not self._read_more():
                     break
-                reader.feed(chunk)
-            reader.finish()
+            restore.reader.finish()
         except AofFormatError as exc:
             if not exc.truncated:
                 raise AofLoadError("Bad file format reading the append only file %s: %s"
                                    % (exc.where(), exc.reason)) from exc
             self._cut_tail(exc.record_offset)
         restore.finish()
+        return True
+
+    def _read_more(self) -> bool:
+        """Feed the reader the file's next chunk; False at the file's end.
+        The chunk is let go on return, before the next one is read, so the
+        two are never held at once beside the reader's buffer."""
+        chunk = self.file.read(READ_CHUNK)
+        if not chunk:
+            return False
+        self.restore.reader.feed(chunk)
         return True
 
     def _cut_tail(self, offset: int) -> None:
