@@ -151,8 +151,10 @@ class RecordReader:
         self._at = pos
         head = self._head
         nxt = pos + self._size
-        same = bool(head) and nxt <= end and buf.startswith(head, pos) and buf.startswith(
-            _CRLF, nxt - 2)
+        # Compared by indexing and slicing, which the compiled core does
+        # natively (a bytes.startswith with an offset is a generic call).
+        same = (bool(head) and nxt <= end and buf[nxt - 2] == _CR and buf[nxt - 1] == _LF
+                and buf[pos:pos + len(head)] == head)
         if same:
             if self._summed:
                 # The checksum covers every head before it (see _learn).
@@ -160,7 +162,8 @@ class RecordReader:
                 same = checksum(buf[pos:sum_at]) == buf[sum_at:pos + self._sum_stop_at]
             else:
                 for offset, gap in self._gaps:
-                    if not buf.startswith(gap, pos + offset):
+                    at = pos + offset
+                    if buf[at:at + len(gap)] != gap:
                         same = False
                         break
         if not same:

@@ -307,6 +307,18 @@ def test_checksum_verdicts_name_the_record_start():
     assert damage_in(record[:-14] + b"$7\r\n1234567\r\n").reason == "bad checksum field"
 
 
+def test_a_checksum_field_of_another_length_is_refused_however_often_read():
+    """Its first 8 bytes the right checksum, one more after them: refused,
+    and again when read again by the shape it taught the reader (which
+    compares a repeated record's checksum field whole)."""
+    payload = parse_all(loadjob_record(sample_job(), RECORD_MS))[0][1]
+    head = b"*4\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n$1\r\n0\r\n$9\r\n" % (len(payload), payload)
+    reader = RecordReader(head + xxhash.xxh3_64_digest(head) + b"x\r\n")
+    for _ in range(2):
+        with pytest.raises(AofFormatError, match="bad checksum field"):
+            reader.next()
+
+
 def test_records_without_checksums_are_damage_only_after_the_marker():
     legacy = msgpack_loadjob_record(sample_job(), RECORD_MS)
     assert [kind for _, kind, _ in read_all(legacy + FILE_MARKER)] == [JOB, MARKER]
