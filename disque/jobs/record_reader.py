@@ -107,6 +107,7 @@ class RecordReader:
         # heads between its later fields (offset from its start, bytes),
         # its fields' offsets, its size, and what it is.
         self._head = b""
+        self._head_len = 0
         self._gaps: list[tuple[int, bytes]] = []
         self._rel: list[int] = []
         self._size = 0
@@ -149,12 +150,12 @@ class RecordReader:
         pos = self._pos
         end = len(buf)
         self._at = pos
-        head = self._head
-        nxt = pos + self._size
+        size = self._size  # 0 until a record's shape is learned
+        nxt = pos + size
         # Compared by indexing and slicing, which the compiled core does
         # natively (a bytes.startswith with an offset is a generic call).
-        same = (bool(head) and nxt <= end and buf[nxt - 2] == _CR and buf[nxt - 1] == _LF
-                and buf[pos:pos + len(head)] == head)
+        same = (size > 0 and nxt <= end and buf[nxt - 2] == _CR and buf[nxt - 1] == _LF
+                and buf[pos:pos + self._head_len] == self._head)
         if same:
             if self._summed:
                 # The checksum covers every head before it (see _learn).
@@ -349,6 +350,7 @@ class RecordReader:
         self._rel = rel
         self._size = nxt - pos
         self._head = buf[pos:spans[2] if count > 1 else nxt]
+        self._head_len = len(self._head)
         name = buf[spans[0]:spans[1]].upper()
         self._summed = _SUMMED_COUNTS.get(name, -1) == count
         # A checksum covers every head before it: a record of another shape
