@@ -1,6 +1,6 @@
-"""Fuzz target ``aof``: the AOF loader (disque/aof/loader.py, the fast loop
-of disque/state/restore.py, disque/aof/format.py) and disque-check-aof's
-``check``, on the same file.
+"""Fuzz target ``aof``: the AOF loader (disque/aof/loader.py, the loop of
+disque/state/restore.py over disque/jobs/record_reader.py) and
+disque-check-aof's ``check``, on the same file.
 
 An input's first byte sets how the loader reads it (read size, records
 per slice, aof-load-truncated, aof-enqueue-jobs-once) and picks the form
@@ -12,10 +12,12 @@ of the rest:
   correct checksums, so the payload decoders behind the checksums are
   reached.
 
-A load may only end loaded or with AofLoadError, and the two readers must
-agree: the loader refuses the file exactly when ``check`` finds a problem
-(a truncated tail excepted when truncation is allowed, and then the file
-is cut where ``check`` says). A loaded node must be consistent.
+A load may only end loaded or with AofLoadError, and the loader (the file
+read in chunks, a slice of records at a time) must agree with ``check``
+(read whole): it refuses the file exactly when ``check`` finds a problem,
+naming the same place (a truncated tail excepted when truncation is
+allowed, and then the file is cut where ``check`` says). A loaded node
+must be consistent.
 ``python -m fuzz.aof --runs N``.
 """
 
@@ -56,12 +58,11 @@ def build() -> Target:
     """The AOF loader and disque-check-aof as a fuzz target."""
     from disque.aof import loader as loader_module
     from disque.aof.check import check
-    from disque.aof.format import read_record
     from disque.jobs.records import FILE_MARKER, append_loadjobs, checksum, deljob_record
     from disque.aof.loader import AofLoader, AofLoadError
     from disque.jobs.journal import REASON_ACKED
     from fuzz.common import Crash, trap_errors
-    from tests.support.aof import msgpack_loadjob_record
+    from tests.support.aof import first_record, msgpack_loadjob_record
     from tests.unit.helpers import add_peer, make_node
     from tests.unit.test_node_fuzz import check_node
 
@@ -77,7 +78,7 @@ def build() -> Target:
         written.append(bytes(out))
     deljobs = [deljob_record(job, START_MS, REASON_ACKED) for job in jobs]
     legacy = [msgpack_loadjob_record(job, START_MS) for job in jobs]
-    payloads = [read_record(record, 0, len(record))[0][1] for record in written + legacy]
+    payloads = [first_record(record)[0][1] for record in written + legacy]
     workdir = tempfile.mkdtemp(prefix="fuzz-aof-", dir="/dev/shm" if os.path.isdir("/dev/shm")
                                else None)
     atexit.register(shutil.rmtree, workdir, True)
@@ -162,6 +163,9 @@ def build() -> Target:
         if accepted == (refused is not None):
             raise Crash("disque-check-aof says %r, the loader %s" % (
                 verdict, "refused it: %s" % refused if refused else "loaded it"))
+        if refused is not None and not verdict.truncated and str(refused.__cause__) != (
+                verdict.problem):
+            raise Crash("disque-check-aof says %r, the loader %r" % (verdict.problem, refused))
         if refused is None:
             if os.path.getsize(path) != verdict.valid:
                 raise Crash("loaded file cut at %d, check says %d"

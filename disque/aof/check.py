@@ -6,11 +6,11 @@ this version writes carry one, and after the file's format marker all
 must) and its job payload decoded. A file that ends in the middle of a
 record (a crash during a write) is truncated to its last complete record
 with --fix. Damage anywhere else (a checksum that does not match, bytes
-that are no record) is reported with its offset; --fix truncates there
-too, which drops every record after it, so it says how much and asks first
-(--yes answers for scripts). Nothing is ever dropped without --fix, and
---fix refuses damage in the file's first record (a damaged format marker):
-cutting there would empty the file.
+that are no record) is reported with its offset and record number; --fix
+truncates there too, which drops every record after it, so it says how
+much and asks first (--yes answers for scripts). Nothing is ever dropped
+without --fix, and --fix refuses damage in the file's first record (a
+damaged format marker): cutting there would empty the file.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 import sys
 from typing import NamedTuple
 
-from disque.jobs.record_reader import JOB, OTHER, RecordDamaged, RecordReader, RecordTruncated
+from disque.jobs.record_reader import END, JOB, AofFormatError, RecordReader
 
 
 class CheckResult(NamedTuple):
@@ -35,37 +35,20 @@ class CheckResult(NamedTuple):
 
 def check(data: bytes) -> CheckResult:
     """Check every record of ``data`` up to the first bad one."""
-    reader = RecordReader()
-    pos = 0
-    end = len(data)
-    records = 0
-    while pos < end:
-        try:
-            nxt = reader.read(data, pos, end)
-        except RecordTruncated:
-            return CheckResult(pos, "unexpected end of file", True, records, reader.required)
-        except RecordDamaged as exc:
-            # The offset named is where --fix cuts: the start of the record.
-            # The offending byte may lie further in (a field count that runs
-            # into the next record is caught there).
-            where = ("" if exc.offset == pos
-                     else " (the damage found at offset %d)" % exc.offset)
-            return CheckResult(pos, "bad format at offset %d%s: %s"
-                               % (pos, where, exc.reason), False, records, reader.required)
-        kind = reader.kind
-        if kind == JOB:
-            try:
-                reader.job(data, None)
-            except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
-                return CheckResult(pos, "corrupted job at offset %d: %s" % (pos, exc), False,
-                                   records, reader.required)
-        elif kind == OTHER:
-            return CheckResult(pos, "unknown command %r at offset %d"
-                               % (reader.argv(data)[0][:32], pos), False, records,
-                               reader.required)
-        records += 1
-        pos = nxt
-    return CheckResult(pos, None, False, records, reader.required)
+    reader = RecordReader(data)
+    try:
+        while True:
+            kind = reader.next()
+            if kind == END:
+                break
+            if kind == JOB:
+                reader.job(None)
+        reader.finish()
+    except AofFormatError as exc:
+        # The valid part ends where the bad record starts: --fix cuts there.
+        return CheckResult(exc.record_offset, str(exc), exc.truncated, exc.record - 1,
+                           reader.required)
+    return CheckResult(len(data), None, False, reader.records, reader.required)
 
 
 def _confirm(question: str) -> bool:

@@ -6,13 +6,11 @@ their retry time; during an ``aof-enqueue-jobs-once`` load, jobs stored
 as queued are put back in their queues (RETRY 0 ones included, spec
 decision 2).
 
-The file is read in large chunks, which ``state.restore.JobRestore``
-applies record after record with the file's one reader
-(``jobs.record_reader``). What it stops at (damage, a record cut by the
-end of the chunk, a payload that does not decode, a command no AOF holds)
-goes through the strict parser here, built on the same framing, which
-names the exact offset of any damage, including a record whose checksum
-does not match its bytes.
+The file is read in large chunks and fed to the reader of
+``state.restore.JobRestore``, which applies it record after record. A
+damaged file stops the load with the reader's offset and record number; a
+file that ends inside its last record (a crash during a write) is cut
+there when ``aof-load-truncated`` allows it.
 """
 
 from __future__ import annotations
@@ -21,9 +19,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from disque.aof.format import AofFormatError, Truncated, format_marker, load_job, read_checked
+from disque.jobs.record_reader import AofFormatError
 from disque.state.restore import JobRestore
-from disque.jobs.records import DELJOB, LOADJOB
 
 if TYPE_CHECKING:
     from disque.state.nodestate import NodeState
@@ -40,26 +37,24 @@ class AofLoader:
 
     def __init__(self, node: NodeState, path: str, *, enqueue_once: bool, truncate_allowed: bool,
                  logger: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
-        self.node = node
         self.path = path
-        self.enqueue_once = enqueue_once
         self.truncate_allowed = truncate_allowed
         self.logger = logger
         self.file = open(path, "rb")
         self.total_bytes = os.fstat(self.file.fileno()).st_size
-        self.loaded_bytes = 0  # offset of the first unparsed byte
-        self.buffer = b""
-        self._pos = 0  # position in ``buffer`` of the byte at ``loaded_bytes``
-        self.eof = False
         self.truncated_at: int | None = None
-        self._strict_records = 0
         self.restore = JobRestore(node.lifecycle, node.jobs, node.runtime, node.membership.nodes,
                                   enqueue_once)
 
     @property
+    def loaded_bytes(self) -> int:
+        """The offset after the last record applied."""
+        return self.restore.reader.position
+
+    @property
     def records(self) -> int:
         """Records applied so far."""
-        return self.restore.records + self._strict_records
+        return self.restore.reader.records
 
     @property
     def checksums_required(self) -> bool:
@@ -79,77 +74,42 @@ class AofLoader:
         """Apply up to ``max_records`` records; True once the whole file is loaded."""
         restore = self.restore
         done = 0
-        while done < max_records:
-            before = restore.records
-            pos = restore.load_written(self.buffer, self._pos, max_records - done)
-            done += restore.records - before
-            self.loaded_bytes += pos - self._pos
-            self._pos = pos
-            if done >= max_records:
-                break
-            try:
-                argv, used = read_checked(self.buffer, pos, len(self.buffer),
-                                          restore.reader.required)
-                marker = format_marker(argv, pos)
-            except Truncated:
+        try:
+            while True:
+                done += restore.load(max_records - done)
+                if done >= max_records:
+                    return False
                 if not self._read_more():
-                    self._finish()
-                    restore.finish()
-                    return True
-                continue
-            except AofFormatError as exc:
-                offset = self.loaded_bytes + exc.offset - pos
-                raise AofLoadError("Bad file format reading the append only file at offset %d: "
-                                   "%s" % (offset, exc.reason)) from None
-            if marker:
-                restore.reader.required = True
-            else:
-                self._apply(argv, self.loaded_bytes)
-            self.loaded_bytes += used - pos
-            self._pos = used
-            self._strict_records += 1
-            done += 1
-        return False
-
-    def _read_more(self) -> bool:
-        chunk = self.file.read(READ_CHUNK) if not self.eof else b""
-        if not chunk:
-            self.eof = True
-            return False
-        self.buffer = self.buffer[self._pos:] + chunk
-        self._pos = 0
+                    break
+            restore.reader.finish()
+        except AofFormatError as exc:
+            if not exc.truncated:
+                raise AofLoadError("Bad file format reading the append only file %s: %s"
+                                   % (exc.where(), exc.reason)) from exc
+            self._cut_tail(exc.record_offset)
+        restore.finish()
         return True
 
-    def _finish(self) -> None:
-        leftover = len(self.buffer) - self._pos
-        if leftover > 0:
-            offset = self.loaded_bytes
-            if not self.truncate_allowed:
-                raise AofLoadError(
-                    "Unexpected end of file reading the append only file at offset %d. You can: "
-                    "1) Make a backup of your AOF file, then use ./disque-check-aof --fix "
-                    "<filename>. 2) Alternatively you can set the 'aof-load-truncated' "
-                    "configuration option to yes and restart the server." % offset)
-            self.logger.warning("!!! Warning: short read while loading the AOF file %s!!! "
-                                "AOF loaded anyway because aof-load-truncated is enabled; "
-                                "truncating it at offset %d", self.path, offset)
-            os.truncate(self.path, offset)
-            self.truncated_at = offset
-        self.buffer = b""
+    def _read_more(self) -> bool:
+        """Feed the reader the file's next chunk; False at the file's end.
+        The chunk is let go on return, before the next one is read, so the
+        two are never held at once beside the reader's buffer."""
+        chunk = self.file.read(READ_CHUNK)
+        if not chunk:
+            return False
+        self.restore.reader.feed(chunk)
+        return True
 
-    def _apply(self, argv: list[bytes], offset: int) -> None:
-        name = argv[0].upper()
-        if name == LOADJOB and len(argv) >= 2:
-            node = self.node
-            try:
-                job, queued = load_job(argv[1], node.membership.nodes,
-                                       node.runtime.self_delivered)
-            except (ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
-                raise AofLoadError("Corrupted job in the append only file at offset %d: %s"
-                                   % (offset, exc)) from None
-            self.restore.load_job(job, queued)
-        elif name == DELJOB and len(argv) >= 2:
-            self.restore.delete(argv[1])
-        else:
-            raise AofLoadError("Unknown command '%s' reading the append only file at offset %d"
-                               % (argv[0][:64].decode("latin-1"), offset))
+    def _cut_tail(self, offset: int) -> None:
+        """The file ends inside the record at ``offset``: drop it if allowed."""
+        if not self.truncate_allowed:
+            raise AofLoadError(
+                "Unexpected end of file reading the append only file at offset %d. You can: "
+                "1) Make a backup of your AOF file, then use ./disque-check-aof --fix "
+                "<filename>. 2) Alternatively you can set the 'aof-load-truncated' "
+                "configuration option to yes and restart the server." % offset)
+        self.logger.warning("!!! Warning: short read while loading the AOF file %s!!! "
+                            "AOF loaded anyway because aof-load-truncated is enabled; "
+                            "truncating it at offset %d", self.path, offset)
+        os.truncate(self.path, offset)
+        self.truncated_at = offset

@@ -1,8 +1,8 @@
 """Job serialisation for the cluster bus and the AOF (spec: jobs-and-ids.md §10).
 
 A serialised job is a list of fields, packed by msgpack on the bus and in
-the AOF payloads of earlier versions; ``disque.aof.format`` hands the
-values of its packed payloads to ``from_checked_storage`` directly. On the
+the AOF payloads of earlier versions; ``disque.jobs.record_reader`` hands
+the values of its packed payloads to ``from_checked_storage`` directly. On the
 bus the expire time travels as seconds remaining (+1) so clocks need not
 agree; in the AOF it is absolute. Node IDs the receiver does not know are
 dropped.

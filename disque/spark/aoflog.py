@@ -1,9 +1,9 @@
 """Reading AOF files offline (docs/aof-format.md), without Spark.
 
-Records are framed, their checksums checked and their jobs decoded by
-``jobs.record_reader``, the reader the server's loader uses, so a file
-reads here exactly as it loads. Records come out as columns, ready for
-Arrow.
+Records are read with ``jobs.record_reader.RecordReader``, the reader the
+server's loader uses, so a file reads here exactly as it loads, and a
+damaged one raises the same ``AofFormatError`` naming the file, the offset
+and the record. Records come out as columns, ready for Arrow.
 """
 
 from __future__ import annotations
@@ -11,53 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterator
 
-from disque.aof.format import load_job
-from disque.jobs.record_reader import RecordDamaged, RecordReader, RecordTruncated
-from disque.jobs.records import FORMAT_RECORD
+from disque.jobs.record_reader import DELETION, END, JOB, AofFormatError, RecordReader
 
 log = logging.getLogger("disque.spark")
 
 READ_CHUNK = 4 << 20
-
-
-class AofFormatError(ValueError):
-    """The file is not a Disque AOF (or is corrupted past its last complete record)."""
-
-
-def iter_commands(path: str, chunk_size: int = READ_CHUNK,
-                  allow_truncated: bool = True) -> Iterator[list[bytes]]:
-    """Every record of the file, as a list of bytes without its checksum.
-
-    A partial last record (the node died mid-write) is skipped with a warning
-    unless ``allow_truncated`` is false, like the server's aof-load-truncated."""
-    reader = RecordReader()
-    records = 0
-    buf = b""
-    pos = 0
-    base = 0  # the file offset of buf[0]
-    with open(path, "rb") as f:
-        while True:
-            try:
-                nxt = reader.read(buf, pos, len(buf))
-            except RecordTruncated:
-                chunk = f.read(chunk_size)
-                if not chunk:
-                    break
-                base += pos
-                buf = buf[pos:] + chunk
-                pos = 0
-                continue
-            except RecordDamaged as exc:
-                raise AofFormatError("%s: bad record at offset %d after record %d: %s"
-                                     % (path, base + exc.offset, records, exc.reason)) from None
-            records += 1
-            yield reader.argv(buf)
-            pos = nxt
-    if pos < len(buf):
-        message = "%s: truncated record after record %d" % (path, records)
-        if not allow_truncated:
-            raise AofFormatError(message)
-        log.warning("%s, skipped", message)
 
 
 class RecordColumns:
@@ -92,25 +50,19 @@ class RecordColumns:
                 column.append(values.get(name))
         self.length += 1
 
-    def add(self, command: list[bytes]) -> None:
-        """One request of the file."""
-        name = command[0].upper()
-        if name == b"LOADJOB":
-            self._loadjob(command)
-        elif name == b"DELJOB":
-            self._deljob(command)
-        elif name == FORMAT_RECORD:
-            return  # the format marker (checksums follow): no event
-        else:
-            self._row(record=name.decode("ascii", "replace"))
+    def add(self, reader: RecordReader, kind: int) -> None:
+        """The record ``reader`` last read, of ``kind``: a row for a LOADJOB or
+        a DELJOB, none for the format marker."""
+        if kind == JOB:
+            self._loadjob(reader)
+        elif kind == DELETION:
+            self._deljob(reader)
 
-    def _loadjob(self, command: list[bytes]) -> None:
-        try:
-            job, queued = load_job(command[1], None)
-        except (IndexError, ValueError, TypeError) as exc:  # BadJobPayload is a ValueError
-            raise AofFormatError("%s: bad LOADJOB payload: %s" % (self.file, exc)) from None
+    def _loadjob(self, reader: RecordReader) -> None:
+        job, queued = reader.job(None)
+        command = reader.argv()
         self._row(record="LOADJOB",
-                  time=int(command[2]) if len(command) > 2 else None,
+                  time=_number(reader, command[2]) if len(command) > 2 else None,
                   id=_text(job.id), queue=_text(job.queue), ctime=job.ctime,
                   ctime_ms=job.ctime // 1_000_000, body_length=len(job.body),
                   body=job.body if self.with_body else None,
@@ -119,13 +71,23 @@ class RecordColumns:
                   nodes_delivered=[_text(n) for n in job.delivered],
                   state="queued" if queued else "active")
 
-    def _deljob(self, command: list[bytes]) -> None:
+    def _deljob(self, reader: RecordReader) -> None:
+        command = reader.argv()
         if len(command) >= 7:
-            self._row(record="DELJOB", id=_text(command[1]), time=int(command[2]),
-                      queue=_text(command[3]), nacks=int(command[4]),
-                      additional_deliveries=int(command[5]), reason=_text(command[6]))
+            self._row(record="DELJOB", id=_text(command[1]), time=_number(reader, command[2]),
+                      queue=_text(command[3]), nacks=_number(reader, command[4]),
+                      additional_deliveries=_number(reader, command[5]),
+                      reason=_text(command[6]))
         else:  # the original server's bare "DELJOB <id>"
-            self._row(record="DELJOB", id=_text(command[1]) if len(command) > 1 else None)
+            self._row(record="DELJOB", id=_text(command[1]))
+
+
+def _number(reader: RecordReader, field: bytes) -> int:
+    """A decimal field of the record ``reader`` last read."""
+    try:
+        return int(field)
+    except ValueError:
+        raise reader.damaged("not a number: %r" % field[:20]) from None
 
 
 def _text(value: bytes | str) -> str:
@@ -135,12 +97,27 @@ def _text(value: bytes | str) -> str:
 
 
 def read_records(path: str, with_body: bool = False, rows_per_batch: int = 65536,
-                 allow_truncated: bool = True) -> Iterator[dict[str, list]]:
-    """The file's records as column dicts of up to ``rows_per_batch`` rows."""
+                 allow_truncated: bool = True,
+                 chunk_size: int = READ_CHUNK) -> Iterator[dict[str, list]]:
+    """The file's records as column dicts of up to ``rows_per_batch`` rows.
+
+    A damaged file raises AofFormatError. A partial last record (the node
+    died mid-write) is skipped with a warning unless ``allow_truncated`` is
+    false, like the server's aof-load-truncated."""
     columns = RecordColumns(path, with_body)
-    for command in iter_commands(path, allow_truncated=allow_truncated):
-        columns.add(command)
-        if len(columns) >= rows_per_batch:
-            yield columns.take()
+    reader = RecordReader(name=path)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(chunk_size):
+                reader.feed(chunk)
+                while (kind := reader.next()) != END:
+                    columns.add(reader, kind)
+                    if len(columns) >= rows_per_batch:
+                        yield columns.take()
+        reader.finish()
+    except AofFormatError as exc:
+        if not (exc.truncated and allow_truncated):
+            raise
+        log.warning("%s, skipped", exc)
     if len(columns):
         yield columns.take()

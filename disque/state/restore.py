@@ -1,13 +1,12 @@
 """Putting back the jobs of an AOF (spec: persistence.md §5).
 
-The AOF loader (an adapter) reads the file in large chunks and hands them
-here. Records are framed, their checksums checked (one xxh3 call per
-record) and their jobs decoded by ``jobs.record_reader``, the file's one
-reader, and applied in one loop, in the core, so that the compiled build
-runs the per-job work as C. Whatever stops the loop (damage, a record cut
-by the end of the chunk, a payload that does not decode, a command no AOF
-holds) stops it before it changes anything: the loader's strict parser
-takes that record and names the damage, or reads more.
+The AOF loader (an adapter) reads the file in large chunks and feeds them
+to this part's ``RecordReader`` (``jobs.record_reader``, the file's one
+reader): records are framed, their checksums checked (one xxh3 call per
+record) and their jobs decoded there, and applied in one loop here, in the
+core, so that the compiled build runs the per-job work as C. Damage stops
+the loop before it changes anything for the damaged record, with the
+reader's ``AofFormatError`` naming where.
 
 The rules are the lifecycle's: a loaded job is registered active with its
 qtime rearmed; during an ``aof-enqueue-jobs-once`` load, jobs stored as
@@ -20,16 +19,14 @@ from __future__ import annotations
 from collections.abc import Container
 
 from disque.cluster.lifecycle import JobLifecycle
-from disque.jobs.codec import BadJobPayload
 from disque.jobs.job import Job
-from disque.jobs.record_reader import (DELETION, JOB, MARKER, RecordDamaged, RecordReader,
-                                       RecordTruncated, decode_job)
+from disque.jobs.record_reader import DELETION, END, JOB, RecordReader
 from disque.jobs.registry import JobRegistry
 from disque.context.runtime import Runtime
 
 
 class JobRestore:
-    """Applies an AOF's records to a node's jobs, a chunk at a time."""
+    """Applies an AOF's records to a node's jobs, as its reader is fed."""
 
     def __init__(self, lifecycle: JobLifecycle, registry: JobRegistry, runtime: Runtime,
                  known_nodes: Container[bytes], enqueue_once: bool) -> None:
@@ -38,23 +35,22 @@ class JobRestore:
         self.runtime = runtime
         self.known_nodes = known_nodes
         self.enqueue_once = enqueue_once
-        # The file's reader: it holds the checksum rule of the format
-        # marker once it read one (the loader's strict parser follows it).
-        self.reader = RecordReader()
-        self.records = 0  # applied through load_written
+        self.reader = RecordReader()  # the loader feeds it the file
         self.jobs_loaded = 0
         # One bytes object per queue name, shared by the jobs of that queue.
         self._queue_names: dict[bytes, bytes] = {}
         # Jobs stored as queued, put back in their queues by ``finish``.
         self._to_queue: list[Job] = []
 
-    def load_written(self, buf: bytes, pos: int, budget: int) -> int:
-        """Apply up to ``budget`` records of ``buf`` from ``pos`` on; return
-        the position after the last one applied.
+    def load(self, budget: int) -> int:
+        """Apply up to ``budget`` of the records fed to ``reader``; return how
+        many were applied, fewer once the bytes fed hold no whole record more.
 
-        It stops at the first record not whole in ``buf``, damaged (its
-        checksum too), whose payload does not decode or that no AOF holds:
-        the caller's strict parser takes that one.
+        Raises the reader's AofFormatError at a damaged record (those before
+        it applied). Each job is put back by the rule of spec §5 steps 3-5:
+        dropped if expired or already here, else registered with its qtime
+        rearmed, and queued at the end when it was stored queued and the
+        load enqueues once.
         """
         runtime = self.runtime
         lifecycle = self.lifecycle
@@ -64,28 +60,20 @@ class JobRestore:
         known = self.known_nodes
         by_id = self.registry.by_id
         names = self._queue_names
-        reader = self.reader  # reader.read is called, never bound: compiled, a native call
-        end = len(buf)
+        reader = self.reader  # reader.next is called, never bound: compiled, a native call
         now_s = runtime.now // 1000
         done = 0
         loaded = 0
         while done < budget:
-            try:
-                nxt = reader.read(buf, pos, end)
-                kind = reader.kind
-                if kind != JOB:
-                    if kind == DELETION:
-                        self.delete(buf[reader.first:reader.first_stop])
-                    elif kind != MARKER:
-                        break  # a command no AOF holds: the strict parser names it
-                    pos = nxt
-                    done += 1
-                    continue
-                job, queued = decode_job(buf, reader.first, reader.first_stop, known, own,
-                                         names)
-            except (RecordTruncated, RecordDamaged, BadJobPayload):
-                break
-            pos = nxt
+            kind = reader.next()
+            if kind != JOB:
+                if kind == END:
+                    break
+                if kind == DELETION:
+                    self.delete(reader.deleted_id())
+                done += 1
+                continue
+            job, queued = reader.job(known, own, names)
             done += 1
             if job.etime <= now_s or job.id in by_id:
                 continue
@@ -96,24 +84,8 @@ class JobRestore:
             else:
                 lifecycle.register_job(job)
             loaded += 1
-        self.records += done
         self.jobs_loaded += loaded
-        return pos
-
-    def load_job(self, job: Job, queued: bool) -> None:
-        """Take a job decoded by the caller (spec §5 steps 3-5): dropped if
-        expired or already here, else registered (and queued at the end
-        when it was stored queued and the load enqueues once)."""
-        if job.etime <= self.runtime.now // 1000 or job.id in self.registry.by_id:
-            return
-        lifecycle = self.lifecycle
-        lifecycle.set_received_qtime(job)
-        if queued and self.enqueue_once:
-            lifecycle.register_job(job, False)
-            self._to_queue.append(job)
-        else:
-            lifecycle.register_job(job)
-        self.jobs_loaded += 1
+        return done
 
     def delete(self, job_id: bytes) -> None:
         """A DELJOB: forget the job if it is here."""

@@ -24,10 +24,9 @@ import hiredis
 import pytest
 import redis
 
-from disque.aof.format import load_job, read_record
 from disque.jobs.records import FILE_MARKER
 from disque.jobs.job import QUEUED, Job
-from tests.support.aof import file_records, loadjob_record
+from tests.support.aof import decode_payload, file_records, first_record, loadjob_record, read_all
 from tests.support.cluster import encode_command, parse_show, raw_command
 from tests.support.process import REPO, DisqueProcess, wait_until
 
@@ -104,17 +103,13 @@ def aof_records(path: Path) -> list[list[bytes]]:
 def record_offsets(path: Path) -> list[int]:
     """Start offset of every record, plus the file size."""
     data = path.read_bytes()
-    offsets, pos = [], 0
-    while pos < len(data):
-        offsets.append(pos)
-        pos = read_record(data, pos, len(data))[1]
-    return offsets + [len(data)]
+    return [offset for offset, _, _ in read_all(data)] + [len(data)]
 
 
 def loadjob_time(records: list[list[bytes]], job_id: bytes) -> bytes:
     """Record time of the LOADJOB of ``job_id``."""
     return next(argv[2] for argv in records
-                if argv[0] == b"LOADJOB" and load_job(argv[1], None)[0].id == job_id)
+                if argv[0] == b"LOADJOB" and decode_payload(argv[1])[0].id == job_id)
 
 
 def crash_and_restart(proc: DisqueProcess) -> None:
@@ -247,7 +242,7 @@ def test_sigkill_brings_back_every_logged_job(server_factory, fsync):
     stored = {}  # job id -> (job, stored as queued?) of its LOADJOB (docs/aof-format.md)
     for argv in records:
         if argv[0] == b"LOADJOB":
-            job, queued = load_job(argv[1], None)
+            job, queued = decode_payload(argv[1])
             stored[job.id] = job, queued
     plain, queued = stored[jobs["plain"]]
     assert (plain.queue, plain.body, plain.repl, plain.retry, queued) == (b"q1", b"plain", 1, 1, True)
@@ -340,7 +335,7 @@ def test_one_pipeline_creating_taking_and_flushing_jobs_replays_in_order(server_
     assert [(argv[0], argv[1] if argv[0] == b"DELJOB" else None) for argv in records] == \
         [(b"LOADJOB", None)] * 3 + [(b"DELJOB", job_id) for job_id in (taken, queued, delayed)] \
         + [(b"LOADJOB", None)]
-    stored = [load_job(argv[1], None) for argv in records if argv[0] == b"LOADJOB"]
+    stored = [decode_payload(argv[1]) for argv in records if argv[0] == b"LOADJOB"]
     assert [(job.id, queued_state) for job, queued_state in stored] == \
         [(taken, False), (queued, True), (delayed, False), (kept, True)]
     crash_and_restart(proc)
@@ -446,7 +441,7 @@ def test_config_set_appendonly_at_runtime(server_factory):
     wait_until(lambda: info(proc)["aof_state"] == "on", 30, interval=0.05,
                message="aof_state:on")
     assert info(proc)["aof_enabled"] == "1"
-    logged = {load_job(argv[1], None)[0].id for argv in aof_records(proc.dir / AOF)
+    logged = {decode_payload(argv[1])[0].id for argv in aof_records(proc.dir / AOF)
               if argv[0] == b"LOADJOB"}
     assert logged == ids  # the snapshot, the ADDJOB made meanwhile, not the ACKed job
     ids.add(proc.call("ADDJOB", "q", "after", 0))
@@ -562,7 +557,8 @@ def _garbage(data: bytes, at: int) -> tuple[bytes, int]:
 
 
 def _bad_payload(data: bytes, at: int) -> tuple[bytes, int]:
-    argv, end = read_record(data, at, len(data))
+    argv, size = first_record(data[at:])
+    end = at + size
     payload = b"\xc1" * len(argv[1])  # same length, neither payload form
     return data[:at] + data[at:end].replace(argv[1], payload) + data[end:], at
 
@@ -578,13 +574,14 @@ def _flipped_bytes(data: bytes, at: int) -> tuple[bytes, int]:
 
 
 @pytest.mark.parametrize("damage, message, checker", [
-    (_garbage, "Bad file format reading the append only file at offset %d", "bad format"),
-    (_bad_payload, "Bad file format reading the append only file at offset %d: checksum "
-     "mismatch", "checksum mismatch"),
-    (_flipped_bytes, "Bad file format reading the append only file at offset %d: checksum "
-     "mismatch", "checksum mismatch"),
-    (_unknown_command, "Bad file format reading the append only file at offset %d: record "
-     "without a checksum", "record without a checksum"),
+    (_garbage, "Bad file format reading the append only file at offset %d (record 3): "
+     "expected '*'", "bad format"),
+    (_bad_payload, "Bad file format reading the append only file at offset %d (record 3): "
+     "checksum mismatch", "checksum mismatch"),
+    (_flipped_bytes, "Bad file format reading the append only file at offset %d (record 3): "
+     "checksum mismatch", "checksum mismatch"),
+    (_unknown_command, "Bad file format reading the append only file at offset %d (record 3): "
+     "record without a checksum", "record without a checksum"),
 ])
 def test_corruption_in_the_middle_refuses_to_start(server_factory, damage, message, checker):
     proc, ids = stopped_node_with_jobs(server_factory)
@@ -597,7 +594,7 @@ def test_corruption_in_the_middle_refuses_to_start(server_factory, damage, messa
     for args in ((path,), ("--fix", path)):  # --fix asks first: there is no one to answer
         done = check_aof(*args)
         assert done.returncode == 1 and checker in done.stdout
-        assert "at offset %d" % offset in done.stdout
+        assert "at offset %d (record 3)" % offset in done.stdout
     assert path.read_bytes() == data
     done = check_aof("--fix", "--yes", path)
     assert done.returncode == 0 and "truncated AOF to %d bytes" % offset in done.stdout
@@ -629,7 +626,7 @@ def test_damaged_format_marker_is_reported_where_fix_would_cut_and_not_emptied(
     # One offset for the bad record and the cut; the byte found further in
     # is named as such.
     assert "AOF problem: bad format at offset 0" in done.stdout
-    assert ("(the damage found at offset %d)" % found in done.stdout) == (found != 0)
+    assert (", the damage found at offset %d)" % found in done.stdout) == (found != 0)
     assert "truncates the file at offset" not in done.stdout
     assert "--fix would keep nothing" in done.stdout
     for args in (("--fix", path), ("--fix", "--yes", path)):

@@ -6,9 +6,9 @@ import logging
 
 import msgpack
 
-from disque.aof.format import format_marker, read_checked
-from disque.jobs.records import append_loadjobs
 from disque.aof.loader import AofLoader
+from disque.jobs.record_reader import END, JOB, MARKER, RecordReader
+from disque.jobs.records import append_loadjobs
 
 
 def loadjob_record(job, now_ms: int) -> bytes:
@@ -37,20 +37,39 @@ def msgpack_loadjob_record(job, now_ms: int) -> bytes:
         len(payload), payload, len(stamp), stamp)
 
 
+def read_all(data: bytes) -> list[tuple[int, int, list[bytes]]]:
+    """Every record of ``data``, which must be whole and undamaged: its
+    offset, its kind and its fields without the checksum."""
+    reader, out = RecordReader(data), []
+    while (kind := reader.next()) != END:
+        out.append((reader.offset, kind, reader.argv()))
+    reader.finish()
+    return out
+
+
+def first_record(data: bytes) -> tuple[list[bytes], int]:
+    """The fields of the first record of ``data`` (without the checksum) and
+    the offset after it."""
+    reader = RecordReader(data)
+    assert reader.next() != END, "no whole record"
+    return reader.argv(), reader.position
+
+
+def decode_payload(payload: bytes) -> tuple:
+    """The job of a LOADJOB payload, and whether it was stored queued (the
+    reader's verdict on a record holding it: AofFormatError if it does not
+    decode)."""
+    reader = RecordReader(b"*2\r\n$7\r\nLOADJOB\r\n$%d\r\n%b\r\n" % (len(payload), payload))
+    assert reader.next() == JOB
+    return reader.job(None)
+
+
 def file_records(path="disque.aof") -> list[list[bytes]]:
-    """Every record of a file, which must parse to its end with good
-    checksums, without them (their fields only) and without format markers."""
+    """Every record of a file but its format markers, which must read to
+    its end: their fields, without checksums."""
     with open(path, "rb") as f:
         data = f.read()
-    out, pos, required = [], 0, False
-    while pos < len(data):
-        argv, nxt = read_checked(data, pos, len(data), required)
-        if format_marker(argv, pos):
-            required = True
-        else:
-            out.append(argv)
-        pos = nxt
-    return out
+    return [argv for _, kind, argv in read_all(data) if kind != MARKER]
 
 
 def load_into(node, path, enqueue_once: bool = False) -> AofLoader:

@@ -66,7 +66,7 @@ def test_truncated_tail_is_reported_and_fixed(tmp_path, capsys):
     path = tmp_path / "a.aof"
     cut = data[:last + 30]
     path.write_bytes(cut)
-    assert check(cut)[:3] == (last, "unexpected end of file", True)
+    assert check(cut)[:3] == (last, "unexpected end of file at offset %d (record 4)" % last, True)
     code, out = run(capsys, str(path))
     assert code == 1
     assert "ok_up_to=%d, diff=30" % last in out and "--fix" in out
@@ -81,13 +81,13 @@ LEGACY = msgpack_loadjob_record(job(3), RECORD_MS)  # an earlier version's recor
 
 
 @pytest.mark.parametrize("damage, problem", [
-    (lambda d, at: d[:at] + b"garbage" + d[at:], "bad format at offset {at}"),
+    (lambda d, at: d[:at] + b"garbage" + d[at:], "bad format at offset {at} (record 4): expected"),
     (lambda d, at: d[:at] + b"*2\r\n$3\r\nSET\r\n$1\r\nx\r\n" + d[at:],
-     "bad format at offset {at}: record without a checksum"),
+     "bad format at offset {at} (record 4): record without a checksum"),
     (lambda d, at: d[:at] + LEGACY + d[at:],
-     "bad format at offset {at}: record without a checksum after the format marker"),
+     "bad format at offset {at} (record 4): record without a checksum after the format marker"),
     (lambda d, at: d[:at + 40] + bytes([d[at + 40] ^ 1]) + d[at + 41:],
-     "bad format at offset {at}: checksum mismatch"),
+     "bad format at offset {at} (record 4): checksum mismatch"),
 ])
 def test_damage_in_the_middle_is_cut_only_when_confirmed(tmp_path, capsys, damage, problem):
     data, last = good_file()
@@ -110,9 +110,9 @@ def test_damage_in_the_middle_is_cut_only_when_confirmed(tmp_path, capsys, damag
 
 @pytest.mark.parametrize("damage, problem", [
     (lambda d, at: d[:at] + b"*2\r\n$3\r\nSET\r\n$1\r\nx\r\n" + d[at:],
-     "unknown command b'SET' at offset {at}"),
+     "bad format at offset {at} (record 2): unknown command 'SET'"),
     (lambda d, at: d[:at] + b"*3\r\n$7\r\nLOADJOB\r\n$3\r\n%s\r\n$1\r\n0\r\n"
-     % msgpack.packb([1, 2]) + d[at:], "corrupted job at offset {at}"),
+     % msgpack.packb([1, 2]) + d[at:], "bad format at offset {at} (record 2): corrupted job: "),
 ])
 def test_damage_in_a_file_without_marker(tmp_path, capsys, damage, problem):
     """An earlier version's file: records without checksums are read as before."""
@@ -138,7 +138,7 @@ def test_two_flipped_bytes_in_the_middle_are_named(tmp_path, capsys):
     path.write_bytes(bytes(bad))
     code, out = run(capsys, str(path))
     assert code == 1 and "AOF is valid" not in out
-    assert "AOF problem: bad format at offset %d: checksum mismatch" % at in out
+    assert "AOF problem: bad format at offset %d (record 7): checksum mismatch" % at in out
     assert "ok_up_to=%d" % at in out
 
 

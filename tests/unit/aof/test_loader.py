@@ -9,13 +9,13 @@ import msgpack
 import pytest
 
 from disque.aof import loader as loader_module
-from disque.aof.format import AofFormatError, read_checked, read_record
-from disque.jobs.records import FILE_MARKER, deljob_record
-from disque.jobs.journal import REASON_ACKED
+from disque.aof.check import check
 from disque.aof.loader import AofLoader, AofLoadError
+from disque.jobs.journal import REASON_ACKED
+from disque.jobs.records import FILE_MARKER, deljob_record
 from disque.jobs.job import ACTIVE, BCAST_QUEUED, BCAST_WILLQUEUE, DELIVERED, QUEUED
 from disque.queues.skiplist import SkipList
-from tests.support.aof import loadjob_record, msgpack_loadjob_record, stored_fields
+from tests.support.aof import first_record, loadjob_record, msgpack_loadjob_record, stored_fields
 from tests.unit.helpers import PEER_ID, START_MS, Cmd, add_peer, advance, make_node
 
 LOG = logging.getLogger("test.aof.loader")
@@ -211,12 +211,14 @@ def test_unknown_command_is_fatal_with_its_offset(source, tmp_path):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
     good = record(source, job_id)
     write(tmp_path / "a.aof", good, b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n", good)
-    with pytest.raises(AofLoadError, match="Unknown command 'SET' reading the append only file "
-                                           "at offset %d$" % len(good)):
+    with pytest.raises(AofLoadError, match="^Bad file format reading the append only file at "
+                                           r"offset %d \(record 2\): unknown command 'SET'$"
+                                           % len(good)):
         load(make_node(), tmp_path / "a.aof")
     # Commands need their arguments too.
     write(tmp_path / "b.aof", good, b"*1\r\n$7\r\nLOADJOB\r\n")
-    with pytest.raises(AofLoadError, match="at offset %d" % len(good)):
+    with pytest.raises(AofLoadError, match=r"at offset %d \(record 2\): wrong number of "
+                                           "arguments for 'LOADJOB'$" % len(good)):
         load(make_node(), tmp_path / "b.aof")
 
 
@@ -230,8 +232,9 @@ def test_corrupt_job_payload_is_fatal_with_its_offset(source, tmp_path, payload)
     good = record(source, job_id)
     bad = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$1\r\n0\r\n" % (len(payload), payload)
     write(tmp_path / "a.aof", good, good, bad, good)
-    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset %d"
-                       % (2 * len(good))):
+    with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
+                                           r"offset %d \(record 3\): corrupted job: "
+                                           % (2 * len(good))):
         load(make_node(), tmp_path / "a.aof")
 
 
@@ -244,11 +247,12 @@ def test_bad_stored_state_is_corruption(source, tmp_path, legacy):
         payload = msgpack.packb(fields, use_bin_type=True)
     else:
         good = record(source, job_id)
-        payload = read_record(good, 0, len(good))[0][1]
+        payload = first_record(good)[0][1]
         payload = payload[:1] + b"\x03" + payload[2:]  # the state byte
     write(tmp_path / "a.aof", b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$1\r\n0\r\n"
           % (len(payload), payload))
-    with pytest.raises(AofLoadError, match="at offset 0"):
+    with pytest.raises(AofLoadError, match=r"at offset 0 \(record 1\): corrupted job: "
+                                           "bad stored state"):
         load(make_node(), tmp_path / "a.aof")
 
 
@@ -260,7 +264,8 @@ def test_garbage_in_the_middle_is_fatal_with_its_offset(source, tmp_path):
     offset = len(records[0]) + 4  # where the first bulk's '$' should be
     assert data[offset:offset + 1] == b"\xff"
     with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
-                                           "offset %d" % offset):
+                                           r"offset %d \(record 2, the damage found at offset "
+                                           r"%d\): expected '\$'" % (len(records[0]), offset)):
         load(make_node(), tmp_path / "a.aof")
 
 
@@ -321,15 +326,14 @@ def test_empty_file_loads_nothing(tmp_path):
     assert loader.records == 0 and not node.state.jobs
 
 
-# The loader frames and decodes the records this version writes (a packed
-# payload, a 13-digit record time) in one loop of its own; any other record
-# goes through the strict parser and ``format.load_job``. Both must leave
-# the node in the same state.
+# The reader frames a record that repeats the last one's shape by the
+# remembered offsets, and any other afresh: records of another spelling
+# than the node writes must leave the node in the same state.
 
-def for_strict_parser(record: bytes) -> bytes:
-    """The same record in a form only the strict parser takes: a LOADJOB
-    with a 1-digit record time (and no checksum, as earlier versions wrote
-    it), a DELJOB with its ID only."""
+def respelled(record: bytes) -> bytes:
+    """The same record spelled otherwise: a LOADJOB with a 1-digit record
+    time (and no checksum, as earlier versions wrote it), a DELJOB with its
+    ID only."""
     if record.startswith(b"*8\r\n$6\r\nDELJOB\r\n"):
         return b"*2\r\n$6\r\nDELJOB\r\n$40\r\n%b\r\n" % record[21:61]
     assert record.startswith(b"*4\r\n") and record[-36:-29] == b"\r\n$13\r\n"
@@ -378,7 +382,7 @@ def node_state(node) -> dict:
 
 
 @pytest.mark.parametrize("enqueue_once", [False, True])
-def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enqueue_once):
+def test_written_records_load_as_respelled_ones_do(source, tmp_path, enqueue_once):
     ids = varied_jobs(source)
     records = [record(source, j) for j in ids]
     expired = Cmd(source).addjob("q0", "expired", "TTL", 1)
@@ -387,11 +391,11 @@ def test_packed_records_load_as_the_strict_path_loads_them(source, tmp_path, enq
     deleted = [ids[4], ids[12]]
     for at, job_id in zip((30, 9), deleted):
         records.insert(at, deljob_record(source.state.jobs[job_id], source.state.now, REASON_ACKED))
-    fast = write(tmp_path / "fast.aof", *records)
-    strict = write(tmp_path / "strict.aof", *(for_strict_parser(r) for r in records))
-    assert len(strict) < len(fast)
+    written = write(tmp_path / "written.aof", *records)
+    other = write(tmp_path / "other.aof", *(respelled(r) for r in records))
+    assert len(other) < len(written)
     states = []
-    for path in (tmp_path / "fast.aof", tmp_path / "strict.aof"):
+    for path in (tmp_path / "written.aof", tmp_path / "other.aof"):
         node = make_node(seed=11, now=START_MS + 2_000)
         add_peer(node)
         loader = load(node, path, enqueue_once=enqueue_once)
@@ -455,7 +459,7 @@ def test_enqueue_once_queues_in_ctime_order_whatever_the_file_order(source, tmp_
 def test_a_damaged_packed_payload_is_fatal_with_its_offset(source, tmp_path, damage):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
     good = record(source, job_id)
-    payload = read_record(good, 0, len(good))[0][1]
+    payload = first_record(good)[0][1]
     if damage == "state":
         payload = payload[:1] + b"\x03" + payload[2:]
     elif damage == "length":
@@ -467,7 +471,7 @@ def test_a_damaged_packed_payload_is_fatal_with_its_offset(source, tmp_path, dam
     bad = b"*3\r\n$7\r\nLOADJOB\r\n$%d\r\n%s\r\n$13\r\n1700000000000\r\n" % (
         len(payload), payload)
     write(tmp_path / "a.aof", good, bad, good)
-    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset %d"
+    with pytest.raises(AofLoadError, match=r"at offset %d \(record 2\): corrupted job: "
                        % len(good)):
         load(make_node(), tmp_path / "a.aof")
 
@@ -485,36 +489,19 @@ def test_a_deljob_is_framed_by_its_lengths(source, tmp_path):
 
 
 @pytest.mark.parametrize("field", [b"$5\r\nacked", b"$40\r\nD-"])
-def test_a_damaged_deljob_is_fatal_with_the_strict_parsers_offset(source, tmp_path, field):
+def test_a_damaged_deljob_is_fatal_where_disque_check_aof_names_it(source, tmp_path, field):
     job_id = Cmd(source).addjob("q", "x", "RETRY", 1)
     good = record(source, job_id)
     deljob = deljob_record(source.state.jobs[job_id], source.state.now, REASON_ACKED)
     data = write(tmp_path / "a.aof", good,
                  deljob.replace(field, field.replace(b"$", b"$1", 1)), good)
-    with pytest.raises(AofFormatError) as expected:
-        read_record(data, len(good), len(data))
-    with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
-                                           "offset %d:" % expected.value.offset):
+    verdict = check(data)
+    assert verdict.valid == len(good)
+    where = verdict.problem.removeprefix("bad format ")
+    assert where.startswith("at offset %d (record 2, the damage found at offset " % len(good))
+    with pytest.raises(AofLoadError) as refused:
         load(make_node(), tmp_path / "a.aof")
-
-
-def test_records_the_node_writes_never_need_the_strict_parser(source, tmp_path, monkeypatch):
-    """The strict parser is for other forms and damage: it only meets the end of the file."""
-    ids = varied_jobs(source)
-    write(tmp_path / "a.aof", *(record(source, j) for j in ids),
-          *(deljob_record(source.state.jobs[j], source.state.now, REASON_ACKED) for j in ids[::3]))
-    parsed = []
-
-    def strict(buf, pos, end, required):
-        argv, used = read_checked(buf, pos, end, required)
-        parsed.append(argv[0])
-        return argv, used
-
-    monkeypatch.setattr(loader_module, "read_checked", strict)
-    node = make_node()
-    loader = load(node, tmp_path / "a.aof", slice_records=7)
-    assert parsed == [] and loader.records == len(ids) + len(ids[::3])
-    assert set(node.state.jobs) == set(ids) - set(ids[::3])
+    assert str(refused.value) == "Bad file format reading the append only file " + where
 
 
 # ------------------------------------------------------------- checksums
@@ -539,8 +526,10 @@ def test_two_flipped_bytes_in_the_middle_are_caught_with_their_offset(source, tm
     at = len(FILE_MARKER) + sum(map(len, records[:5 if kind == "loadjob" else 6]))
     target = data.index(b"body 5" if kind == "loadjob" else b"acked", at)
     write(tmp_path / "a.aof", flip_two(data, target))
+    number = 1 + len(records[:5 if kind == "loadjob" else 6]) + 1
     with pytest.raises(AofLoadError, match="Bad file format reading the append only file at "
-                                           "offset %d: checksum mismatch" % at):
+                                           r"offset %d \(record %d\): checksum mismatch$"
+                                           % (at, number)):
         load(make_node(), tmp_path / "a.aof", slice_records=3)
 
 
@@ -549,7 +538,7 @@ def test_a_record_without_checksum_after_the_marker_is_fatal(source, tmp_path):
     legacy = msgpack_loadjob_record(source.state.jobs[ids[1]], source.state.now)
     first = record(source, ids[0])
     write(tmp_path / "a.aof", legacy, FILE_MARKER, first, legacy, record(source, ids[2]))
-    with pytest.raises(AofLoadError, match="offset %d: record without a checksum"
+    with pytest.raises(AofLoadError, match=r"offset %d \(record 4\): record without a checksum"
                        % (len(legacy) + len(FILE_MARKER) + len(first))):
         load(make_node(), tmp_path / "a.aof")
 
@@ -564,7 +553,7 @@ def test_a_marked_file_loads_and_says_so(source, tmp_path):
 
 
 def test_every_flipped_byte_of_a_record_stops_the_load(source, tmp_path):
-    """Through the fast loop: whichever byte of a checksummed record
+    """Whichever byte of a checksummed record
     changed, the load stops (at that record, or at the end of the file
     when its framing now runs past it)."""
     cmd = Cmd(source)

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from disque.aof.format import read_record
 from disque.jobs.records import append_loadjobs, deljob_record
 from disque.aof.loader import AofLoadError
 from disque.cluster import messages as m
 from disque.jobs.codec import to_bus
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.journal import REASON_ACKED
-from tests.support.aof import load_into
+from tests.support.aof import first_record, load_into
 from tests.unit.helpers import (NODE_ID, PEER_ID, START_MS, Cmd, add_peer, advance, deliver,
                                 make_node)
 
@@ -321,7 +320,7 @@ def _records(node, job_ids) -> bytes:
     return bytes(out)
 
 
-def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
+def test_format_2_payloads_load_beside_plain_ones(tmp_path):
     source = make_node(seed=3)
     cmd = Cmd(source)
     jobs = [cmd.addjob("q", "body %d" % i, "DEDUPID", "tok-%d" % i) for i in range(20)]
@@ -336,7 +335,7 @@ def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
 
     node = make_node(seed=4)
     loader = load_into(node, tmp_path / "a.aof")
-    assert loader.restore.records == 24 and loader._strict_records == 0  # all fast
+    assert loader.records == 24
     assert sorted(node.state.jobs.by_id) == sorted(jobs + [plain, rich])
     copy = node.state.jobs.by_id[rich]
     assert copy.priority == 9 and copy.body == b"r\r\n"
@@ -351,12 +350,12 @@ def test_format_2_payloads_load_in_the_fast_loop(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["bad map", "no map", "map of the wrong type"])
-def test_a_damaged_format_2_payload_is_reported_by_the_strict_path(tmp_path, damage):
+def test_a_damaged_format_2_payload_is_reported_with_its_offset(tmp_path, damage):
     source = make_node(seed=3)
     cmd = Cmd(source)
     good = cmd.addjob("q", "good", "DEDUPID", "a")
     bad = cmd.addjob("q", "bad", "DEDUPID", "b")
-    argv, _ = read_record(_records(source, [bad]), 0, 1 << 20)
+    argv, _ = first_record(_records(source, [bad]))
     payload, stamp = argv[1], argv[2]
     nodes_end = payload.rindex(NODE_ID) + len(NODE_ID)
     if damage == "bad map":
@@ -370,7 +369,7 @@ def test_a_damaged_format_2_payload_is_reported_by_the_strict_path(tmp_path, dam
     first = _records(source, [good])
     (tmp_path / "a.aof").write_bytes(first + damaged)
     node = make_node(seed=4)
-    with pytest.raises(AofLoadError, match="Corrupted job in the append only file at offset "
-                                           "%d: " % len(first)):
+    with pytest.raises(AofLoadError, match=r"at offset %d \(record 2\): corrupted job: "
+                                           % len(first)):
         load_into(node, tmp_path / "a.aof")
     assert list(node.state.jobs.by_id) == [good]  # the record before it was applied

@@ -6,10 +6,11 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from disque.aof.format import load_job, read_record
 from disque.jobs.records import append_loadjobs
 from disque.config import Config
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
+from disque.jobs.record_reader import AofFormatError
+from tests.support.aof import decode_payload, first_record
 from tests.unit.helpers import NODE_ID, Cmd, make_node
 
 SYNTAX = "ERR syntax error"
@@ -124,7 +125,7 @@ def test_older_layout_still_decodes(cmd):
 def _stored(job, now):
     out = bytearray()
     append_loadjobs(out, [job], now)
-    argv, end = read_record(out, 0, len(out))
+    argv, end = first_record(bytes(out))
     assert end == len(out) and argv[0] == b"LOADJOB"
     return argv[1]
 
@@ -135,7 +136,7 @@ def test_aof_payload_keeps_the_extensions(cmd):
     job = cmd.node.state.jobs.by_id[job_id]
     payload = _stored(job, cmd.node.state.now)
     assert payload[0] == 2
-    copy, queued = load_job(payload, None)
+    copy, queued = decode_payload(payload)
     assert queued and copy.body == b"b\r\nbody" and copy.priority == 8
     assert (copy.ext.maxdeliver, copy.ext.deadletter, copy.ext.backoff, copy.ext.maxretry,
             copy.ext.dedupid) == (5, b"dl", 1.5, 90, b"tok")
@@ -146,16 +147,16 @@ def test_aof_plain_job_keeps_format_1(cmd):
     job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b")]
     payload = _stored(job, cmd.node.state.now)
     assert payload[0] == 1
-    assert load_job(payload, None)[0].ext is None
+    assert decode_payload(payload)[0].ext is None
 
 
 def test_aof_extended_payload_damage_is_reported(cmd):
     job = cmd.node.state.jobs.by_id[cmd.addjob("q", "b", "PRIORITY", "1")]
     payload = _stored(job, cmd.node.state.now)
-    with pytest.raises(BadJobPayload):
-        load_job(payload[:-1] + b"\xc1", None)  # 0xc1 is never valid msgpack
-    with pytest.raises(BadJobPayload):
-        load_job(payload[:payload.rindex(NODE_ID) + 40], None)  # the map cut off
+    with pytest.raises(AofFormatError, match="corrupted job: bad job extensions"):
+        decode_payload(payload[:-1] + b"\xc1")  # 0xc1 is never valid msgpack
+    with pytest.raises(AofFormatError, match="corrupted job: "):
+        decode_payload(payload[:payload.rindex(NODE_ID) + 40])  # the map cut off
 
 
 @pytest.mark.parametrize("option, value", [

@@ -8,14 +8,13 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from disque.aof.format import load_job, read_record
 from disque.cluster import messages as m
 from disque.jobs.codec import BadJobPayload, from_bus, to_bus
 from disque.jobs.job import ACTIVE, MAX_NACK_REASON, QUEUED, JobExtras, nack_reason_of
 from disque.jobs.journal import REASON_NACK_REASON, REASON_QUEUE_CHANGED
 from disque.jobs.records import append_loadjobs
 from disque.protocol import errors
-from tests.support.aof import file_records, load_into
+from tests.support.aof import decode_payload, file_records, first_record, load_into
 from tests.unit.extensions.test_deadletter import RecordingJournal
 from tests.unit.extensions.test_deadletter import writer  # noqa: F401  (a fixture used below)
 from tests.unit.extensions.test_nack_delay import cmd, pair, taken  # noqa: F401  (fixtures)
@@ -186,8 +185,8 @@ def test_the_stored_payload_carries_the_reason(cmd):
     cmd.ok("NACK", job_id, "REASON", FAILURE)
     out = bytearray()
     append_loadjobs(out, [cmd.node.state.jobs[job_id]], cmd.node.state.now)
-    argv, _ = read_record(out, 0, len(out))
-    copy, queued = load_job(argv[1], None)
+    argv, _ = first_record(bytes(out))
+    copy, queued = decode_payload(argv[1])
     assert queued and nack_reason_of(copy) == FAILURE and copy.priority == 7
 
 
