@@ -275,6 +275,18 @@ def test_sigkill_brings_back_every_logged_job(server_factory, fsync):
     assert show(proc, jobs["once"])["state"] == "active"
 
 
+BURST = 50_000  # ADDJOBs the server is killed in the middle of
+KILL_AFTER_BURST_REPLIES = 500
+
+
+def _send_until_closed(sock: socket.socket, data: bytes) -> None:
+    """Send ``data``; the server being killed midway ends it early."""
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass
+
+
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_every_confirmed_addjob_survives_sigkill_mid_stream(server_factory, fsync):
     proc = server_factory("appendonly yes\nappendfsync %s\n" % fsync)
@@ -295,12 +307,23 @@ def test_every_confirmed_addjob_survives_sigkill_mid_stream(server_factory, fsyn
                 while (reply := reader.gets()) is not False:
                     assert isinstance(reply, bytes), reply
                     confirmed.append(reply)
-        # A last burst the server needs a while to get through: it is killed
-        # in the middle of it, with requests in flight and replies on the way.
-        sock.sendall(b"".join(encode_command("ADDJOB", "stream", "burst %d" % i, 0)
-                              for i in range(2000)))
-        sent += 2000
+        # A last burst the server needs a while to get through, sent from a
+        # thread: it is killed once some of the burst is confirmed, so that
+        # requests are in flight and replies on the way whatever the speeds.
+        burst = b"".join(encode_command("ADDJOB", "stream", "burst %d" % i, 0)
+                         for i in range(BURST))
+        sender = threading.Thread(target=_send_until_closed, args=(sock, burst))
+        before = len(confirmed)
+        sender.start()
+        while len(confirmed) < before + KILL_AFTER_BURST_REPLIES:
+            assert select.select([sock], [], [], 30)[0], "no reply to the burst"
+            chunk = sock.recv(1 << 16)
+            assert chunk, "server closed the connection"
+            reader.feed(chunk)
+            while (reply := reader.gets()) is not False:
+                confirmed.append(reply)
         proc.kill()
+        sent += BURST
         in_flight = sent - len(confirmed)
         while True:  # replies the kernel delivered before the process died count too
             try:
@@ -312,6 +335,7 @@ def test_every_confirmed_addjob_survives_sigkill_mid_stream(server_factory, fsyn
             reader.feed(chunk)
             while (reply := reader.gets()) is not False:
                 confirmed.append(reply)
+    sender.join(30)
     assert in_flight > 0 and len(confirmed) < sent
     proc.start()
     jobs = job_ids(proc)

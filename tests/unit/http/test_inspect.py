@@ -67,8 +67,7 @@ def peer(server):
     to_peer.target, to_server.target = other, server.node
     server.node.state.outbox.use(to_peer)
     other.state.outbox.use(to_server)
-    other.to_server = to_server
-    server.to_peer = to_peer
+    server.to_peer = to_peer  # the server is interpreted; a compiled Node takes no new attribute
     return other
 
 
