@@ -58,8 +58,9 @@ class UserSettings(Protocol):
 class UsersListener(Protocol):
     """Told after the users changed (the node's access and quota switches)."""
 
-    def users_changed(self) -> None:
-        """The users dict changed: a user added, changed or removed."""
+    def users_changed(self, had_quota: bool, has_quota: bool) -> None:
+        """The users dict changed: a user added, changed or removed, which
+        had a quota before or has one now (``User.has_quota``)."""
 
 
 class UserRecord:
@@ -297,13 +298,14 @@ class UserTable:
         made with what it no longer allows end (``User.credentials``)."""
         users = self.settings.users
         current = users.get(user.name)
+        had_quota = current is not None and current.has_quota()
         if current is None:
             users[user.name] = user
         else:
             if current.revokes(user):
                 current.credentials += 1
             current.assign(user)  # connections logged in as it see the change at once
-        self.listener.users_changed()
+        self.listener.users_changed(had_quota, user.has_quota())
 
     def _remove(self, name: bytes, schedules: bool) -> None:
         """The user of ``name`` is gone: its connections are closed at their
@@ -317,7 +319,7 @@ class UserTable:
             if gone:
                 logger.warning("ACL user '%s' deleted: its %d schedules deleted",
                                _text(name), gone)
-        self.listener.users_changed()
+        self.listener.users_changed(user.has_quota(), False)
 
 
 def _text(name: bytes) -> str:

@@ -211,14 +211,20 @@ class NodeState:
 
     # ------------------------------------------------------------- users
 
-    def users_changed(self) -> None:
-        """A user was added, changed or removed (here or by another node)."""
+    def users_changed(self, had_quota: bool, has_quota: bool) -> None:
+        """A user was added, changed or removed (here or by another node);
+        it had a quota before, or has one now. Each is one test, but for a
+        quota taken away: a cluster's users arriving one by one cost no
+        pass over the users each."""
         users = self.config.users
         # Only ever turned on at run time: a connection may still be logged in as
         # a user deleted earlier, and check_access must meet it to close it.
         if not self.guarded:
             self.guarded = users_restrict(users)
-        self.quotas.active = users_have_quotas(users)
+        if has_quota:
+            self.quotas.active = True
+        elif had_quota:
+            self.quotas.active = users_have_quotas(users)
 
     # ------------------------------------------------------ small tables
 

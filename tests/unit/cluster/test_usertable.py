@@ -173,6 +173,21 @@ def test_a_deletion_from_a_peer_closes_logins_and_deletes_the_user_schedules_onc
     assert len(node.state.outbox.transport.of_type(m.SCHEDULE)) == 1
 
 
+def test_quotas_from_a_peer_are_counted_while_some_user_has_one():
+    node = secured()
+    deliver(node, PEER_ID, user_msg(record(rules=[b"on", b"nopass"])))
+    assert not node.state.quotas.active
+    deliver(node, PEER_ID, user_msg(record(version=START_MS + 1,
+                                           rules=[b"on", b"nopass", b"quota-jobs=2"])))
+    assert node.state.quotas.active
+    deliver(node, PEER_ID, user_msg(record(version=START_MS + 2, rules=[b"on", b"nopass"])))
+    assert not node.state.quotas.active
+    deliver(node, PEER_ID, user_msg(record(version=START_MS + 3,
+                                           rules=[b"on", b"nopass", b"quota-jobs=2"])))
+    deliver(node, PEER_ID, user_msg(record(version=START_MS + 4, deleted=1)))
+    assert not node.state.quotas.active
+
+
 def test_a_rule_this_node_cannot_apply_leaves_the_user_off_here():
     node = secured()
     deliver(node, PEER_ID, user_msg(record(rules=[b"on", b"nopass", b"+some-future-command"])))
