@@ -197,6 +197,7 @@ class Server(Host):
         """ACL SAVE: the aclfile written now (process/aclfile.py)."""
         if self.aclfile is None:
             return "no aclfile is set"
+        self.flush_tables()  # the records of the changes it holds go first
         return self.aclfile.save_now(self.node.state.config.users, True)
 
     def read_acl_file(self) -> bytes:
