@@ -113,6 +113,7 @@ class Node:
             m.ANSWER: BusRoute(inspection.on_answer, False),
             m.TABLESYNC: BusRoute(state.table_sync.on_sync, False),
             m.TABLEDONE: BusRoute(state.table_sync.on_done, False),
+            m.ACLUSER: BusRoute(state.user_table.on_user, False),
         }
 
     # ------------------------------------------------------------ commands

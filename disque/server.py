@@ -29,6 +29,7 @@ import uvloop
 
 from disque import __version__
 from disque.process import cli, logformat, serverinfo
+from disque.process.aclfile import AclFile, take_marker
 from disque.process.proctitle import set_process_title
 from disque.aof.service import AofService, AofStartupError
 from disque.aof.writer import AofWriter
@@ -49,6 +50,7 @@ from disque.process.supervision import Supervision
 from disque.process.tablefile import TableFile, TablesFileError, tables_path
 from disque.state.host import Host
 from disque.context.log import logger
+from disque.context.tablelog import USER_TABLE
 from disque.node import Node
 from disque.process.osprocess import RESERVED_FDS, daemonize, raise_fd_limit
 
@@ -100,6 +102,7 @@ class Server(Host):
         self.supervision = Supervision(config)
         self.cluster_config = ClusterConfigFile(config.cluster_config_file)
         self.tables = TableFile(tables_path(config.cluster_config_file))
+        self.aclfile: AclFile | None = None  # with the aclfile directive
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
         self.node: Node = self._create_node()
@@ -120,7 +123,11 @@ class Server(Host):
         self.node = node
         state = node.state
         nodesconf.restore(state.membership, nodes, self.config.port)
+        marker = take_marker(records)
         self._restore_tables(state, schedules, limits, records)
+        if self.config.aclfile:
+            self.aclfile = AclFile(self.config.aclfile, self.tables)
+            self.aclfile.load_at_startup(marker, state)
         for old, new in self.config.rename_commands:
             node.rename_command(old, new)
         self._apply_stats_config(node)
@@ -168,6 +175,8 @@ class Server(Host):
         records = self.node.state.table_log.take()
         if not records and not self.tables.unwritten:
             return None
+        if self.aclfile is not None and any([record[0] == USER_TABLE for record in records]):
+            self.aclfile.changed()
         return self.tables.write(records)
 
     def before_output(self) -> None:
@@ -176,6 +185,26 @@ class Server(Host):
         self.flush_aof()
         if self.node.state.table_log.pending:
             self.flush_tables()
+
+    def _close_tables(self) -> None:
+        """The tables file and the aclfile written and closed (shutdown, restart)."""
+        self.flush_tables()
+        if self.aclfile is not None:
+            self.aclfile.close(self.node.state.config.users)
+        self.tables.close()
+
+    def save_acl_file(self) -> str | None:
+        """ACL SAVE: the aclfile written now (process/aclfile.py)."""
+        if self.aclfile is None:
+            return "no aclfile is set"
+        self.flush_tables()  # the records of the changes it holds go first
+        return self.aclfile.save_now(self.node.state.config.users, True)
+
+    def read_acl_file(self) -> bytes:
+        """ACL LOAD: the aclfile's content."""
+        if self.aclfile is None:
+            raise FileNotFoundError(2, "No such file or directory")
+        return self.aclfile.read()
 
     def cron_problem(self, expr: bytes) -> str | None:
         """SCHEDULE SET ... CRON: croniter reads the expression (process/cronspec)."""
@@ -357,6 +386,8 @@ class Server(Host):
             self.aof.cron()
         self.flush_tables()
         self.tables.cron()
+        if self.aclfile is not None:
+            self.aclfile.cron(node.state.config.users)
         self.gc.tick()
 
     @property
@@ -401,8 +432,7 @@ class Server(Host):
         if self.bus is not None:
             self.bus.shutdown()
         self.save_cluster_config()
-        self.flush_tables()
-        self.tables.close()
+        self._close_tables()
         self.supervision.remove_pidfile()
         logger.warning("Disque is now ready to exit, bye bye...")
         self._stop(0)
@@ -446,8 +476,7 @@ class Server(Host):
                 logger.warning("DEBUG RESTART: config rewrite failed: %s", exc)
                 return False
             self.save_cluster_config()
-        self.flush_tables()
-        self.tables.close()
+        self._close_tables()
         if self.listeners is not None:
             self.listeners.close()
         if delay_ms:

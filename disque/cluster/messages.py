@@ -49,11 +49,14 @@ REDRIVE: Final = "REDRIVE"
 ANSWER: Final = "ANSWER"
 TABLESYNC: Final = "TABLESYNC"
 TABLEDONE: Final = "TABLEDONE"
+# Extension: an ACL user's record, sent only by nodes with a cluster secret
+# (cluster/usertable.py, docs/security.md "Users across the cluster").
+ACLUSER: Final = "ACLUSER"
 
 ALL_TYPES: Final = frozenset((PING, PONG, MEET, FAIL, REPLJOB, GOTJOB, ENQUEUE, QUEUED, WORKING,
                               WILLQUEUE, SETACK, GOTACK, DELJOB, NEEDJOBS, YOURJOBS, PAUSE,
                               SCHEDULE, SCHEDFIRED, TABLESYNC, TABLEDONE, STATSWANT, NODESTATS,
-                              QUEUEPEEK, JOBPEEK, REDRIVE, ANSWER))
+                              QUEUEPEEK, JOBPEEK, REDRIVE, ANSWER, ACLUSER))
 
 # Header keys.
 VERSION: Final = "v"
@@ -118,6 +121,8 @@ SCHED_TICKS: Final = "ticks"
 TABLE: Final = "table"
 DIGEST: Final = "digest"
 ASK: Final = "ask"
+# ACLUSER: [name, version, origin node, deleted, rules] (passwords as hashes).
+ACL_RECORD: Final = "acl"
 # NODESTATS: the node's figures (peerstats.STATS_FIELDS, in that order) and
 # its longest queues (peerstats.QueueShare's fields, each a list). The
 # requests: REQ (an int the asker chose), COUNT jobs of QUEUE, the job ID, or
@@ -226,6 +231,7 @@ BODY_SCHEMAS: Final[dict[str, dict[str, object]]] = {
            JOBPEEK: {REQ: int, ID: _JOB_ID},
            REDRIVE: {REQ: int, QUEUE: bytes, USER: bytes},
            ANSWER: {REQ: int},
+           ACLUSER: {ACL_RECORD: list},
        }
 
 
@@ -241,8 +247,9 @@ def _is_ip(text: str) -> bool:
     return True
 
 
-def _is_node_id(value: object) -> bool:
-    # Node IDs are 40 hex characters; anything else would corrupt nodes.conf
+def is_node_id(value: object) -> bool:
+    """A node ID: 40 hex characters."""
+    # Anything else would corrupt nodes.conf
     # and CLUSTER NODES (spec: cluster-bus.md §2). Every message carries its
     # sender's ID, so IDs already seen valid are remembered (a cluster has few).
     if type(value) is not bytes:
@@ -277,7 +284,7 @@ def _is_bytes(value: object) -> bool:
 
 
 _CHECKS: Final[dict[object, Callable[[object], bool]]] = {
-           _JOB_ID: _is_job_id, _NODE_ID: _is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
+           _JOB_ID: _is_job_id, _NODE_ID: is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
 
 
 def _fields_validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
@@ -309,7 +316,7 @@ def header_problem(header: object) -> str | None:
     if header.get(VERSION) != PROTOCOL_VERSION:
         return "unsupported bus protocol version %r" % (header.get(VERSION),)
     sender = header.get(SENDER)
-    if type(sender) is not bytes or (sender not in _VALID_IDS and not _is_node_id(sender)):
+    if type(sender) is not bytes or (sender not in _VALID_IDS and not is_node_id(sender)):
         return "bad sender"
     port = header.get(PORT)
     if type(port) is not int or port >> 16:
@@ -363,7 +370,7 @@ def gossip_problem(entry: object) -> str | None:
     if type(entry) is not dict:
         return "not a map"
     node_id = entry.get(G_ID)
-    if not _is_node_id(node_id):
+    if not is_node_id(node_id):
         return "bad node id"
     ip = entry.get(G_IP)
     port = entry.get(G_PORT)

@@ -72,7 +72,13 @@ class SyncedTable(Protocol):
     digest: BucketDigest
 
     def in_use(self) -> bool:
-        """The table holds a record (one that does not sends no message)."""
+        """The table holds a record it may send (one that does not sends no
+        message)."""
+
+    def shared(self) -> bool:
+        """The table may cross the bus now: when not, digests of it are not
+        answered and what was owed is dropped (the users' table: only over
+        an authenticated bus)."""
 
     def bucket_messages(self, bucket: int) -> list[tuple[dict, int]]:
         """The bus messages that carry the records filed in ``bucket``, each
@@ -150,8 +156,8 @@ class TableSync:
         when it asks and no answer of its own is on its way."""
         name = msg[m.TABLE]
         table = self.tables.get(name)
-        if table is None:
-            return  # a table this version does not keep
+        if table is None or not table.shared():
+            return  # a table this version does not keep, or keeps to itself now
         buckets = table.digest.differing(msg[m.DIGEST])
         if buckets is None:
             logger.warning("Bad table digest from %s", sender.decode("latin-1"))
@@ -210,6 +216,9 @@ class TableSync:
             for peer, owed in list(self.answers.items()):
                 budget = BYTES_PER_PASS
                 for name, answer in list(owed.items()):
+                    if not answer.table.shared():
+                        self._answered(peer, name)
+                        continue
                     budget = self._send(answer, budget)
                     if budget < 0:
                         break

@@ -1,9 +1,11 @@
 """Who the client is and what users exist: AUTH (and HELLO's AUTH through
 ``authenticate``) and ACL (docs/security.md).
 
-Users and their rules are settings (``disque.config.users``); the check of
-each command against them, protected mode and redaction are the command
-interface's (``commands.access``).
+Users and their rules are settings (``disque.config.users``); their
+changes, persisted and told to the other nodes, are the users' table's
+(``cluster.usertable``); the check of each command against them,
+protected mode and redaction are the command interface's
+(``commands.access``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from disque.protocol import errors
+from disque.config.aclfile import AclFileError, parse_acl_file
 from disque.config.users import (CATEGORIES, DEFAULT_USER, RuleError, User, user_with_rules,
-                                 users_have_quotas, users_restrict, valid_user_name)
+                                 valid_user_name)
 from disque.config.values import encode as config_bytes
 from disque.context.log import logger
 from disque.protocol.resp import OK, bulk, encode, error, integer
@@ -26,6 +29,12 @@ MAX_PASSWORD_LEN: Final = 512
 WRONGPASS: Final = error("WRONGPASS invalid username-password pair or user is disabled.")
 CANT_DELETE_DEFAULT: Final = error("ERR The 'default' user cannot be removed")
 BAD_USER_NAME: Final = error("ERR Usernames can't contain spaces or null characters")
+NO_ACL_FILE: Final = error("ERR This Disque instance is not configured to use an ACL file. Users "
+                           "changed with ACL SETUSER are saved automatically in the tables file "
+                           "beside nodes.conf; set aclfile (at startup) to keep them in a file "
+                           "of user lines as well.")
+SAVE_FAILED: Final = error("ERR There was an error trying to save the ACLs. Please check the "
+                           "server logs for more information")
 
 
 # ------------------------------------------------------------------ AUTH
@@ -79,46 +88,49 @@ def _setuser(node: NodeState, argv: list[bytes]) -> bytes:
     name = argv[2]
     if not valid_user_name(name):
         return BAD_USER_NAME
-    users = node.config.users
-    current = users.get(name)
+    current = node.config.users.get(name)
     try:
         user = user_with_rules(current if current is not None else User(name), argv[3:])
     except RuleError as exc:
         return error("ERR " + str(exc))
-    if current is None:
-        users[name] = user
-    else:
-        if current.revokes(user):
-            current.credentials += 1
-        current.assign(user)  # connections logged in as it see the change at once
-    # Only ever turned on at run time: a connection may still be logged in as
-    # a user deleted earlier, and check_access must meet it to close it.
-    if not node.guarded:
-        node.guarded = users_restrict(users)
-    node.quotas.active = users_have_quotas(users)
+    node.user_table.put(user)
     return OK
 
 
 def _deluser(node: NodeState, argv: list[bytes]) -> bytes:
-    users = node.config.users
     if DEFAULT_USER in argv[2:]:
         return CANT_DELETE_DEFAULT
     deleted = 0
     for name in argv[2:]:
-        user = users.pop(name, None)
-        if user is not None:
-            user.removed = True  # its connections are closed at their next command
+        if node.user_table.delete(name):
             deleted += 1
-            # Its schedules go too, on every node (SCHEDULE DEL's tombstones):
-            # nothing it set keeps adding jobs.
-            gone = node.schedules.delete_owned_by(name)
-            if gone:
-                logger.warning("ACL DELUSER %s: its %d schedules deleted",
-                               name.decode("utf-8", "backslashreplace"), gone)
-    # NodeState.guarded stays on: connections logged in as a deleted user must
-    # still meet check_access, which closes them.
-    node.quotas.active = users_have_quotas(users)
     return integer(deleted)
+
+
+def _save(node: NodeState) -> bytes:
+    if not node.config.aclfile:
+        return NO_ACL_FILE
+    problem = node.host.save_acl_file()
+    if problem is not None:
+        logger.warning("ACL SAVE: can't write the aclfile %s: %s", node.config.aclfile, problem)
+        return SAVE_FAILED
+    return OK
+
+
+def _load(node: NodeState) -> bytes:
+    path = node.config.aclfile
+    if not path:
+        return NO_ACL_FILE
+    try:
+        data = node.host.read_acl_file()
+    except OSError as exc:
+        return error("ERR Error loading ACLs, opening file '%s': %s" % (path, exc.strerror))
+    try:
+        users = parse_acl_file(data, path)
+    except AclFileError as exc:
+        return error("ERR " + str(exc))
+    node.user_table.load(users)
+    return OK
 
 
 def _cat(argv: list[bytes]) -> bytes:
@@ -131,7 +143,7 @@ def _cat(argv: list[bytes]) -> bytes:
 
 
 def acl(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
-    """ACL SETUSER | DELUSER | LIST | USERS | WHOAMI | CAT."""
+    """ACL SETUSER | DELUSER | LIST | USERS | WHOAMI | CAT | SAVE | LOAD."""
     sub = argv[1].upper()
     n = len(argv)
     if sub == b"SETUSER" and n >= 3:
@@ -146,8 +158,13 @@ def acl(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
         return bulk(client.user.name if client.user is not None else DEFAULT_USER)
     if sub == b"CAT" and n in (2, 3):
         return _cat(argv)
+    if sub == b"SAVE" and n == 2:
+        return _save(node)
+    if sub == b"LOAD" and n == 2:
+        return _load(node)
     return error("ERR unknown subcommand or wrong number of arguments for '%s'. Try SETUSER, "
-                 "DELUSER, LIST, USERS, WHOAMI or CAT." % argv[1].decode("utf-8", "backslashreplace"))
+                 "DELUSER, LIST, USERS, WHOAMI, CAT, SAVE or LOAD."
+                 % argv[1].decode("utf-8", "backslashreplace"))
 
 
 TABLE: Final = (

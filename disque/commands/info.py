@@ -41,7 +41,8 @@ SECTIONS: Final = (
 # stay byte for byte what a Disque 1.0 client expects.
 EXTRA_SECTIONS: Final = (
            ("Build", ("core_build",)),  # which build of the core the process loaded
-           ("Security", ("protected_mode", "acl_users", "acl_access_denied_auth",
+           ("Security", ("protected_mode", "acl_users", "acl_users_scope",
+                         "acl_user_records_refused", "acl_access_denied_auth",
                          "acl_access_denied_cmd", "acl_access_denied_queue",
                          "protected_mode_denied_connections",
                          "cross_protocol_closed_connections",
@@ -82,6 +83,10 @@ def _node_fields(node: NodeState, section: str, host: dict) -> dict:
         access = node.access_stats
         return {"protected_mode": "yes" if node.config.protected_mode else "no",
                 "acl_users": len(node.config.users),
+                # cluster: users changed here reach every node (a cluster secret
+                # is set); node: they stay here.
+                "acl_users_scope": "cluster" if node.user_table.shared() else "node",
+                "acl_user_records_refused": node.user_table.refused,
                 "acl_access_denied_auth": access.auth_failures,
                 "acl_access_denied_cmd": access.denied_commands,
                 "acl_access_denied_queue": access.denied_queues,

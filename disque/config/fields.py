@@ -15,6 +15,7 @@ class Settings(Protocol):
     """The settings object the config machinery fills and reads."""
 
     users: dict[bytes, User]
+    aclfile: str
     rename_commands: list[tuple[str, str]]
     config_file: str | None
     files: FileSystem

@@ -73,3 +73,8 @@ INVALID_GETJOB_MAX_QUEUES: Final = "getjob-max-queues must be 1 or greater"
 INVALID_REQUEST_TIMEOUT: Final = "client-request-timeout can't be negative"
 INVALID_ENABLE_OPTION: Final = "argument must be 'no', 'local' or 'yes'"
 INVALID_USER_NAME: Final = "user names are printable ASCII without spaces"
+ACLFILE_AND_USERS: Final = ("Configuring Disque with users defined in the config file and at the "
+                            "same time an ACL file path (aclfile) is invalid. This setup is very "
+                            "likely to lead to configuration errors and security holes, please "
+                            "define either an ACL file or declare users directly in the config "
+                            "file, but not both.")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from disque.config.errors import ConfigError
 from disque.config.filesystem import FileSystem, NoFileSystem
 from disque.config.loader import Loader, override_lines, split_lines
+from disque.config.messages import ACLFILE_AND_USERS
 from disque.config.rewrite import rewrite_file, rewrite_lines
 from disque.config.runtime import Listener, get_values, set_value
 from disque.config.table import DIRECTIVE_TABLE, DIRECTIVES
@@ -93,6 +95,7 @@ class Config:
     cluster_secret: str
     cluster_secret_old: str
     cluster_secret_file: str
+    aclfile: str
     config_file: str | None
     files: FileSystem
 
@@ -132,6 +135,8 @@ class Config:
         lines.extend(override_lines(overrides))
         table = None if commands is None else {ascii_lower(name) for name in commands}
         Loader(config, DIRECTIVES, table, config.files).run(lines)
+        if config.aclfile and _has_users(config.users):
+            raise ConfigError(ACLFILE_AND_USERS)
         return config
 
     def get(self, pattern: bytes) -> list[bytes]:
@@ -157,3 +162,8 @@ class Config:
     def rewrite(self) -> None:
         """CONFIG REWRITE: update the config file in place, keeping comments; raise ConfigSetError."""
         rewrite_file(self)
+
+
+def _has_users(users: dict[bytes, User]) -> bool:
+    """``user`` lines changed the users: a named user, or the default user's rules."""
+    return len(users) > 1 or users[DEFAULT_USER].describe() != User.default().describe()

@@ -220,7 +220,10 @@ ENABLE_CHOICES: Final = ("no", "local", "yes")
 
 
 def _write_users(config: Settings) -> list[str]:
-    """One ``user`` line per user; the default user only when changed."""
+    """One ``user`` line per user; the default user only when changed. None
+    with an aclfile: the users are its (Redis)."""
+    if config.aclfile:
+        return []
     untouched = User.default().describe()
     return [user.describe() for user in config.users.values()
             if user.name != DEFAULT_USER or user.describe() != untouched]
@@ -329,6 +332,9 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            choice("enable-protected-configs", "no", "FGR", ENABLE_CHOICES, INVALID_ENABLE_OPTION),
            Directive("user", None, "FR", list, nargs=(1, sys.maxsize), applied=True,
                      write_lines=_write_users),
+           # Where the users are kept as Redis' ACL SAVE writes them; read at
+           # startup only, and never with ``user`` lines (Redis' rule).
+           string("aclfile", "", "FGR", optional=True),
            # The cluster bus's shared secret (docs/security.md "Cluster bus"):
            # secrets are never shown by CONFIG GET.
            string("cluster-secret", "", "FSR", optional=True),

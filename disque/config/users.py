@@ -39,7 +39,7 @@ QUEUE_PATTERN_TOO_LONG: Final = "A queue pattern may be at most %d bytes" % MAX_
 # Commands that are permitted subcommand by subcommand (``+client`` permits them all).
 SUBCOMMANDS: Final[dict[str, tuple[str, ...]]] = {
     "client": ("list", "kill", "setname", "getname", "id", "pause", "reply", "setinfo"),
-    "acl": ("setuser", "deluser", "list", "users", "whoami", "cat"),
+    "acl": ("setuser", "deluser", "list", "users", "whoami", "cat", "save", "load"),
     "schedule": ("set", "del", "list"),
 }
 
@@ -55,7 +55,8 @@ CATEGORIES: Final[dict[str, tuple[str, ...]]] = {
                    "acl|whoami", "acl|cat"),
     "admin": ("config", "cluster", "debug", "shutdown", "bgrewriteaof", "monitor", "slowlog",
               "latency", "loadjob", "client|list", "client|kill", "client|pause",
-              "acl|setuser", "acl|deluser", "acl|list", "acl|users", "info"),
+              "acl|setuser", "acl|deluser", "acl|list", "acl|users", "acl|save", "acl|load",
+              "info"),
     # INFO reports the whole node (every queue's counts, the users, the
     # denials), which key patterns cannot limit: a queue-scoped user must
     # not get it with @read. Redis 7 likewise files INFO under @dangerous.
@@ -289,7 +290,12 @@ class User:
     def describe(self) -> str:
         """The user as rules (ACL LIST without ``user``, CONFIG REWRITE's line):
         applied to a new user, they give this one back."""
-        words = [_text(self.name), "on" if self.enabled else "off"]
+        return " ".join([_quoted(word) for word in [_text(self.name)] + self.rule_words()])
+
+    def rule_words(self) -> list[str]:
+        """The rules that make a new user of this name into this one,
+        passwords as their hashes (what a user record carries)."""
+        words = ["on" if self.enabled else "off"]
         if self.nopass:
             words.append("nopass")
         words.extend("#" + digest for digest in self.passwords)
@@ -302,7 +308,7 @@ class User:
             words.append("%s%d" % (QUOTA_JOBS, self.quota_jobs))
         if self.quota_bytes:
             words.append(QUOTA_BYTES + format_memory(self.quota_bytes))
-        return " ".join(_quoted(word) for word in words)
+        return words
 
 
 def _quota(text: str, memory: bool) -> int:

@@ -1,5 +1,6 @@
 """What the core tells persistence about its small tables: the schedules,
-their last ticks and the queues' delivery limits, one record per change.
+their last ticks, the queues' delivery limits and the ACL users, one
+record per change.
 
 A part puts the record of a key as it now is (a list of plain values,
 which the process encodes) or drops the key; the records wait here until
@@ -18,7 +19,11 @@ from typing import Final
 SCHEDULE_TABLE: Final = b"schedule"  # a schedule's definition (schedules.Schedule.to_wire)
 TICK_TABLE: Final = b"schedule-tick"  # a schedule's last tick: [tick ms, node ID]
 LIMIT_TABLE: Final = b"queue-limit"  # a queue's QLIMIT: [rate in thousandths, burst]
-TABLES: Final = (SCHEDULE_TABLE, TICK_TABLE, LIMIT_TABLE)
+USER_TABLE: Final = b"acl-user"  # an ACL user's record (usertable.UserRecord.to_wire)
+# The process's own record (key b""), never the core's: the digests of what
+# it last wrote to the aclfile, [being written, known written] (process/aclfile.py).
+ACL_FILE_TABLE: Final = b"acl-file"
+TABLES: Final = (SCHEDULE_TABLE, TICK_TABLE, LIMIT_TABLE, USER_TABLE, ACL_FILE_TABLE)
 
 Record = tuple[bytes, bytes, list | None]  # table, key, value (None: the key is gone)
 

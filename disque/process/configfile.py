@@ -28,14 +28,15 @@ class OsFileSystem:
         with open(path, "rb") as f:
             return f.read()
 
-    def replace_file(self, path: str, data: bytes) -> None:
-        """Atomically replace ``path`` (following symlinks) with ``data``, keeping its mode."""
+    def replace_file(self, path: str, data: bytes, new_mode: int = NEW_FILE_MODE) -> None:
+        """Atomically replace ``path`` (following symlinks) with ``data``, keeping its
+        mode (``new_mode`` for a file created)."""
         target = os.path.realpath(path)
         directory = os.path.dirname(target)
         try:
             mode = stat.S_IMODE(os.stat(target).st_mode)
         except FileNotFoundError:
-            mode = NEW_FILE_MODE
+            mode = new_mode
         import tempfile  # only CONFIG REWRITE needs it (it brings shutil, bz2, lzma)
         fd, temp = tempfile.mkstemp(prefix=os.path.basename(target) + ".", suffix=".tmp",
                                     dir=directory)

@@ -1,6 +1,6 @@
-"""The tables file beside nodes.conf: the schedules, their last ticks and
-the queues' delivery limits, one record per change (docs/persistence.md,
-"Schedules and delivery limits").
+"""The tables file beside nodes.conf: the schedules, their last ticks,
+the queues' delivery limits and the ACL users, one record per change
+(docs/persistence.md, "Schedules and delivery limits").
 
 The file is ``DISQUE-TABLES 1`` on a line, then records: a 4-byte
 little-endian length, the CRC-32 of the payload, and the payload, a
@@ -82,8 +82,9 @@ def parse(data: bytes, path: str) -> tuple[dict[Key, tuple[list | None, int, int
                                                          or type(record[2]) is list)):
             raise TablesFileError(
                 "The tables file %s is damaged at offset %d. Move it aside to start: the "
-                "schedules come back from the other nodes, the delivery limits (QLIMIT) must "
-                "be set again." % (path, pos))
+                "schedules come back from the other nodes, and the users over an "
+                "authenticated bus or from the aclfile; the delivery limits (QLIMIT) must be "
+                "set again." % (path, pos))
         records[(record[0], record[1])] = (record[2], pos, start + length)
         pos = start + length
     return records, pos

@@ -69,6 +69,15 @@ class Host:
         error text on failure."""
         return None
 
+    def save_acl_file(self) -> str | None:
+        """ACL SAVE: write the users to the aclfile now; the error text on
+        failure (the process writes it after every change too)."""
+        return "this process writes no file"
+
+    def read_acl_file(self) -> bytes:
+        """ACL LOAD: the aclfile's content; raise OSError."""
+        raise FileNotFoundError(2, "No such file or directory")
+
     def cron_problem(self, expr: bytes) -> str | None:
         """Why ``expr`` is not a CRON expression every node reads alike, or
         None. The calendar is the process's (``process/cronspec.py``): the

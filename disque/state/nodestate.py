@@ -28,13 +28,15 @@ from disque.cluster.replication import Replication
 from disque.cluster.requeue import RequeueCoordination
 from disque.cluster.schedules import Schedules
 from disque.cluster.tablesync import TableSync
+from disque.cluster.usertable import UserTable
 from disque.cluster.transport import BusTransport
 from disque.config import Config
 from disque.config.users import users_have_quotas, users_restrict
 from disque.context.memory import MemoryAccount
 from disque.context.runtime import Runtime
 from disque.context.stats import AccessStats, JobCounters, Stats
-from disque.context.tablelog import LIMIT_TABLE, SCHEDULE_TABLE, TICK_TABLE, TableLog
+from disque.context.tablelog import (LIMIT_TABLE, SCHEDULE_TABLE, TICK_TABLE, USER_TABLE,
+                                     TableLog)
 from disque.jobs.dedup import DedupIndex
 from disque.jobs.ids import JobIdGenerator
 from disque.jobs.journal import NULL_JOURNAL, Journal
@@ -103,6 +105,10 @@ class NodeState:
         self.table_sync = TableSync(runtime, membership, self.outbox)
         self.schedules = Schedules(runtime, membership, self.outbox, config, host,
                                    self.table_sync, self.table_log)
+        # The users changed at run time, as versioned records: persisted, and
+        # kept alike on every node over an authenticated bus.
+        self.user_table = UserTable(runtime, membership, self.outbox, config, self.table_sync,
+                                    self.table_log, self.schedules, self)
         # The dashboard's: the nodes' summaries and looking inside other nodes.
         self.peerstats = PeerStats(runtime, membership, self.outbox, config, self.jobs,
                                    self.queues, self.blocked, memory, counters, self.stats)
@@ -203,6 +209,23 @@ class NodeState:
         self.lifecycle.journal = journal
         self.journaling = journal is not NULL_JOURNAL
 
+    # ------------------------------------------------------------- users
+
+    def users_changed(self, had_quota: bool, has_quota: bool) -> None:
+        """A user was added, changed or removed (here or by another node);
+        it had a quota before, or has one now. Each is one test, but for a
+        quota taken away: a cluster's users arriving one by one cost no
+        pass over the users each."""
+        users = self.config.users
+        # Only ever turned on at run time: a connection may still be logged in as
+        # a user deleted earlier, and check_access must meet it to close it.
+        if not self.guarded:
+            self.guarded = users_restrict(users)
+        if has_quota:
+            self.quotas.active = True
+        elif had_quota:
+            self.quotas.active = users_have_quotas(users)
+
     # ------------------------------------------------------ small tables
 
     def restore_table_record(self, table: bytes, key: bytes, value: object) -> bool:
@@ -210,6 +233,8 @@ class NodeState:
         then their ticks); False when malformed."""
         if table == SCHEDULE_TABLE or table == TICK_TABLE:
             return self.schedules.restore_record(table, key, value)
+        if table == USER_TABLE:
+            return self.user_table.restore_record(key, value)
         if table == LIMIT_TABLE:
             limit = limit_from_record(value, self.runtime.now)
             if limit is None:

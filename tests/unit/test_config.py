@@ -61,7 +61,7 @@ GETTABLE = [
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
     "getjob-max-queues", "client-request-timeout",
-    "protected-mode", "enable-debug-command", "enable-protected-configs",
+    "protected-mode", "enable-debug-command", "enable-protected-configs", "aclfile",
     "cluster-secret-file", "monitor-output-buffer-limit",
 ]
 

@@ -450,6 +450,7 @@ def test_info_security_only_by_name(node, cmd):
     cmd.raw("AUTH", "s")
     text = cmd.ok("INFO", "security").decode()
     assert text == ("# Security\r\nprotected_mode:yes\r\nacl_users:1\r\n"
+                    "acl_users_scope:node\r\nacl_user_records_refused:0\r\n"
                     "acl_access_denied_auth:1\r\nacl_access_denied_cmd:0\r\n"
                     "acl_access_denied_queue:0\r\nprotected_mode_denied_connections:0\r\n"
                     "cross_protocol_closed_connections:0\r\n"
