@@ -16,7 +16,6 @@ each difference is a change, with a new version, told to the cluster.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +38,7 @@ RETRY_INTERVAL_S = 1.0  # a failed write is tried again this often
 
 def digest(content: bytes) -> bytes:
     """What the tables file remembers of a content of the file."""
+    import hashlib  # loaded with the first write: OpenSSL's digests are slow to load
     return hashlib.blake2b(content, digest_size=16).digest()
 
 
