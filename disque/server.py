@@ -55,7 +55,7 @@ from disque.node import Node
 from disque.process.osprocess import RESERVED_FDS, daemonize, raise_fd_limit
 
 if TYPE_CHECKING:
-    from disque.cluster.schedules import Schedule
+    from disque.cluster.schedulerecord import Schedule
     from disque.context.clients import ClientState
     from disque.context.tablelog import Record
     from disque.http.service import HttpService

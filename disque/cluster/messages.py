@@ -112,7 +112,7 @@ RETRY: Final = "retry"
 # QUEUED), and with a generation's state, which a holder taking that
 # generation takes it with.
 NACK_REASON: Final = "nack_reason"
-# SCHEDULE: one schedule record (schedules.Schedule.to_wire). SCHEDFIRED:
+# SCHEDULE: one schedule record (schedulerecord.Schedule.to_wire). SCHEDFIRED:
 # ticks fired, each [name, tick, node that fired it].
 SCHED: Final = "sched"
 SCHED_TICKS: Final = "ticks"

@@ -13,7 +13,7 @@ from typing import Final
 
 from disque.cluster.membership import (FAIL, FLAGS_BY_NAME, HANDSHAKE, LEAVING, MYSELF, NOADDR,
                                        PFAIL, ClusterNode, Membership)
-from disque.cluster.schedules import CONF_LINE, Schedule, parse_line
+from disque.cluster.schedulerecord import CONF_LINE, Schedule, parse_line
 
 _PERSISTED_FLAGS: Final = MYSELF | LEAVING | PFAIL | FAIL | NOADDR
 

@@ -17,8 +17,8 @@ from disque.protocol import errors
 from disque.commands.access import restricted_queues
 from disque.commands.addjob import addjob, check_options
 from disque.commands.args import option_name, parse_int
-from disque.cluster.schedules import (MAX_DEFINITION, MAX_EVERY, MAX_NAME, NEVER, Schedule,
-                                     definition_size)
+from disque.cluster.schedulerecord import (MAX_DEFINITION, MAX_EVERY, MAX_NAME, NEVER, Schedule,
+                                           definition_size)
 from disque.config.users import DEFAULT_USER
 from disque.context.clients import ClientState
 from disque.protocol.resp import NIL, OK, bulk, error, integer

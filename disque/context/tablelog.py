@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 # The tables, as their records name them.
-SCHEDULE_TABLE: Final = b"schedule"  # a schedule's definition (schedules.Schedule.to_wire)
+SCHEDULE_TABLE: Final = b"schedule"  # a schedule's definition (schedulerecord.Schedule.to_wire)
 TICK_TABLE: Final = b"schedule-tick"  # a schedule's last tick: [tick ms, node ID]
 LIMIT_TABLE: Final = b"queue-limit"  # a queue's QLIMIT: [rate in thousandths, burst]
 USER_TABLE: Final = b"acl-user"  # an ACL user's record (usertable.UserRecord.to_wire)

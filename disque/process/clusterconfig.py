@@ -19,7 +19,7 @@ from disque.queues import ratelimit
 
 if TYPE_CHECKING:
     from disque.cluster.membership import ClusterNode
-    from disque.cluster.schedules import Schedule
+    from disque.cluster.schedulerecord import Schedule
     from disque.state.nodestate import NodeState
 
 IN_USE = ("Sorry, the cluster configuration file %s is already used by a different Disque "

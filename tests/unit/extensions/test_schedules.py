@@ -14,8 +14,8 @@ import pytest
 
 from disque.cluster import messages as m
 from disque.cluster import nodesconf
-from disque.cluster.schedules import (BUCKETS, HANDOVER_MS, MAX_DEFINITION, NEVER, TABLE_NAME,
-                                     Schedule, parse_line)
+from disque.cluster.schedulerecord import MAX_DEFINITION, NEVER, Schedule, parse_line
+from disque.cluster.schedules import BUCKETS, HANDOVER_MS, TABLE_NAME
 from disque.cluster.tablesync import BYTES_PER_PASS
 from disque.context.tablelog import SCHEDULE_TABLE, TICK_TABLE
 from disque.config import Config
