@@ -60,6 +60,7 @@ GETTABLE = [
     "dashboard-hosts", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
+    "maxmemory-clients",
     "getjob-max-queues", "client-request-timeout",
     "protected-mode", "enable-debug-command", "enable-protected-configs", "aclfile",
     "cluster-secret-file", "monitor-output-buffer-limit",
@@ -562,7 +563,7 @@ def test_get_hides_non_visible_parameters(name):
 @pytest.mark.parametrize("pattern, names", [
     (b"maxmemory", ["maxmemory"]),
     (b"MAXMEMORY", ["maxmemory"]),
-    (b"maxmemory*", ["maxmemory", "maxmemory-policy", "maxmemory-samples"]),
+    (b"maxmemory*", ["maxmemory", "maxmemory-policy", "maxmemory-samples", "maxmemory-clients"]),
     (b"*timeout*", ["timeout", "cluster-node-timeout", "client-request-timeout"]),
     (b"?z", ["hz"]),
     (b"[ab]ind", ["bind"]),

@@ -41,6 +41,7 @@ import weakref
 
 from disque.net.bus import ClusterBus
 from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.net.replymemory import ReplyMemory
 from disque.tools.resp_client import encode_command
 
 from tests.sim.harness.clients import MalformedReply, SimFailure
@@ -618,6 +619,7 @@ class WireServer:
         self.clients_paused = False  # no CLIENT PAUSE in the simulation
         self.output_batch = OutputBatch(loop, self.flush_aof)
         self.limits = LimitCounters()
+        self.reply_memory = ReplyMemory(loop, self.config, self.limits)
 
     def new_connection(self) -> ClientConnection:
         return ClientConnection(self)
