@@ -28,18 +28,13 @@ class Consumers:
         self.blocked = blocked
         self.federation = federation
 
-    def collect(self, names: list[bytes], count: int) -> list[Job]:
-        """Up to ``count`` jobs, round-robin over the queues, one job per queue
-        per round (spec: GETJOB); queues with nothing to give ask other nodes."""
-        found: list[Job] = []
-        self.collect_more(names, count, found, 0)
-        return found
-
     def collect_more(self, names: list[bytes], count: int, found: list[Job], start: int) -> int:
-        """``collect`` in parts: add jobs to ``found`` until it holds
-        ``count``, going on from the queue at ``start`` (a round begun by an
-        earlier part goes on); return where the next part starts, or -1 once
-        a whole round gave nothing."""
+        """GETJOB's jobs, round-robin over the queues, one job per queue per
+        round (spec: GETJOB); queues with nothing to give ask other nodes.
+        In parts: add jobs to ``found`` until it holds ``count``, going on
+        from the queue at ``start`` (a round begun by an earlier part goes
+        on); return where the next part starts, or -1 once a whole round
+        gave nothing."""
         queues = self.queues.by_name
         pop_job = self.lifecycle.pop_job
         need_jobs = self.federation.need_jobs
