@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import uvloop
 
@@ -432,6 +432,16 @@ class Server(Host):
         writer = self.aof_writer
         if writer is not None and writer.pending:
             writer.flush()
+
+    def flush_aof_then(self, done: Callable[[], None]) -> None:
+        """``flush_aof`` between the steps of a long command: ``done`` once
+        the records are on disk as appendfsync asks (under ``always``, the
+        fsync runs in its thread while the loop serves other clients)."""
+        writer = self.aof_writer
+        if writer is not None and writer.pending:
+            writer.flush_then(done)
+        else:
+            done()
 
     def shutdown(self, rewrite_aof: bool) -> bool:
         """Prepare to exit, then stop the loop on its next turn."""

@@ -210,6 +210,10 @@ class ConnectionServer(Protocol):
     def next_client_id(self) -> int:
         """A new connection's ID."""
 
+    def flush_aof_then(self, done: Callable[[], None]) -> None:
+        """Write the AOF's pending records; ``done`` (soon or at once) once
+        they are on disk as appendfsync asks, the loop serving others meanwhile."""
+
     def arm_timer(self) -> None:
         """Have the node's timers fire at its next due time."""
 
@@ -453,9 +457,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def _run_stream(self) -> None:
         """Steps of the stream for about SLICE_BUDGET_NS, while the peer
-        reads (``resume_writing`` brings it back); then the AOF is written,
-        so a slice's deletions are journaled before anything after them is
-        answered, and fsynced under appendfsync always."""
+        reads (``resume_writing`` brings it back). Then the AOF is written:
+        the next slice starts once the slice's deletions are on disk as
+        appendfsync asks (fsynced in the fsync thread under ``always``, the
+        loop serving others meanwhile), and a reply that counts them is
+        written after them (spec: persistence.md)."""
         node = self.node
         perf_ns = node.perf_ns
         begin = perf_ns()
@@ -467,13 +473,17 @@ class ClientConnection(asyncio.Protocol, ClientState):
             if (done or self.closing or self.paused_for_output
                     or perf_ns() - begin > SLICE_BUDGET_NS):
                 break
-        self.batch.before_write()  # spec: persistence.md
         if self.closing:
             return
         self._note_memory()
         if done or not self.paused_for_output:
             # The next slice, or the commands that waited, in a later turn.
-            self.batch.loop.call_soon(self.resume_pending)
+            self.server.flush_aof_then(self._next_slice)
+        else:
+            self.batch.before_write()  # resume_writing starts the next slice
+
+    def _next_slice(self) -> None:
+        self.batch.loop.call_soon(self.resume_pending)
 
     def _yield_rest(self, rest: list[list[bytes]]) -> None:
         """Let other clients in: run ``rest`` in a later loop turn, reading

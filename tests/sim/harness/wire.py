@@ -634,6 +634,10 @@ class WireServer:
     def flush_aof(self) -> None:
         """No AOF in the simulation."""
 
+    def flush_aof_then(self, done) -> None:
+        """No AOF in the simulation: nothing to wait for."""
+        done()
+
     def tune_tcp_socket(self, sock) -> None:
         raise AssertionError("a simulated transport has no socket")
 

@@ -47,6 +47,9 @@ class StandInServer:
     def arm_timer(self) -> None:
         self.armed += 1
 
+    def flush_aof_then(self, done) -> None:
+        done()
+
     def tune_tcp_socket(self, sock: socket.socket) -> None:
         raise AssertionError("a fake transport has no socket")
 
