@@ -345,9 +345,28 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.protocol_error is not None and self.blocked is None and self.pending is None:
             self._protocol_error(self.protocol_error)
         elif not self.closing:
-            held = self.parser.held() + self.read_ahead
+            cut = self.parser.held()
+            held = cut + self.read_ahead
             if held:
                 self._check_query_buffer(held)
+            if cut and self.reading and not self.closing:
+                # A request longer than a read (ACKJOB of 100,000 IDs): one
+                # read of it per loop turn. libuv reads a socket up to 32
+                # times in a row, and parsing 2 MB of small arguments held
+                # every other client up for 60 ms.
+                self._set_reading(False)
+                self.batch.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        """Read the rest of a long request, unless reading stopped meanwhile
+        for a reason of its own (full output, a pipeline's rest waiting, too
+        much read ahead of a blocked command, a protocol error)."""
+        pending = self.pending
+        if (not self.reading and not self.closing and self.protocol_error is None
+                and not self.paused_for_output
+                and (pending is None or (self.blocked is not None
+                                         and len(pending) < MAX_PENDING_COMMANDS))):
+            self._set_reading(True)
 
     def _check_query_buffer(self, held: int) -> None:
         """Close a client whose input not yet run (an unfinished request, and

@@ -233,3 +233,24 @@ def test_the_account_takes_figures_again_before_closing_anyone(server):
     account.note(large, 10 ** 12)
     assert not server.loop.soon
 
+
+def test_a_request_longer_than_a_read_is_read_one_read_per_loop_turn(server, node):
+    client, transport = connect(server)
+    request = command(b"DEQUEUE", *[b"D-a1b2c3d4-%024d-05a1" % i for i in range(3000)])
+    reads = [request[i:i + 16384] for i in range(0, len(request), 16384)]
+    for data in reads[:-1]:
+        client.data_received(data)
+        assert transport.reading is False  # the rest waits for the next turn
+        server.loop.end_turn()
+        assert transport.reading is True
+    client.data_received(reads[-1])
+    run_turns(server)
+    assert transport.writes == [b":0\r\n"] and transport.reading is True
+    # Reading paused for a reason of its own stays paused.
+    client.data_received(reads[0])
+    transport.paused = True
+    client.pause_writing()
+    server.loop.end_turn()
+    assert transport.reading is False
+    transport.peer_reads()
+    assert transport.reading is True
