@@ -477,31 +477,39 @@ class ClientConnection(asyncio.Protocol, ClientState):
     def _run_stream(self) -> None:
         """Steps of the stream for about SLICE_BUDGET_NS, while the peer
         reads (``resume_writing`` brings it back). Then the AOF is written:
-        the next slice starts once the slice's deletions are on disk as
-        appendfsync asks (fsynced in the fsync thread under ``always``, the
-        loop serving others meanwhile), and a reply that counts them is
-        written after them (spec: persistence.md)."""
+        the next slice, and the last step's reply (a count of deletions),
+        wait until the slice's records are on disk as appendfsync asks
+        (fsynced in the fsync thread under ``always``, the loop serving
+        others meanwhile; spec: persistence.md)."""
         node = self.node
         perf_ns = node.perf_ns
         begin = perf_ns()
+        last: list[bytes] = []
         while True:
             parts: list[bytes] = []
             done = node.stream_step(self, parts)
+            if done:
+                last = parts
+                break
             if parts and not self.stream_muted:
                 self._write_parts(parts)
-            if (done or self.closing or self.paused_for_output
-                    or perf_ns() - begin > SLICE_BUDGET_NS):
+            if self.closing or self.paused_for_output or perf_ns() - begin > SLICE_BUDGET_NS:
                 break
         if self.closing:
             return
         self._note_memory()
         if done or not self.paused_for_output:
-            # The next slice, or the commands that waited, in a later turn.
-            self.server.flush_aof_then(self._next_slice)
+            self.server.flush_aof_then(lambda: self._slice_on_disk(last))
         else:
             self.batch.before_write()  # resume_writing starts the next slice
 
-    def _next_slice(self) -> None:
+    def _slice_on_disk(self, last: list[bytes]) -> None:
+        """The slice's records are on disk: its last reply goes, then the
+        next slice (or the commands that waited) in a later turn."""
+        if self.closing:
+            return
+        if last and not self.stream_muted:
+            self._write_parts(last)
         self.batch.loop.call_soon(self.resume_pending)
 
     def _yield_rest(self, rest: list[list[bytes]]) -> None:
