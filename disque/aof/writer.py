@@ -107,7 +107,7 @@ class AofWriter:
         self.write_error: str | None = None
         self.last_write_retry = 0
         self.fsync_pool = ThreadPoolExecutor(1, thread_name_prefix="aof-fsync")
-        self.fsync_future: Future[None] | None = None  # the everysec fsync in its thread
+        self.fsync_future: Future[None] | None = None  # the last fsync sent to its thread
         self.fsync_pending_bytes = 0
         self.last_fsync = time.monotonic()
         self.delayed_fsync = 0
@@ -185,8 +185,9 @@ class AofWriter:
         if self._write_buffer() and self._always():
             self.fsync_pending_bytes = 0
             loop = self.loop
-            future = self.fsync_pool.submit(self._fsync_always, self.fd)
-            future.add_done_callback(lambda _: loop.call_soon_threadsafe(done))
+            # Kept where closing the file waits for it (``_wait_fsync``).
+            future = self.fsync_future = self.fsync_pool.submit(self._fsync_always, self.fd)
+            future.add_done_callback(lambda _: _call_on_loop(loop, done))
         else:
             done()
 
@@ -484,3 +485,12 @@ class AofWriter:
                         int(self.fsync_future is not None and not self.fsync_future.done())),
                        ("aof_delayed_fsync", self.delayed_fsync)]
         return fields
+
+
+def _call_on_loop(loop: asyncio.AbstractEventLoop, done: Callable[[], None]) -> None:
+    """From the fsync thread: ``done`` on the loop, unless the loop closed
+    meanwhile (the process is stopping: nobody waits for it)."""
+    try:
+        loop.call_soon_threadsafe(done)
+    except RuntimeError:
+        pass

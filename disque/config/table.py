@@ -210,7 +210,7 @@ def _client_memory(text: str) -> tuple[int, int]:
     try:
         if text.endswith("%"):
             percent = strict_int(text[:-1])
-            if percent <= 100:
+            if 0 <= percent <= 100:
                 return 0, percent
         else:
             value = memory_value(text)
