@@ -13,14 +13,23 @@ while this process runs one heavy workload on another connection:
   replace them written in one go (before it, the round trip of one SET at
   that size is printed as ``set=``);
 - ``qlimits``: with 10,000 queue limits set, 10,000 ``QLIMIT`` that change
-  them written in one go (``set=``: one QLIMIT's round trip).
+  them written in one go (``set=``: one QLIMIT's round trip);
+- ``qpurge``: QPURGE of a queue of 1,000,000 jobs, and ``qpurge-always``
+  the same with ``appendonly yes`` and ``appendfsync always`` (automatic
+  rewrites off);
+- ``qpeek``: ``QPEEK q 1000000`` on a queue of 1,000,000 jobs;
+- ``getjob-count``: ``GETJOB NOHANG COUNT 1000000`` on the same;
+- ``show-big``: SHOW of a job whose body is 300 MB;
+- ``ackjob-many``, ``deljob-many``, ``fastack-many``: one ACKJOB, DELJOB
+  or FASTACK naming 100,000 jobs.
 
 For each it prints the pinger's p50/p99/p99.9/max in milliseconds and
-the heavy workload's own time. ``--only jscan,bulk`` selects workloads,
-``--scale 0.1`` shrinks the job counts for a quick run, ``--against
-PATH`` runs each workload on the server of another source tree too (the
-same run, one after the other). Figures are in docs/benchmarks.md "One
-client against the others".
+the heavy workload's own time and the core build the node loaded.
+``--only jscan,bulk`` selects workloads (``all``: every one),
+``--scale 0.1`` shrinks the job counts and sizes for a quick run,
+``--against PATH`` runs each workload on the server of another source
+tree too (the same run, one after the other). Figures are in
+docs/benchmarks.md "One client against the others".
 """
 
 from __future__ import annotations
@@ -33,9 +42,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import hiredis
+
 from bench.servers import REPO, Servers
 
 PING = b"*1\r\n$4\r\nPING\r\n"
+# No automatic AOF rewrite: the fill would start one whose end (an fsync of
+# the new file on the loop) lands in the measured window.
+APPENDFSYNC_ALWAYS = "appendonly yes\nappendfsync always\nauto-aof-rewrite-percentage 0\n"
+DEFAULT_WORKLOADS = "jscan,pipeline,queues,bulk"
+ALL_WORKLOADS = ("jscan,pipeline,queues,bulk,schedules,qlimits,qpurge,qpurge-always,qpeek,"
+                 "getjob-count,show-big,ackjob-many,deljob-many,fastack-many")
 
 
 def _pinger(port: int, ready: "multiprocessing.synchronize.Event",
@@ -62,28 +79,63 @@ def _command(*args: bytes) -> bytes:
     return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
 
 
-def _read_replies(sock: socket.socket, count: int) -> None:
-    """Read ``count`` one-line replies (ADDJOB's status or error lines)."""
-    seen = 0
-    tail = b""
-    while seen < count:
+def _read_reply(sock: socket.socket) -> object:
+    """Read one whole reply of any size (hiredis parses it)."""
+    reader = hiredis.Reader()
+    while True:
+        reply = reader.gets()
+        if reply is not False:
+            if isinstance(reply, hiredis.ReplyError):
+                raise RuntimeError("error reply: %s" % reply)
+            return reply
         data = sock.recv(1 << 20)
         if not data:
-            raise RuntimeError("connection closed after %d replies" % seen)
-        seen += data.count(b"\n")  # a reply line ends in one \n, never split
-        tail = data[-200:]
-    if b"-" in tail.split(b"\r\n")[-2][:1]:
-        raise RuntimeError("error reply: %r" % tail)
+            raise RuntimeError("connection closed before the reply")
+        reader.feed(data)
 
 
-def _pipeline(sock: socket.socket, commands: list[bytes]) -> None:
+def _read_lines(sock: socket.socket, count: int) -> list[bytes]:
+    """Read ``count`` one-line replies (ADDJOB's status or error lines)."""
+    lines: list[bytes] = []
+    tail = b""
+    while len(lines) < count:
+        data = sock.recv(1 << 20)
+        if not data:
+            raise RuntimeError("connection closed after %d replies" % len(lines))
+        parts = (tail + data).split(b"\r\n")
+        tail = parts.pop()
+        lines += parts
+    errors = [line for line in lines if line[:1] == b"-"]
+    if errors:
+        raise RuntimeError("error reply: %r" % errors[0])
+    return lines
+
+
+def _pipeline(sock: socket.socket, commands: list[bytes]) -> list[bytes]:
     sock.sendall(b"".join(commands))
-    _read_replies(sock, len(commands))
+    return _read_lines(sock, len(commands))
 
 
-def _fill(port: int, jobs: int) -> None:
+def _fill(port: int, jobs: int, queue: bytes = b"fill") -> list[bytes]:
+    """Add ``jobs`` small jobs to ``queue`` in pipelines; their IDs."""
+    ids: list[bytes] = []
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        _pipeline(sock, [_command(b"ADDJOB", b"fill", b"job-%d" % i, b"0") for i in range(jobs)])
+        for start in range(0, jobs, 100_000):
+            commands = [_command(b"ADDJOB", queue, b"job-%d" % i, b"0")
+                        for i in range(start, min(jobs, start + 100_000))]
+            ids += [line[1:] for line in _pipeline(sock, commands)]
+    return ids
+
+
+def _one_command(port: int, *args: bytes) -> Callable[[], None]:
+    """A workload sending one command and reading its whole reply."""
+    command = _command(*args)
+
+    def run() -> None:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(command)
+            _read_reply(sock)
+    return run
 
 
 def _jscan(port: int) -> Callable[[], None]:
@@ -121,6 +173,12 @@ def _bulk(port: int, size: int) -> Callable[[], None]:
     return run
 
 
+def _show_big(port: int, size: int) -> Callable[[], None]:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        (job_id,) = _pipeline(sock, [_command(b"ADDJOB", b"big", b"x" * size, b"0")])
+    return _one_command(port, b"SHOW", job_id[1:])
+
+
 def _table_commands(kind: str, count: int, version: int) -> list[bytes]:
     """``count`` SCHEDULE SETs (or QLIMITs) of distinct names, ``version``
     making each differ from the previous round's."""
@@ -153,6 +211,38 @@ def _table_changes(port: int, kind: str, count: int) -> tuple[Callable[[], None]
     return run, one
 
 
+def _workload(name: str, port: int, scale: float) -> Callable[[], None]:
+    """Prepare the node for workload ``name``; the heavy request to time."""
+    jobs = int(150_000 * scale)
+    million = int(1_000_000 * scale)
+    many = int(100_000 * scale)
+    if name == "jscan":
+        _fill(port, jobs)
+        return _jscan(port)
+    if name == "pipeline":
+        return _addjobs(port, jobs, False)
+    if name == "queues":
+        return _addjobs(port, many, True)
+    if name == "bulk":
+        return _bulk(port, int(200_000_000 * scale))
+    if name in ("qpurge", "qpurge-always"):
+        _fill(port, million)
+        return _one_command(port, b"QPURGE", b"fill")
+    if name == "qpeek":
+        _fill(port, million)
+        return _one_command(port, b"QPEEK", b"fill", b"%d" % million)
+    if name == "getjob-count":
+        _fill(port, million)
+        return _one_command(port, b"GETJOB", b"NOHANG", b"COUNT", b"%d" % million, b"FROM",
+                            b"fill")
+    if name == "show-big":
+        return _show_big(port, int(300_000_000 * scale))
+    if name in ("ackjob-many", "deljob-many", "fastack-many"):
+        ids = _fill(port, many)
+        return _one_command(port, name.split("-")[0].upper().encode(), *ids)
+    raise ValueError("unknown workload %r" % name)
+
+
 def _percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -182,48 +272,46 @@ def measure(port: int, workload: Callable[[], None]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     """Run the selected workloads and print one line of figures each."""
     parser = argparse.ArgumentParser(prog="python -m bench.stall", description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="jscan,pipeline,queues,bulk")
+    parser.add_argument("--only", default=DEFAULT_WORKLOADS,
+                        help="comma-separated workloads, or 'all': " + ALL_WORKLOADS)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--against", type=Path, action="append", default=[],
                         help="another source tree whose server runs each workload too")
     args = parser.parse_args(argv)
-    wanted = args.only.split(",")
-    jobs = int(150_000 * args.scale)
+    wanted = (ALL_WORKLOADS if args.only == "all" else args.only).split(",")
+    unknown = set(wanted) - set(ALL_WORKLOADS.split(","))
+    if unknown:
+        parser.error("unknown workload %s" % ", ".join(sorted(unknown)))
     trees = [REPO] + args.against
     with Servers() as servers:
         for name in wanted:
             for tree in trees:
                 label = name if tree == REPO else "%s@%s" % (name, tree)
-                _run(servers, parser, name, label, tree, jobs, args.scale)
+                _run(servers, name, label, tree, args.scale)
     return 0
 
 
-def _run(servers: Servers, parser: argparse.ArgumentParser, name: str, label: str,
-         tree: Path, jobs: int, scale: float) -> None:
+def _run(servers: Servers, name: str, label: str, tree: Path, scale: float) -> None:
     """One workload on a fresh node of ``tree``; one line of figures."""
-    # A tree that spends long on each command must not close the pipelining
-    # client as stalled (client-request-timeout) before it is served.
-    config = "client-request-timeout 0\n" if name in ("schedules", "qlimits") else ""
+    config = ""
+    if name in ("schedules", "qlimits"):
+        # A tree that spends long on each command must not close the pipelining
+        # client as stalled (client-request-timeout) before it is served.
+        config = "client-request-timeout 0\n"
+    elif name == "qpurge-always":
+        config = APPENDFSYNC_ALWAYS
     with servers.fresh_disque("stall-" + name, config=config, tree=tree) as node:
         extra = ""
-        if name == "jscan":
-            _fill(node.port, jobs)
-            workload = _jscan(node.port)
-        elif name == "pipeline":
-            workload = _addjobs(node.port, jobs, False)
-        elif name == "queues":
-            workload = _addjobs(node.port, int(100_000 * scale), True)
-        elif name == "bulk":
-            workload = _bulk(node.port, int(200_000_000 * scale))
-        elif name in ("schedules", "qlimits"):
+        if name in ("schedules", "qlimits"):
             workload, one = _table_changes(node.port, name, int(10_000 * scale))
             extra = "  set=%.2f ms" % one
         else:
-            parser.error("unknown workload %r" % name)
+            workload = _workload(name, node.port, scale)
+        build = node.client().info("build").get("core_build", "?")
         figures = measure(node.port, workload)
-        print("%-9s pings=%-5d p50=%.2f p99=%.2f p99.9=%.2f max=%.2f ms  (workload %.0f ms)%s"
+        print("%-13s pings=%-5d p50=%.2f p99=%.2f p99.9=%.2f max=%.2f ms  (workload %.0f ms, %s)%s"
               % (label, figures["pings"], figures["p50"], figures["p99"], figures["p99.9"],
-                 figures["max"], figures["workload_ms"], extra), flush=True)
+                 figures["max"], figures["workload_ms"], build, extra), flush=True)
 
 
 if __name__ == "__main__":

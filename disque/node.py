@@ -231,9 +231,25 @@ class Node:
             commands[new.upper().encode()] = cmd
         self.run_commands = _with_run_handler(commands)
 
+    def stream_step(self, client: ClientState, out: list[bytes]) -> bool:
+        """The next step of the command ``client.stream`` continues, its
+        reply's next bytes appended to ``out``; True (and the stream let go
+        of) once the reply is complete."""
+        stream = client.stream
+        assert stream is not None  # the connection steps only a client with one
+        state = self.state
+        state.runtime.now = state.clock()
+        done = stream.step(out)
+        if done:
+            client.stream = None
+        if state.ready_queues or state.wanted_queues:
+            state.after_input()
+        return done
+
     def client_gone(self, client: ClientState) -> None:
         """The connection closed: drop its block (and a waiting ADDJOB's job)
-        and its MONITOR feed."""
+        and its MONITOR feed, and what it had still to do in steps."""
+        client.stream = None
         self.state.monitors.pop(client, None)
         self._let_go(client, None)
 

@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import uvloop
 
@@ -40,6 +40,7 @@ from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
 from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.net.replymemory import ReplyMemory
 from disque.process.clientcontrol import ClientControl
 from disque.process.clusterconfig import ClusterConfigFile
 from disque.process.cron import ServerCron
@@ -105,6 +106,7 @@ class Server(Host):
         self.aclfile: AclFile | None = None  # with the aclfile directive
         self.next_request_scan = 0  # ms: when the cron next looks for stalled requests
         self._output_batch: OutputBatch | None = None
+        self._reply_memory: ReplyMemory | None = None
         self.node: Node = self._create_node()
 
     # ------------------------------------------------------------ startup
@@ -379,6 +381,7 @@ class Server(Host):
         node.state.stats.sample_ops(now)
         self.net_rate.sample(self.net_input_bytes, self.net_output_bytes)
         self.client_control.close_idle(now)
+        self.reply_memory.check()
         if now >= self.next_request_scan:
             self.next_request_scan = now + REQUEST_SCAN_INTERVAL_MS
             self.client_control.close_stalled(now)
@@ -415,11 +418,30 @@ class Server(Host):
             batch = self._output_batch = OutputBatch(self._running_loop(), self.before_output)
         return batch
 
+    @property
+    def reply_memory(self) -> ReplyMemory:
+        """What every client's replies not yet sent hold (maxmemory-clients)."""
+        account = self._reply_memory
+        if account is None or account.loop is not self.loop:
+            account = self._reply_memory = ReplyMemory(self._running_loop(), self.config,
+                                                       self.limits)
+        return account
+
     def flush_aof(self) -> None:
         """Write pending AOF records: called before any reply leaves the process."""
         writer = self.aof_writer
         if writer is not None and writer.pending:
             writer.flush()
+
+    def flush_aof_then(self, done: Callable[[], None]) -> None:
+        """``flush_aof`` between the steps of a long command: ``done`` once
+        the records are on disk as appendfsync asks (under ``always``, the
+        fsync runs in its thread while the loop serves other clients)."""
+        writer = self.aof_writer
+        if writer is not None and writer.pending:
+            writer.flush_then(done)
+        else:
+            done()
 
     def shutdown(self, rewrite_aof: bool) -> bool:
         """Prepare to exit, then stop the loop on its next turn."""

@@ -27,7 +27,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter_ns  # fsync durations (tests fake time.monotonic, not this)
 from typing import TYPE_CHECKING
@@ -107,7 +107,7 @@ class AofWriter:
         self.write_error: str | None = None
         self.last_write_retry = 0
         self.fsync_pool = ThreadPoolExecutor(1, thread_name_prefix="aof-fsync")
-        self.fsync_future: Future[None] | None = None  # the everysec fsync in its thread
+        self.fsync_future: Future[None] | None = None  # the last fsync sent to its thread
         self.fsync_pending_bytes = 0
         self.last_fsync = time.monotonic()
         self.delayed_fsync = 0
@@ -173,9 +173,33 @@ class AofWriter:
 
     def flush(self) -> None:
         """Write buffered records; fsync now under ``appendfsync always``."""
+        if self._write_buffer() and self._always():
+            self.fsync_pending_bytes = 0
+            self._fsync_always(self.fd)
+
+    def flush_then(self, done: Callable[[], None]) -> None:
+        """``flush`` between the steps of a long command (QPURGE): under
+        ``appendfsync always`` the fsync runs in the fsync thread while the
+        loop serves other clients, and ``done`` is called on the loop once
+        the records are on disk; at once otherwise."""
+        if self._write_buffer() and self._always():
+            self.fsync_pending_bytes = 0
+            loop = self.loop
+            # Kept where closing the file waits for it (``_wait_fsync``).
+            future = self.fsync_future = self.fsync_pool.submit(self._fsync_always, self.fd)
+            future.add_done_callback(lambda _: _call_on_loop(loop, done))
+        else:
+            done()
+
+    def _always(self) -> bool:
+        return self.config.appendfsync == "always" and not self._fsync_suppressed()
+
+    def _write_buffer(self) -> bool:
+        """Write the buffered records; True when something was written and
+        nothing failed."""
         self._record_new_jobs()
         if not self.buffer or self.fd < 0:
-            return
+            return False
         written, exc = _write_prefix(self.fd, self.buffer)
         if written:
             # spec §3: only the unwritten part stays buffered (a short write
@@ -185,21 +209,24 @@ class AofWriter:
             self.fsync_pending_bytes += written
         if exc is not None:
             self._write_failed(exc)
-            return
+            return False
         if self.write_error is not None:
             self.logger.warning("AOF write error looks solved, Disque can write again.")
             self.write_error = None
             self.node.aof_error = None
-        if self.config.appendfsync == "always" and not self._fsync_suppressed():
-            start = perf_counter_ns()
-            try:
-                os.fdatasync(self.fd)
-            except OSError as fsync_error:
-                self.logger.warning("Can't fsync the AOF with appendfsync always: %s. Exiting.",
-                                    fsync_error.strerror)
-                os._exit(1)
-            self.fsync_latency.observe((perf_counter_ns() - start) // 1000)
-            self.fsync_pending_bytes = 0
+        return True
+
+    def _fsync_always(self, fd: int) -> None:
+        """appendfsync always's fsync (on the loop, or in the fsync thread):
+        one that fails ends the process, as a reply would lie otherwise."""
+        start = perf_counter_ns()
+        try:
+            os.fdatasync(fd)
+        except OSError as fsync_error:
+            self.logger.warning("Can't fsync the AOF with appendfsync always: %s. Exiting.",
+                                fsync_error.strerror)
+            os._exit(1)
+        self.fsync_latency.observe((perf_counter_ns() - start) // 1000)
 
     def _write_failed(self, exc: OSError) -> None:
         reason = exc.strerror or str(exc)
@@ -458,3 +485,12 @@ class AofWriter:
                         int(self.fsync_future is not None and not self.fsync_future.done())),
                        ("aof_delayed_fsync", self.delayed_fsync)]
         return fields
+
+
+def _call_on_loop(loop: asyncio.AbstractEventLoop, done: Callable[[], None]) -> None:
+    """From the fsync thread: ``done`` on the loop, unless the loop closed
+    meanwhile (the process is stopping: nobody waits for it)."""
+    try:
+        loop.call_soon_threadsafe(done)
+    except RuntimeError:
+        pass

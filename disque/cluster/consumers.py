@@ -28,16 +28,20 @@ class Consumers:
         self.blocked = blocked
         self.federation = federation
 
-    def collect(self, names: list[bytes], count: int) -> list[Job]:
-        """Up to ``count`` jobs, round-robin over the queues, one job per queue
-        per round (spec: GETJOB); queues with nothing to give ask other nodes."""
-        found: list[Job] = []
+    def collect_more(self, names: list[bytes], count: int, found: list[Job], start: int) -> int:
+        """GETJOB's jobs, round-robin over the queues, one job per queue per
+        round (spec: GETJOB); queues with nothing to give ask other nodes.
+        In parts: add jobs to ``found`` until it holds ``count``, going on
+        from the queue at ``start`` (a round begun by an earlier part goes
+        on); return where the next part starts, or -1 once a whole round
+        gave nothing."""
         queues = self.queues.by_name
         pop_job = self.lifecycle.pop_job
         need_jobs = self.federation.need_jobs
+        progress = start > 0  # a part stops right after a queue gave a job
         while True:
-            progress = False
-            for name in names:
+            for position in range(start, len(names)):
+                name = names[position]
                 queue = queues.get(name)
                 if queue is None or not queue.jobs or queue.paused & PAUSE_OUT:
                     if queue is None:
@@ -53,10 +57,12 @@ class Consumers:
                 if not queue.jobs:
                     need_jobs(queue, REACHED_ZERO)
                 if len(found) == count:
-                    return found
+                    return position + 1
                 progress = True
             if not progress:
-                return found
+                return -1
+            progress = False
+            start = 0
 
     def serve_ready(self) -> None:
         """Hand jobs to clients blocked on queues that just received some."""

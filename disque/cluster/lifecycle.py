@@ -516,21 +516,26 @@ class JobLifecycle:
         else:
             job.qtime = 0
 
-    def purge(self, queue: Queue) -> int:
-        """QPURGE: delete the jobs queued in ``queue`` here, and ask their
-        other holders to delete their copies (DELJOB, as FASTACK does);
-        jobs active here are not in the queue and stay. Returns how many."""
-        jobs = list(queue.jobs.iter_from_head())
-        # The queue is emptied at once, not job by job: each job then
-        # leaves as an active one does (journaled, its timer cancelled).
-        queue.jobs.clear()
+    def purge(self, queue: Queue, limit: int) -> int:
+        """QPURGE, in parts of at most ``limit`` jobs: delete the first jobs
+        queued in ``queue`` here, and ask their other holders to delete
+        their copies (DELJOB, as FASTACK does); jobs active here are not in
+        the queue and stay. Returns how many went (each one journaled)."""
+        jobs = queue.jobs
         alone = self.runtime.self_delivered  # a job created here and never copied
-        for job in jobs:
+        purged = 0
+        while purged < limit:
+            job = jobs.pop_first()
+            if job is None:
+                break
+            # Out of the queue: it leaves as an active job does (journaled,
+            # its timer cancelled).
             job.state = ACTIVE
             if job.delivered is not alone:
                 self.outbox.send_to_holders(job, m.job_message(m.DELJOB, job.id))
             self.delete_job(job)
-        return len(jobs)
+            purged += 1
+        return purged
 
     def delete_all(self) -> None:
         """Delete every job, one by one, with what each deletion entails (DEBUG FLUSHALL)."""

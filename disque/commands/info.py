@@ -49,7 +49,9 @@ EXTRA_SECTIONS: Final = (
                          "tls_client_handshake_failures")),  # docs/security.md
            ("Limits", ("client_query_buffer_limit_closed", "unauthenticated_buffer_limit_closed",
                        "client_request_timeout_closed", "output_buffer_limit_closed_normal",
-                       "output_buffer_limit_closed_monitor", "maxclients_rejected_connections",
+                       "output_buffer_limit_closed_monitor", "client_memory_limit_closed",
+                       "clients_reply_memory", "maxmemory_clients",
+                       "maxclients_rejected_connections",
                        "getjob_max_queues_refused",
                        "addjob_quota_refused")),  # docs/security.md "Limits", rate-limits.md
            ("Bus", None),  # the cluster bus's security and refusals (docs/security.md)

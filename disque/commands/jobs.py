@@ -12,8 +12,11 @@ from disque.commands.deadletter import nack_delayed
 from disque.jobs.ids import id_ttl_minutes, is_at_most_once_id, is_valid_job_id
 from disque.jobs.job import ACKED, ACTIVE, BCAST_WILLQUEUE, Job, is_nack_reason
 from disque.jobs.journal import REASON_ACKED
-from disque.jobs.replies import encode_job_info, job_entry
-from disque.protocol.resp import NIL, NIL_ARRAY, error, integer
+from disque.jobs.replies import encode_job_info, job_entry, job_info
+from disque.commands.streams import (INLINE_BYTES, INLINE_IDS, INLINE_JOBS, LARGE_BODY,
+                                     GatheredEntries, IdsStream, PartsStream, RoundRobin,
+                                     entry_size)
+from disque.protocol.resp import NIL, NIL_ARRAY, encode_parts, error, integer
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
@@ -69,8 +72,16 @@ def getjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes | N
     if len(names) > node.config.getjob_max_queues:
         node.stats.getjob_queues_refused += 1
         return error(TOO_MANY_QUEUES % (len(names), node.config.getjob_max_queues))
-    found = node.consumers.collect(names, count)
+    found: list[Job] = []
+    position = node.consumers.collect_more(names, min(count, INLINE_JOBS), found, 0)
     if found:
+        size = 0
+        for job in found:
+            size += entry_size(job)
+        if size > INLINE_BYTES or (position >= 0 and len(found) < count):
+            rounds = RoundRobin(node.consumers, names, count, position)
+            return client.reply_in_steps(b"", GatheredEntries(rounds, found, withcounters,
+                                                              withheaders, False, size))
         return b"*%d\r\n" % len(found) + b"".join([job_entry(j, withcounters, withheaders)
                                                       for j in found])
     if nohang:
@@ -89,48 +100,60 @@ def _all_valid(ids: list[bytes]) -> bool:
     return True
 
 
-def ackjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
-    """ACKJOB id...: count of jobs moved to acked."""
-    ids = argv[1:]
+def _each_id(client: ClientState, ids: list[bytes], act: Callable[[bytes], bool]) -> bytes:
+    """Validate every ID first, then apply ``act`` to each and reply with how
+    many times it returned True; many IDs are done in steps."""
+    if len(ids) > INLINE_IDS:
+        return client.reply_in_steps(b"", IdsStream(ids, act))
     if not _all_valid(ids):
         return errors.BADID
-    acked = 0
-    jobs = node.jobs.by_id
+    count = 0
     for job_id in ids:
-        job = jobs.get(job_id)
-        if job is None:
-            membership = node.membership
-            if (membership.size == 1 or membership.leaving
-                    or is_at_most_once_id(job_id)):
-                continue
-            job = Job(job_id, None, None, 0, 0,
-                      node.runtime.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
-            job.state = ACKED
-            node.lifecycle.register_job(job)
-        elif node.lifecycle.ack_job(job, schedule=False):
-            acked += 1
-        node.lifecycle.gc_attempt(job)  # sets the GC timer
-    node.counters.acked += acked
-    return integer(acked)
+        if act(job_id):
+            count += 1
+    return integer(count)
+
+
+def _ack(node: NodeState, job_id: bytes) -> bool:
+    """ACKJOB of one valid ID: True when a known job moved to acked."""
+    job = node.jobs.by_id.get(job_id)
+    acked = False
+    if job is None:
+        membership = node.membership
+        if membership.size == 1 or membership.leaving or is_at_most_once_id(job_id):
+            return False
+        job = Job(job_id, None, None, 0, 0,
+                  node.runtime.now // 1000 + id_ttl_minutes(job_id) * 60, 0, 0)
+        job.state = ACKED
+        node.lifecycle.register_job(job)
+    elif node.lifecycle.ack_job(job, schedule=False):
+        node.counters.acked += 1
+        acked = True
+    node.lifecycle.gc_attempt(job)  # sets the GC timer
+    return acked
+
+
+def ackjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
+    """ACKJOB id...: count of jobs moved to acked."""
+    return _each_id(client, argv[1:], lambda job_id: _ack(node, job_id))
+
+
+def _fastack(node: NodeState, job_id: bytes) -> bool:
+    """FASTACK of one valid ID: True when the job was known here."""
+    job = node.jobs.by_id.get(job_id)
+    msg = m.job_message(m.DELJOB, job_id)
+    if job is None:
+        node.outbox.broadcast(msg)
+        return False
+    node.outbox.send_to_holders(job, msg)
+    node.lifecycle.delete_job(job, reason=REASON_ACKED)
+    node.counters.acked += 1
+    return True
 
 
 def fastack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """FASTACK id...: delete everywhere, best effort."""
-    ids = argv[1:]
-    if not _all_valid(ids):
-        return errors.BADID
-    deleted = 0
-    for job_id in ids:
-        job = node.jobs.by_id.get(job_id)
-        msg = m.job_message(m.DELJOB, job_id)
-        if job is None:
-            node.outbox.broadcast(msg)
-            continue
-        node.outbox.send_to_holders(job, msg)
-        node.lifecycle.delete_job(job, reason=REASON_ACKED)
-        deleted += 1
-    node.counters.acked += deleted
-    return integer(deleted)
+    return _each_id(client, argv[1:], lambda job_id: _fastack(node, job_id))
 
 
 def working(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
@@ -157,19 +180,16 @@ def working(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     return integer(job.retry)
 
 
-def _count_known(node: NodeState, argv: list[bytes], action: Callable[[Job], bool]) -> bytes:
+def _count_known(node: NodeState, client: ClientState, argv: list[bytes],
+                 action: Callable[[Job], bool]) -> bytes:
     """Validate every ID first, then apply ``action`` to each known job and
     reply with how many times it returned True."""
-    ids = argv[1:]
-    if not _all_valid(ids):
-        return errors.BADID
-    count = 0
     jobs = node.jobs.by_id
-    for job_id in ids:
+
+    def act(job_id: bytes) -> bool:
         job = jobs.get(job_id)
-        if job is not None and action(job):
-            count += 1
-    return integer(count)
+        return job is not None and action(job)
+    return _each_id(client, argv[1:], act)
 
 
 def nack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
@@ -180,13 +200,14 @@ def nack(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     if n > 2:
         word = argv[n - 2]
         if len(word) == 6 and n > 3 and option_name(word) == _REASON:
-            return _nack_with_reason(node, argv[:n - 2], argv[n - 1])
+            return _nack_with_reason(node, client, argv[:n - 2], argv[n - 1])
         if len(word) == 5 and option_name(word) == _DELAY:
             return nack_delayed(node, argv)
-    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
+    return _count_known(node, client, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job, True))
 
 
-def _nack_with_reason(node: NodeState, argv: list[bytes], reason: bytes) -> bytes:
+def _nack_with_reason(node: NodeState, client: ClientState, argv: list[bytes],
+                      reason: bytes) -> bytes:
     """NACK with its ``REASON`` taken off ``argv`` (at least one word is left
     before it: a Disque 1.0 client's ``NACK REASON <id>`` stays a -BADID)."""
     if not is_nack_reason(reason):
@@ -195,18 +216,18 @@ def _nack_with_reason(node: NodeState, argv: list[bytes], reason: bytes) -> byte
     if n > 2 and len(argv[n - 2]) == 5 and option_name(argv[n - 2]) == _DELAY:
         return nack_delayed(node, argv, reason)
     lifecycle = node.lifecycle
-    return _count_known(node, argv, lambda job: job.state == ACTIVE
+    return _count_known(node, client, argv, lambda job: job.state == ACTIVE
                         and lifecycle.enqueue_job(job, True, reason=reason))
 
 
 def enqueue(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """ENQUEUE id...: put active jobs back in their queue."""
-    return _count_known(node, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job))
+    return _count_known(node, client, argv, lambda job: job.state == ACTIVE and node.lifecycle.enqueue_job(job))
 
 
 def dequeue(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """DEQUEUE id...: take queued jobs out of their queue."""
-    return _count_known(node, argv, node.lifecycle.dequeue_job)
+    return _count_known(node, client, argv, node.lifecycle.dequeue_job)
 
 
 def _delete_here(node: NodeState, job: Job) -> bool:
@@ -216,7 +237,7 @@ def _delete_here(node: NodeState, job: Job) -> bool:
 
 def deljob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """DELJOB id...: forget jobs on this node only."""
-    return _count_known(node, argv, lambda job: _delete_here(node, job))
+    return _count_known(node, client, argv, lambda job: _delete_here(node, job))
 
 
 def show(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
@@ -225,7 +246,13 @@ def show(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     if not is_valid_job_id(job_id):
         return errors.BADID
     job = node.jobs.by_id.get(job_id)
-    return NIL if job is None else encode_job_info(job, node.runtime.now)
+    if job is None:
+        return NIL
+    if len(job.body or b"") < LARGE_BODY:
+        return encode_job_info(job, node.runtime.now)
+    # The body is written as it is, not copied into the reply.
+    parts = encode_parts(job_info(job, node.runtime.now), LARGE_BODY)
+    return client.reply_in_steps(parts[0], PartsStream(parts[1:]))
 
 
 def loadjob(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:

@@ -14,12 +14,15 @@ from disque.cluster import messages as m
 from disque.commands.access import restricted_queues
 from disque.commands.args import parse_int, parse_uint
 from disque.jobs.job import DEFAULT_PRIORITY, STATES_BY_NAME
-from disque.jobs.replies import job_entry, job_info
+from disque.jobs.replies import job_entry, job_info, priority_entry
+from disque.commands.streams import (INLINE_BYTES, INLINE_JOBS, LARGE_BODY, GatheredEntries,
+                                     PartsStream, PurgeStream, QueueWalk, entry_size)
 from disque.queues.queue import PAUSE_ALL, PAUSE_IN, PAUSE_NAMES, PAUSE_NONE, PAUSE_OUT
 from disque.context.tablelog import LIMIT_TABLE
 from disque.queues.ratelimit import (MAX_BURST, RateLimit, default_burst, format_rate,
                                      limit_record, parse_rate)
-from disque.protocol.resp import EMPTY_ARRAY, NIL_ARRAY, OK, Status, encode, error, integer, status
+from disque.protocol.resp import (EMPTY_ARRAY, NIL_ARRAY, OK, Status, encode, encode_parts, error,
+                                  integer, status)
 
 if TYPE_CHECKING:
     from disque.context.clients import ClientState
@@ -87,20 +90,21 @@ def qpeek(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
         return EMPTY_ARRAY
     source = queue.jobs.iter_from_head() if count > 0 else queue.jobs.iter_from_tail()
     wanted = abs(count)
-    entries = []
+    first = min(wanted, INLINE_JOBS)
+    jobs: list[Job] = []
+    size = 0
     for job in source:
-        entries.append(_priority_entry(job) if withpriority else job_entry(job))
-        if len(entries) == wanted:
+        jobs.append(job)
+        size += entry_size(job)
+        if len(jobs) == first:
             break
-    return b"*%d\r\n" % len(entries) + b"".join(entries)
-
-
-def _priority_entry(job: Job) -> bytes:
-    """``[queue, id, body, "priority", n]``: the job entry with its priority."""
-    queue: bytes = job.queue  # type: ignore[assignment]  # queued jobs have both
-    body: bytes = job.body  # type: ignore[assignment]
-    return b"*5\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$8\r\npriority\r\n:%d\r\n" % (
-        len(queue), queue, job.id, len(body), body, job.priority)
+    if size > INLINE_BYTES or (len(jobs) < wanted and len(queue.jobs) > len(jobs)):
+        walk = QueueWalk(queue, wanted, count < 0)
+        return client.reply_in_steps(b"", GatheredEntries(walk, jobs, False, False, withpriority,
+                                                          size))
+    if withpriority:
+        return b"*%d\r\n" % len(jobs) + b"".join([priority_entry(job) for job in jobs])
+    return b"*%d\r\n" % len(jobs) + b"".join([job_entry(job) for job in jobs])
 
 
 def priority_counts(queue: Queue) -> list[int] | None:
@@ -307,12 +311,14 @@ def jscan(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
                 and (user is None or user.may_access(job.queue)))
 
     cursor, jobs = _scan(node.jobs.scan, cursor, count, busyloop, keep)
-    elements: list[object]
-    if reply_all:
-        elements = [job_info(job, node.runtime.now) for job in jobs]
-    else:
-        elements = [Status(job.id) for job in jobs]
-    return _scan_reply(cursor, elements)
+    if not reply_all:
+        return _scan_reply(cursor, [Status(job.id) for job in jobs])
+    # A large body is written as it is, not copied into the reply.
+    parts = encode_parts([str(cursor).encode(), [job_info(job, node.runtime.now) for job in jobs]],
+                         LARGE_BODY)
+    if len(parts) == 1:
+        return parts[0]
+    return client.reply_in_steps(parts[0], PartsStream(parts[1:]))
 
 
 def pause(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
@@ -344,7 +350,11 @@ def qpurge(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:
     """QPURGE queue: delete the jobs queued here in ``queue`` and their
     copies on other nodes; reply with how many were queued here."""
     queue = node.queues.by_name.get(argv[1])
-    return integer(node.lifecycle.purge(queue) if queue is not None else 0)
+    if queue is None:
+        return integer(0)
+    if len(queue.jobs) > INLINE_JOBS:
+        return client.reply_in_steps(b"", PurgeStream(node.lifecycle, queue))
+    return integer(node.lifecycle.purge(queue, INLINE_JOBS))
 
 
 def qlimit(node: NodeState, client: ClientState, argv: list[bytes]) -> bytes:

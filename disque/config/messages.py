@@ -69,6 +69,8 @@ INVALID_TLS_AUTH_CLIENTS: Final = "tls-auth-clients must be one of yes, no, opti
 INVALID_TLS_PROTOCOLS: Final = "tls-protocols takes TLSv1, TLSv1.1, TLSv1.2 and TLSv1.3, separated by spaces"
 QUERY_BUFFER_LIMIT_TOO_SMALL: Final = "client-query-buffer-limit must be 1mb or greater"
 UNAUTH_BUFFER_LIMIT_TOO_SMALL: Final = "unauthenticated-query-buffer-limit must be 1kb or greater"
+INVALID_MAXMEMORY_CLIENTS: Final = ("maxmemory-clients must be a memory value, or a percentage of "
+                                    "maxmemory from 0% to 100%")
 INVALID_GETJOB_MAX_QUEUES: Final = "getjob-max-queues must be 1 or greater"
 INVALID_REQUEST_TIMEOUT: Final = "client-request-timeout can't be negative"
 INVALID_ENABLE_OPTION: Final = "argument must be 'no', 'local' or 'yes'"

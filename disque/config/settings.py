@@ -89,6 +89,7 @@ class Config:
     tls_prefer_server_ciphers: bool
     client_query_buffer_limit: int
     unauthenticated_query_buffer_limit: int
+    maxmemory_clients: tuple[int, int]  # (bytes, percent of maxmemory): one is 0
     getjob_max_queues: int
     client_request_timeout: int
     monitor_output_buffer_limit: tuple[int, int, int]

@@ -33,6 +33,7 @@ from disque.config.messages import (
     INVALID_LOGLEVEL,
     INVALID_MAXDELIVER,
     INVALID_MAXCLIENTS,
+    INVALID_MAXMEMORY_CLIENTS,
     INVALID_METRICS_MAX_QUEUES,
     INVALID_METRICS_PORT,
     INVALID_POLICY,
@@ -203,6 +204,37 @@ def _write_client_limit(value: tuple[int, int, int]) -> str:
     return f"normal {format_memory(hard)} {format_memory(soft)} {seconds}"
 
 
+def _client_memory(text: str) -> tuple[int, int]:
+    """maxmemory-clients: bytes (with units), or ``<n>%`` of maxmemory, as
+    ``(bytes, percent)``; 0 turns the limit off."""
+    try:
+        if text.endswith("%"):
+            percent = strict_int(text[:-1])
+            if 0 <= percent <= 100:
+                return 0, percent
+        else:
+            value = memory_value(text)
+            if value >= 0:
+                return value, 0
+    except InvalidValue:
+        pass
+    raise InvalidValue(INVALID_MAXMEMORY_CLIENTS)
+
+
+def _parse_client_memory(args: list[str]) -> tuple[int, int]:
+    return _client_memory(args[0])
+
+
+def _show_client_memory(value: tuple[int, int]) -> str:
+    amount, percent = value
+    return "%d%%" % percent if percent else str(amount)
+
+
+def _write_client_memory(value: tuple[int, int]) -> str:
+    amount, percent = value
+    return "%d%%" % percent if percent else format_memory(amount)
+
+
 # tls-protocols' words (Redis' spelling, matched without case) in order of age.
 TLS_PROTOCOLS: Final = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 
@@ -324,6 +356,11 @@ DIRECTIVE_TABLE: Final[tuple[Directive, ...]] = (
            memory("client-query-buffer-limit", GB, "FSGR", QUERY_BUFFER_LIMIT_TOO_SMALL, low=MB),
            memory("unauthenticated-query-buffer-limit", 16 * KB, "FSGR",
                   UNAUTH_BUFFER_LIMIT_TOO_SMALL, low=KB),
+           # Replies waiting for their clients, in total: 100% of maxmemory, so
+           # that a reply of the largest job the node may hold always fits.
+           Directive("maxmemory-clients", (0, 100), "FSGR", _parse_client_memory,
+                     parse_set=_client_memory, show=_show_client_memory,
+                     write=_write_client_memory),
            integer("getjob-max-queues", 1024, "FSGR", INVALID_GETJOB_MAX_QUEUES, low=1),
            integer("client-request-timeout", 30, "FSGR", INVALID_REQUEST_TIMEOUT),
            # Access control (docs/security.md): Redis 7's names and defaults.

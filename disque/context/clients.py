@@ -7,10 +7,26 @@ The server's connection class extends ClientState and overrides ``send``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from disque.config.users import User
+
+
+class ReplyStream(Protocol):
+    """The rest of a command's work and reply, done in steps: a reply too
+    long to build at once (QPEEK or GETJOB of many jobs, SHOW of a large
+    body) or a command naming many jobs (QPURGE, ACKJOB, ...). Each step
+    does a bounded part, so the connection can let other clients in between
+    steps and stop while its peer does not read."""
+
+    def step(self, out: list[bytes]) -> bool:
+        """Do the next part, appending the reply's next bytes to ``out``;
+        True once the reply is complete."""
+
+    def pending_bytes(self) -> int:
+        """About how many bytes of the reply are still to come: the client
+        holds them (maxmemory-clients counts them as the client's memory)."""
 
 
 class ReplyBatch:
@@ -57,7 +73,7 @@ class ClientState:
 
     __slots__ = ("id", "addr", "name", "authenticated", "blocked", "monitor",
                  "close_after_reply", "last_cmd", "ctime", "atime", "sent", "reply_mode",
-                 "user", "local", "protocol", "tls")
+                 "user", "local", "protocol", "tls", "stream", "streams_replies")
 
     def __init__(self, client_id: int = 0, addr: str = "", now_ms: int = 0) -> None:
         self.id = client_id
@@ -78,6 +94,21 @@ class ClientState:
         self.local = False
         self.protocol = 2  # HELLO 3 makes it 3: CONFIG GET then answers a map
         self.tls = False  # came through tls-port: HELLO gives it the nodes' TLS ports
+        self.stream: ReplyStream | None = None  # the command's reply still to come, in steps
+        # The connection runs ``stream`` in later loop turns (``Node.stream_step``);
+        # for other clients (tests, the dashboard) a handler completes it at once.
+        self.streams_replies = False
+
+    def reply_in_steps(self, head: bytes, stream: ReplyStream) -> bytes:
+        """Answer ``head`` now and the rest through ``stream``: in later steps
+        when the connection runs them, else at once (the same bytes)."""
+        if self.streams_replies:
+            self.stream = stream
+            return head
+        out = [head]
+        while not stream.step(out):
+            pass
+        return b"".join(out)
 
     def send(self, data: bytes) -> None:
         """Deliver a reply outside the request/response flow (unblocking, MONITOR)."""

@@ -63,6 +63,14 @@ def _counter(suffix: str, documentation: str, value: int) -> CounterMetricFamily
     return CounterMetricFamily(_name(suffix), documentation, value=value)
 
 
+def _int_field(fields: list[tuple[str, object]], name: str) -> int:
+    """An INFO field of the process's (0 when it has none)."""
+    for key, value in fields:
+        if key == name and isinstance(value, int):
+            return value
+    return 0
+
+
 def _gauge(suffix: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(_name(suffix), documentation, value=value)
 
@@ -256,6 +264,12 @@ class ProcessCollector:
         yield _counter("net_input_bytes", "Bytes read from clients.", server.net_input_bytes)
         yield _counter("net_output_bytes", "Bytes written to clients.", server.net_output_bytes)
         yield _gauge("memory_rss_bytes", "Resident set size of the process.", rss_bytes())
+        limits = server.info_fields("limits")
+        yield _gauge("clients_reply_memory_bytes", "What replies not yet sent hold, all clients "
+                     "together (bounded by maxmemory-clients).",
+                     _int_field(limits, "clients_reply_memory"))
+        yield _counter("client_memory_limit_closed", "Clients closed by maxmemory-clients: "
+                       "theirs held the most.", _int_field(limits, "client_memory_limit_closed"))
         yield from self._aof()
 
     def _aof(self) -> Iterator[Metric]:

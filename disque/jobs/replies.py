@@ -30,6 +30,27 @@ def job_entry(job: Job, withcounters: bool = False, withheaders: bool = False) -
         len(queue), queue, job.id, len(body), body)
 
 
+def priority_entry(job: Job) -> bytes:
+    """``[queue, id, body, "priority", n]``: QPEEK WITHPRIORITY's entry."""
+    queue: bytes = job.queue  # type: ignore[assignment]  # queued jobs have both
+    body: bytes = job.body  # type: ignore[assignment]
+    return b"*5\r\n$%d\r\n%b\r\n$40\r\n%b\r\n$%d\r\n%b\r\n$8\r\npriority\r\n:%d\r\n" % (
+        len(queue), queue, job.id, len(body), body, job.priority)
+
+
+def entry_value(job: Job, withcounters: bool, withheaders: bool, withpriority: bool) -> list[object]:
+    """The entry of ``job_entry`` (or ``priority_entry``) as a value for
+    ``resp.encode_parts``: a large body then reaches the transport uncopied."""
+    entry: list[object] = [job.queue, job.id, job.body]
+    if withpriority:
+        entry += [b"priority", job.priority]
+    if withcounters:
+        entry += [b"nacks", job.nacks, b"additional-deliveries", job.adeliv]
+    if withheaders:
+        entry += [b"headers", list(job_headers(job) or ())]
+    return entry
+
+
 def _entry_with_headers(job: Job, queue: bytes, body: bytes, withcounters: bool) -> bytes:
     """A GETJOB entry with WITHHEADERS (docs/commands.md "Job headers")."""
     headers = job_headers(job) or ()

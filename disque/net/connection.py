@@ -18,14 +18,19 @@ AOF first too.
 
 A long pipeline runs in slices of about SLICE_BUDGET_NS: the rest of the
 read waits for a later loop turn (``_yield_rest``, reading paused, replies
-in order), so one client cannot hold every other one up.
+in order), so one client cannot hold every other one up. A command whose
+work or reply goes on in steps (``ClientState.stream``: QPEEK or GETJOB of
+many jobs, SHOW of a large body, QPURGE, ACKJOB of many IDs) runs them in
+slices the same way (``_run_stream``), making more of its reply only while
+the peer reads it; the commands after it wait.
 
 A blocked client (GETJOB, synchronous ADDJOB) stops executing until the
 node unblocks it; what it sends meanwhile is kept (reading pauses past
 MAX_PENDING_COMMANDS) so that its disconnect is still noticed. Reading
 also pauses while the transport's write buffer is above its high-water
 mark, and a pipeline of big replies is held back there, so a slow reader
-cannot make the node buffer replies without bound.
+cannot make the node buffer replies without bound; what all clients'
+replies hold together is bounded by maxmemory-clients (``net/replymemory``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from disque.commands.access import (PROTECTED_MODE_DENIED, is_loopback, needs_au
 from disque.context.log import logger
 from disque.protocol.request import ARG_OVERHEAD, ProtocolError, RequestParser
 from disque.protocol.request_hiredis import HiredisRequestParser
+from disque.net.replymemory import ReplyMemory
 from disque.protocol.resp import error
 
 if TYPE_CHECKING:
@@ -66,7 +72,7 @@ class LimitCounters:
     """Connections closed by a limit (INFO limits, docs/security.md "Limits")."""
 
     __slots__ = ("query_buffer", "unauthenticated_buffer", "request_timeout", "output_normal",
-                 "output_monitor")
+                 "output_monitor", "client_memory")
 
     def __init__(self) -> None:
         self.query_buffer = 0            # client-query-buffer-limit
@@ -74,6 +80,7 @@ class LimitCounters:
         self.request_timeout = 0         # client-request-timeout
         self.output_normal = 0           # client-output-buffer-limit, normal clients
         self.output_monitor = 0          # client-output-buffer-limit / the cap, MONITOR clients
+        self.client_memory = 0           # maxmemory-clients (the client holding the most)
 
 
 class OutputBatch:
@@ -151,6 +158,9 @@ class CommandNode(Protocol):
                  start: int, out: list[bytes]) -> int:
         """Run a pipelined run from ``start``; the index of the first not run."""
 
+    def stream_step(self, client: ClientState, out: list[bytes]) -> bool:
+        """The next step of ``client.stream``; True once its reply is complete."""
+
     def client_gone(self, client: ClientState) -> None:
         """The connection closed."""
 
@@ -182,6 +192,10 @@ class ConnectionServer(Protocol):
         """This loop turn's replies, which the connection's join."""
 
     @property
+    def reply_memory(self) -> ReplyMemory:
+        """What all clients' replies not yet sent hold (maxmemory-clients)."""
+
+    @property
     def limits(self) -> LimitCounters:
         """Connections closed by a limit."""
 
@@ -196,6 +210,10 @@ class ConnectionServer(Protocol):
     def next_client_id(self) -> int:
         """A new connection's ID."""
 
+    def flush_aof_then(self, done: Callable[[], None]) -> None:
+        """Write the AOF's pending records; ``done`` (soon or at once) once
+        they are on disk as appendfsync asks, the loop serving others meanwhile."""
+
     def arm_timer(self) -> None:
         """Have the node's timers fire at its next due time."""
 
@@ -206,15 +224,19 @@ class ConnectionServer(Protocol):
 class ClientConnection(asyncio.Protocol, ClientState):
     """asyncio protocol for one client."""
 
-    __slots__ = ("server", "node", "batch", "transport", "parser", "pending", "fd", "reading",
-                 "paused_for_output", "soft_limit_since", "closing", "protocol_error", "output",
-                 "held_input", "read_ahead")
+    __slots__ = ("server", "node", "batch", "memory", "transport", "parser", "pending", "fd",
+                 "reading", "paused_for_output", "soft_limit_since", "closing", "protocol_error",
+                 "output", "held_input", "read_ahead", "noted_memory", "stream_muted")
 
     def __init__(self, server: ConnectionServer) -> None:
         ClientState.__init__(self, server.next_client_id(), "", server.node.state.now)
         self.server = server
         self.node = server.node
         self.batch: OutputBatch = server.output_batch
+        self.memory = server.reply_memory
+        self.noted_memory = 0  # this client's figure in ``memory``
+        self.stream_muted = False  # the stream's command was under CLIENT REPLY OFF / SKIP
+        self.streams_replies = True
         self.transport: asyncio.Transport | None = None
         self.parser: RequestParser = HiredisRequestParser(server.config.proto_max_bulk_len)
         self.pending: list[list[bytes]] | None = None  # commands read while blocked
@@ -268,6 +290,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self.output = None
+        self.stream = None
+        self.memory.forget(self)
         server = self.server
         if server.clients.pop(self.id, None) is None:
             self.transport = None
@@ -282,6 +306,8 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def resume_writing(self) -> None:
         self.paused_for_output = False
+        if self.noted_memory:
+            self._note_memory()  # drained: the account's figure shrinks
         if self.blocked is None and self.pending is not None:
             self.resume()  # the rest of a pipeline held back by the full output
         elif self.protocol_error is None and (self.pending is None
@@ -319,9 +345,28 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.protocol_error is not None and self.blocked is None and self.pending is None:
             self._protocol_error(self.protocol_error)
         elif not self.closing:
-            held = self.parser.held() + self.read_ahead
+            cut = self.parser.held()
+            held = cut + self.read_ahead
             if held:
                 self._check_query_buffer(held)
+            if cut and self.reading and not self.closing:
+                # A request longer than a read (ACKJOB of 100,000 IDs): one
+                # read of it per loop turn. libuv reads a socket up to 32
+                # times in a row, and parsing 2 MB of small arguments held
+                # every other client up for 60 ms.
+                self._set_reading(False)
+                self.batch.loop.call_soon(self._read_on)
+
+    def _read_on(self) -> None:
+        """Read the rest of a long request, unless reading stopped meanwhile
+        for a reason of its own (full output, a pipeline's rest waiting, too
+        much read ahead of a blocked command, a protocol error)."""
+        pending = self.pending
+        if (not self.reading and not self.closing and self.protocol_error is None
+                and not self.paused_for_output
+                and (pending is None or (self.blocked is not None
+                                         and len(pending) < MAX_PENDING_COMMANDS))):
+            self._set_reading(True)
 
     def _check_query_buffer(self, held: int) -> None:
         """Close a client whose input not yet run (an unfinished request, and
@@ -352,8 +397,11 @@ class ClientConnection(asyncio.Protocol, ClientState):
             reply = call(self, commands[0])
             if reply is None:
                 self._blocked([])
-            elif reply:
-                self._write(reply)
+            else:
+                if reply:
+                    self._write(reply)
+                if self.stream is not None:
+                    self._start_stream([], False)
         else:
             node = self.node
             run_commands = node.run_commands
@@ -382,6 +430,12 @@ class ClientConnection(asyncio.Protocol, ClientState):
                     if reply:
                         out.append(reply)
                         size += len(reply)
+                    if self.stream is not None:
+                        if out:
+                            self._write(b"".join(out))
+                            out = []
+                        self._start_stream(commands[i:], mode != 0)
+                        break
                     if self.close_after_reply:
                         break
                 if i >= check_at and i < n:
@@ -409,6 +463,54 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.close_after_reply:
             self.close()
         self.server.arm_timer()
+
+    def _start_stream(self, rest: list[list[bytes]], muted: bool) -> None:
+        """The command just run goes on in steps (``self.stream``): run them
+        for a slice now and in later loop turns, the commands after it
+        (``rest``) waiting, reading paused; ``muted``: its reply is dropped
+        (CLIENT REPLY OFF or SKIP), its work done."""
+        self.pending = rest
+        self.stream_muted = muted
+        self._set_reading(False)
+        self._run_stream()
+
+    def _run_stream(self) -> None:
+        """Steps of the stream for about SLICE_BUDGET_NS, while the peer
+        reads (``resume_writing`` brings it back). Then the AOF is written:
+        the next slice, and the last step's reply (a count of deletions),
+        wait until the slice's records are on disk as appendfsync asks
+        (fsynced in the fsync thread under ``always``, the loop serving
+        others meanwhile; spec: persistence.md)."""
+        node = self.node
+        perf_ns = node.perf_ns
+        begin = perf_ns()
+        last: list[bytes] = []
+        while True:
+            parts: list[bytes] = []
+            done = node.stream_step(self, parts)
+            if done:
+                last = parts
+                break
+            if parts and not self.stream_muted:
+                self._write_parts(parts)
+            if self.closing or self.paused_for_output or perf_ns() - begin > SLICE_BUDGET_NS:
+                break
+        if self.closing:
+            return
+        self._note_memory()
+        if done or not self.paused_for_output:
+            self.server.flush_aof_then(lambda: self._slice_on_disk(last))
+        else:
+            self.batch.before_write()  # resume_writing starts the next slice
+
+    def _slice_on_disk(self, last: list[bytes]) -> None:
+        """The slice's records are on disk: its last reply goes, then the
+        next slice (or the commands that waited) in a later turn."""
+        if self.closing:
+            return
+        if last and not self.stream_muted:
+            self._write_parts(last)
+        self.batch.loop.call_soon(self.resume_pending)
 
     def _yield_rest(self, rest: list[list[bytes]]) -> None:
         """Let other clients in: run ``rest`` in a later loop turn, reading
@@ -464,8 +566,13 @@ class ClientConnection(asyncio.Protocol, ClientState):
 
     def resume_pending(self) -> None:
         """Run the commands that waited while the client was blocked (or
-        the rest of a pipeline that yielded), then read again."""
+        the rest of a pipeline that yielded, or a command going on in
+        steps), then read again."""
         if self.closing or self.blocked is not None:
+            return
+        if self.stream is not None:
+            if not self.paused_for_output:
+                self._run_stream()
             return
         pending = self.pending
         self.pending = None
@@ -516,8 +623,63 @@ class ClientConnection(asyncio.Protocol, ClientState):
         assert output is not None and transport is not None
         self.output = None
         transport.write(output[0] if len(output) == 1 else b"".join(output))
+        self._after_write(transport)
+
+    def _write_parts(self, parts: list[bytes]) -> None:
+        """A step's reply, to the transport now, after what was collected (and
+        the AOF): a part of WRITE_HIGH_WATER bytes or more is written as it
+        is, so a large job body is not copied into the reply."""
+        self.batch.before_write()  # spec: persistence.md
+        if self.output is not None:
+            self.write_output()
+        transport = self.transport
+        if self.closing or transport is None:
+            return
+        small: list[bytes] = []
+        for part in parts:
+            self.server.net_output_bytes += len(part)
+            if len(part) < WRITE_HIGH_WATER:
+                small.append(part)
+                continue
+            if small:
+                transport.write(b"".join(small))
+                small = []
+            transport.write(part)
+        if small:
+            transport.write(b"".join(small))
+        self._after_write(transport)
+
+    def _after_write(self, transport: asyncio.Transport) -> None:
+        held = transport.get_write_buffer_size()
+        stream = self.stream
+        if stream is not None:
+            held += stream.pending_bytes()
+        if held or self.noted_memory:
+            self.memory.note(self, held)
         if self.server.output_limited or self.monitor:
-            self._check_output_limits()
+            self._check_output_limits(held)
+
+    def reply_memory(self) -> int:
+        """What this client's replies not yet sent hold: its transport's
+        buffer and the part of a reply in steps still to come."""
+        transport = self.transport
+        held = transport.get_write_buffer_size() if transport is not None else 0
+        stream = self.stream
+        return held + stream.pending_bytes() if stream is not None else held
+
+    def _note_memory(self) -> None:
+        held = self.reply_memory()
+        if held or self.noted_memory:
+            self.memory.note(self, held)
+
+    def close_for_memory(self) -> None:
+        """maxmemory-clients closes this client: at once, its replies dropped."""
+        self.closing = True
+        self.output = None
+        self.stream = None
+        transport = self.transport
+        if transport is not None:
+            transport.abort()
 
     def _flush_now(self) -> None:
         """Write this client's replies before the turn ends (close, big pipeline)."""
@@ -525,12 +687,12 @@ class ClientConnection(asyncio.Protocol, ClientState):
             self.batch.before_write()  # spec: persistence.md
             self.write_output()
 
-    def _check_output_limits(self) -> None:
+    def _check_output_limits(self, size: int) -> None:
+        """``size``: what the client's replies not yet sent hold."""
         config = self.server.config
         hard, soft, soft_seconds = config.client_output_buffer_limit
         transport = self.transport
         assert transport is not None  # after a write, from write_output
-        size = transport.get_write_buffer_size()
         if self.monitor:
             # A MONITOR is a normal client too (as in Disque 1.0); the tighter
             # of its two hard limits, and of its two soft ones, applies.
@@ -582,7 +744,7 @@ class ClientConnection(asyncio.Protocol, ClientState):
         if self.fd >= 0 and self.addr.startswith(self.server.config.unixsocket or "\0"):
             flags += "U"
         qbuf = self.parser.buffered()
-        omem = self.transport.get_write_buffer_size() if self.transport else 0
+        omem = self.reply_memory()
         events = "r" if self.reading else ""
         if omem:
             events += "w"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from disque import __version__
 from disque.build import core_build
+from disque.net.replymemory import memory_limit
 
 if TYPE_CHECKING:
     from disque.aof.service import AofService
@@ -199,6 +200,11 @@ def _limits_fields(server: InfoServer) -> InfoFields:
             ("client_request_timeout_closed", limits.request_timeout),
             ("output_buffer_limit_closed_normal", limits.output_normal),
             ("output_buffer_limit_closed_monitor", limits.output_monitor),
+            ("client_memory_limit_closed", limits.client_memory),
+            # What replies not yet sent hold now, all clients together, and its limit.
+            ("clients_reply_memory", sum([client.reply_memory()
+                                          for client in server.clients.values()])),
+            ("maxmemory_clients", memory_limit(server.config)),
             ("maxclients_rejected_connections", server.rejected_connections)]
 
 

@@ -62,6 +62,32 @@ def encode(value: object) -> bytes:
     return bytes(out)
 
 
+def encode_parts(value: object, large: int) -> list[bytes]:
+    """``encode(value)`` as consecutive parts, every bytes value of ``large``
+    bytes or more a part of its own: the same object, not a copy, so a job's
+    body reaches the transport without being copied into the reply."""
+    parts: list[bytes] = []
+    out = bytearray()
+    _encode_split(out, value, parts, large)
+    parts.append(bytes(out))
+    return parts
+
+
+def _encode_split(out: bytearray, value: object, parts: list[bytes], large: int) -> None:
+    if type(value) is bytes and len(value) >= large:
+        out += b"$%d\r\n" % len(value)
+        parts.append(bytes(out))
+        parts.append(value)
+        out.clear()
+        out += CRLF
+    elif type(value) is list:
+        out += b"*%d\r\n" % len(value)
+        for item in value:
+            _encode_split(out, item, parts, large)
+    else:
+        _encode_into(out, value)
+
+
 def encode_map(pairs: list[tuple[bytes, object]]) -> bytes:
     """A RESP3 map of ``pairs`` (for a client that said HELLO 3)."""
     out = bytearray(b"%%%d\r\n" % len(pairs))

@@ -182,6 +182,23 @@ class SkipList:
             yield item
             item = item._slprev
 
+    def iter_after(self, item: Job, backwards: bool) -> Iterator[Job]:
+        """Items ordered after ``item`` (before it, last first, when
+        ``backwards``), which may have left the list meanwhile: a walk over
+        several loop turns goes on from the last item it saw (do not modify
+        while iterating)."""
+        prev = self._last_before(item)
+        nxt: Job | None
+        if backwards:
+            nxt = prev
+        else:
+            nxt = self._head[0] if prev is None else prev._sl
+            if nxt is item:
+                nxt = item._sl
+        while nxt is not None:
+            yield nxt
+            nxt = nxt._slprev if backwards else nxt._sl
+
     def clear(self) -> None:
         """Unlink every item."""
         item = self._head[0]

@@ -60,6 +60,7 @@ GETTABLE = [
     "dashboard-hosts", "tls-port", "tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-ca-cert-dir",
     "tls-auth-clients", "tls-cluster", "tls-protocols", "tls-ciphers", "tls-ciphersuites",
     "tls-prefer-server-ciphers", "client-query-buffer-limit", "unauthenticated-query-buffer-limit",
+    "maxmemory-clients",
     "getjob-max-queues", "client-request-timeout",
     "protected-mode", "enable-debug-command", "enable-protected-configs", "aclfile",
     "cluster-secret-file", "monitor-output-buffer-limit",
@@ -562,7 +563,7 @@ def test_get_hides_non_visible_parameters(name):
 @pytest.mark.parametrize("pattern, names", [
     (b"maxmemory", ["maxmemory"]),
     (b"MAXMEMORY", ["maxmemory"]),
-    (b"maxmemory*", ["maxmemory", "maxmemory-policy", "maxmemory-samples"]),
+    (b"maxmemory*", ["maxmemory", "maxmemory-policy", "maxmemory-samples", "maxmemory-clients"]),
     (b"*timeout*", ["timeout", "cluster-node-timeout", "client-request-timeout"]),
     (b"?z", ["hz"]),
     (b"[ab]ind", ["bind"]),
@@ -627,6 +628,10 @@ def test_get_glob(pattern, names):
     ("proto-max-bulk-len", "1mb", "proto_max_bulk_len", MB),
     ("dashboard-hosts", "a.example b.example", "dashboard_hosts", ["a.example", "b.example"]),
     ("dashboard-hosts", "", "dashboard_hosts", []),
+    ("maxmemory-clients", "512mb", "maxmemory_clients", (512 * MB, 0)),
+    ("maxmemory-clients", "0", "maxmemory_clients", (0, 0)),
+    ("maxmemory-clients", "25%", "maxmemory_clients", (0, 25)),
+    ("maxmemory-clients", "100%", "maxmemory_clients", (0, 100)),
 ])
 def test_set_accepts(name, value, attr, expected):
     config = Config()
@@ -686,6 +691,8 @@ def test_set_names_are_case_insensitive():
     ("client-output-buffer-limit", "normal 0 0 1s"),
     ("watchdog-period", "-1"),
     ("proto-max-bulk-len", "1000"),
+    ("maxmemory-clients", "-1"), ("maxmemory-clients", "101%"), ("maxmemory-clients", "-5%"),
+    ("maxmemory-clients", "5.5%"), ("maxmemory-clients", "%"), ("maxmemory-clients", "lots"),
 ])
 def test_set_rejects_with_exact_text(name, value):
     config = Config()
@@ -877,6 +884,19 @@ def test_rewrite_appends_non_defaults_once_after_signature():
     lines = files.text().splitlines()
     assert lines.count(REWRITE_SIGNATURE) == 1
     assert lines[-1] == "hz 25"
+
+
+def test_maxmemory_clients_in_the_file_get_and_rewrite():
+    config = load_text("maxmemory-clients 30%\n")
+    assert config.maxmemory_clients == (0, 30)
+    assert config.get(b"maxmemory-clients") == [b"maxmemory-clients", b"30%"]
+    config.set(b"maxmemory-clients", b"256mb")
+    assert config.get(b"maxmemory-clients") == [b"maxmemory-clients", b"268435456"]
+    assert "maxmemory-clients 256mb" in config.rewrite_lines()
+    assert load_text("").get(b"maxmemory-clients") == [b"maxmemory-clients", b"100%"]
+    with pytest.raises(ConfigError, match="maxmemory-clients must be a memory value, or a "
+                       "percentage of maxmemory from 0% to 100%"):
+        load_text("maxmemory-clients 150%\n")
 
 
 def test_rewrite_does_not_write_defaults():

@@ -41,6 +41,7 @@ import weakref
 
 from disque.net.bus import ClusterBus
 from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.net.replymemory import ReplyMemory
 from disque.tools.resp_client import encode_command
 
 from tests.sim.harness.clients import MalformedReply, SimFailure
@@ -618,6 +619,7 @@ class WireServer:
         self.clients_paused = False  # no CLIENT PAUSE in the simulation
         self.output_batch = OutputBatch(loop, self.flush_aof)
         self.limits = LimitCounters()
+        self.reply_memory = ReplyMemory(loop, self.config, self.limits)
 
     def new_connection(self) -> ClientConnection:
         return ClientConnection(self)
@@ -631,6 +633,10 @@ class WireServer:
 
     def flush_aof(self) -> None:
         """No AOF in the simulation."""
+
+    def flush_aof_then(self, done) -> None:
+        """No AOF in the simulation: nothing to wait for."""
+        done()
 
     def tune_tcp_socket(self, sock) -> None:
         raise AssertionError("a simulated transport has no socket")

@@ -143,6 +143,36 @@ def test_fsync_on_flush_only_with_always(node_writer, monkeypatch, policy, fsync
     assert calls == [writer.fd] * fsyncs
 
 
+@pytest.mark.parametrize("policy", ["always", "everysec"])
+async def test_between_steps_the_fsync_of_always_runs_off_the_loop(node_writer, monkeypatch,
+                                                                   policy):
+    node, writer = node_writer
+    node.state.config.appendfsync = policy
+    threads = []
+    release = threading.Event()
+
+    def fdatasync(fd):
+        threads.append(threading.current_thread())
+        release.wait(10)
+    monkeypatch.setattr(writer_module.os, "fdatasync", fdatasync)
+    writer.open_existing()
+    Cmd(node).addjob("q", "x")
+    done = asyncio.Event()
+    writer.flush_then(done.set)
+    assert not writer.pending and [r[0] for r in records()] == [b"LOADJOB"]  # written at once
+    if policy == "always":
+        await asyncio.sleep(0.01)
+        assert not done.is_set()  # on disk only once the fsync thread is through
+        release.set()
+        await asyncio.wait_for(done.wait(), 10)
+        assert threads and threads[0] is not threading.main_thread()
+    else:
+        assert done.is_set() and not threads
+    done.clear()
+    writer.flush_then(done.set)  # nothing pending: at once
+    assert done.is_set()
+
+
 class FakeMonotonic:
     def __init__(self) -> None:
         self.now = 1000.0

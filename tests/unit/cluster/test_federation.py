@@ -84,7 +84,9 @@ def test_consumers_get_jobs_round_robin_and_blocked_ones_are_served_on_arrival()
     third = make_job(parts, queue=b"b", tag=3)
     for job in (first, second, third):
         parts.add_new(job)
-    assert consumers.collect([b"a", b"b"], 3) == [first, third, second]
+    found: list = []
+    assert consumers.collect_more([b"a", b"b"], 3, found, 0) == 1
+    assert found == [first, third, second]
     waiting = ClientState(1)
     parts.blocked.block_for_jobs(waiting, [b"a"], 0, 1, False)
     late = make_job(parts, queue=b"a", tag=4)

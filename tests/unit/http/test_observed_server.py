@@ -29,6 +29,8 @@ class StandInServer:
         self.aof_writer = None
 
     def info_fields(self, section: str) -> list[tuple[str, object]]:
+        if section == "limits":
+            return [("client_memory_limit_closed", 2), ("clients_reply_memory", 5000)]
         return [("used_memory_rss", 4096)] if section == "memory" else []
 
 
@@ -37,6 +39,8 @@ def test_metrics_read_what_the_protocol_names() -> None:
     assert value(families, "disque_connected_clients") == 2
     assert value(families, "disque_connections_received_total") == 3
     assert value(families, "disque_net_output_bytes_total") == 200
+    assert value(families, "disque_clients_reply_memory_bytes") == 5000
+    assert value(families, "disque_client_memory_limit_closed_total") == 2
     assert "disque_aof_enabled" not in families
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 
 from disque.net.connection import ClientConnection, LimitCounters, OutputBatch
+from disque.net.replymemory import ReplyMemory
 from disque.node import Node
 from tests.unit.helpers import make_node
 from tests.unit.net.test_connection import PING, FakeLoop, FakeTransport
@@ -18,7 +19,8 @@ ADDJOB = b"*4\r\n$6\r\nADDJOB\r\n$1\r\nq\r\n$4\r\nbody\r\n$1\r\n0\r\n"
 class StandInServer:
     """The members of ``ConnectionServer``, and nothing else."""
 
-    __slots__ = ("node", "config", "clients", "output_batch", "limits", "clients_paused",
+    __slots__ = ("node", "config", "clients", "output_batch", "reply_memory", "limits",
+                 "clients_paused",
                  "output_limited", "connections_received", "rejected_connections",
                  "net_input_bytes", "net_output_bytes", "client_id", "armed")
 
@@ -28,6 +30,7 @@ class StandInServer:
         self.clients: dict[int, ClientConnection] = {}
         self.output_batch = OutputBatch(loop, lambda: None)
         self.limits = LimitCounters()
+        self.reply_memory = ReplyMemory(loop, self.config, self.limits)
         self.clients_paused = False
         self.output_limited = False
         self.connections_received = 0
@@ -43,6 +46,9 @@ class StandInServer:
 
     def arm_timer(self) -> None:
         self.armed += 1
+
+    def flush_aof_then(self, done) -> None:
+        done()
 
     def tune_tcp_socket(self, sock: socket.socket) -> None:
         raise AssertionError("a fake transport has no socket")

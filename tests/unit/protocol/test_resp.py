@@ -46,3 +46,13 @@ class TestEncoders:
         reader.feed(resp.encode(value))
         assert reader.gets() == value
         assert reader.gets() is False
+
+
+def test_encode_parts_is_encode_with_large_strings_apart():
+    large = b"L" * 1000
+    value = [b"id", b"x", [b"nested", large, 7, None, [large]], large, "text", Status(b"OK"),
+             (b"tuple", 1), b"y" * 999]
+    parts = resp.encode_parts(value, 1000)
+    assert b"".join(parts) == resp.encode(value)
+    assert [part for part in parts if part is large] == [large] * 3  # the object, not a copy
+    assert resp.encode_parts([b"small"], 1000) == [resp.encode([b"small"])]

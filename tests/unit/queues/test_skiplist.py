@@ -82,6 +82,23 @@ class SkipListModel(RuleBasedStateMachine):
         if outsider.id not in self.ids:
             assert outsider not in self.sl
 
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), gone=st.booleans())
+    def walk_on_from(self, data, gone):
+        # A walk goes on from the last job it saw, in the list or gone from it.
+        job = data.draw(st.sampled_from(self.model))
+        if gone:
+            self.remove_job(job)
+        later = [other for other in self.model if key(other) > key(job)]
+        earlier = [other for other in self.model if key(other) < key(job)]
+        assert list(self.sl.iter_after(job, False)) == later
+        assert list(self.sl.iter_after(job, True)) == earlier[::-1]
+
+    def remove_job(self, job):
+        self.sl.remove(job)
+        self.model.remove(job)
+        self.ids.discard(job.id)
+
     @rule()
     def clear_sometimes(self):
         if len(self.model) > 30:
