@@ -22,6 +22,7 @@ crosses a network in clear. Failed logins are limited per address
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Container, Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from disque.config.users import DEFAULT_USER
 from disque.context.clients import ClientState
 from disque.context.log import logger
 from disque.http.sessions import LoginLimiter, Session, SessionStore, credentials_of
+from disque.net.connection import SLICE_BUDGET_NS
 from disque.protocol.argsplit import quote_arg
 from disque.protocol.resp import OK
 
@@ -255,14 +257,38 @@ class DashboardActions:
             raise ActionError(403, BAD_CSRF)
         return session
 
-    def run(self, client: ClientState, argv: list[bytes]) -> bytes:
-        """One command through the node's command table, as ``client``."""
+    async def run(self, client: ClientState, argv: list[bytes]) -> bytes:
+        """One command through the node's command table, as ``client``. A long
+        one (QPURGE of a long queue, DELJOB of many copies) goes on in steps
+        of about SLICE_BUDGET_NS as a client connection runs it: other
+        clients are served between them, and each step's AOF records are on
+        disk as appendfsync asks before the next step and before the reply."""
         server = self.server
-        reply = server.node.call(client, argv)
+        node = server.node
+        client.streams_replies = True
+        reply = node.call(client, argv)
         assert reply is not None  # neither AUTH nor an action's command blocks
-        server.flush_aof()  # spec: persistence.md, the AOF is written before the reply leaves
+        parts = [reply]
+        while client.stream is not None:
+            begin = node.perf_ns()
+            while not node.stream_step(client, parts):
+                if node.perf_ns() - begin > SLICE_BUDGET_NS:
+                    break
+            await self._on_disk()
+        if len(parts) == 1:  # spec: persistence.md, the AOF is written before the reply leaves
+            server.flush_aof()
         server.arm_timer()
-        return reply
+        return b"".join(parts)
+
+    def _on_disk(self) -> asyncio.Future[None]:
+        """Resolved once the records written so far are on disk as appendfsync asks."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def done() -> None:
+            if not future.done():
+                future.set_result(None)
+        self.server.flush_aof_then(done)
+        return future
 
     # ----------------------------------------------------------- handlers
 
@@ -303,7 +329,7 @@ class DashboardActions:
         server = self.server
         client = ClientState(server.next_client_id(), _address(request), server.node.state.now)
         client.local = is_loopback(peer)
-        reply = self.run(client, argv)
+        reply = await self.run(client, argv)
         # A user that takes any password (nopass) is no login: the page acts with rights.
         if reply != OK or (client.user is not None and client.user.nopass):
             self.limiter.failed(peer)
@@ -347,7 +373,7 @@ class DashboardActions:
             return _refused(exc)
         client = session.client
         client.addr = _address(request)
-        value = reply_value(self.run(client, argv))
+        value = reply_value(await self.run(client, argv))
         if client.close_after_reply:  # commands.access: the user was deleted or turned off
             self.sessions.end(request.cookies.get(self.cookie_name(request)))
             return _json({"error": USER_GONE}, 401)

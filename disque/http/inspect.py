@@ -322,7 +322,7 @@ class Inspector:
         except ActionError as exc:
             return _refused(exc)
         if node is None:
-            return self._run_here(request, session, [QREDRIVE, name])
+            return await self._run_here(request, session, [QREDRIVE, name])
         value = answers[0][1] if answers else NO_ANSWER
         if type(value) is not int:
             return _json({"error": "Node %s did not answer." % node.id[:8].decode()}, 504)
@@ -350,7 +350,7 @@ class Inspector:
         others: list[bytes] = []
         for copy in copies:
             if copy.entry["myself"]:
-                reply = reply_value(actions.run(session.client, [DELJOB, job_id]))
+                reply = reply_value(await actions.run(session.client, [DELJOB, job_id]))
                 if type(reply) is not int:
                     return _json({"error": str(reply)}, 403)
                 deleted += reply
@@ -374,10 +374,10 @@ class Inspector:
                 return node
         raise ActionError(404, NO_SUCH_NODE % str(text)[:40])
 
-    def _run_here(self, request: web.Request, session: Session,
-                  argv: list[bytes]) -> web.StreamResponse:
+    async def _run_here(self, request: web.Request, session: Session,
+                        argv: list[bytes]) -> web.StreamResponse:
         """An action's command run here, as ``DashboardActions.act`` runs it."""
-        value = reply_value(self.actions.run(session.client, argv))
+        value = reply_value(await self.actions.run(session.client, argv))
         logger.info("Dashboard: user '%s' from %s ran %s: %s", session.user_name,
                     request.remote, argv[0].decode(), value)
         if isinstance(value, int):

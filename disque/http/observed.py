@@ -10,7 +10,7 @@ depending on the whole process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sized
+from collections.abc import Callable, Mapping, Sized
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -41,6 +41,12 @@ class ObservedNode(Protocol):
 
     def call(self, client: ClientState, argv: list[bytes]) -> bytes | None:
         """Run one command as ``client`` (a dashboard action); None if it blocked."""
+
+    def stream_step(self, client: ClientState, out: list[bytes]) -> bool:
+        """The next step of a command going on in steps; True once its reply is complete."""
+
+    def perf_ns(self) -> int:
+        """The time source of the command statistics (ns)."""
 
 
 class ObservedServer(Protocol):
@@ -95,6 +101,9 @@ class DashboardServer(ObservedServer, Protocol):
 
     def flush_aof(self) -> None:
         """Write the AOF records of a command before its reply leaves."""
+
+    def flush_aof_then(self, done: Callable[[], None]) -> None:
+        """Write them, and call ``done`` once they are on disk as appendfsync asks."""
 
     def arm_timer(self) -> None:
         """Have the node's timers fire at its next due time."""

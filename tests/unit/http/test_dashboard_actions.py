@@ -17,6 +17,7 @@ from disque.http.actions import (BAD_CSRF, CROSS_ORIGIN, LOGIN_DISABLED, LOGIN_F
                                  NOT_LOGGED_IN, PLAIN_HTTP_REMOTE, USER_GONE, ActionError,
                                  DashboardActions, queue_named)
 from disque.http.dashboard import add_routes
+from disque.commands.streams import STEP_JOBS
 from disque.http.sessions import LoginLimiter, SessionStore
 from disque.context.clients import ClientState
 from disque.server import Server
@@ -162,6 +163,28 @@ async def test_an_action_runs_the_command_as_the_user(http, server):
     cmd("ADDJOB", "orders", "body", 0)
     assert await act(http, "purge", token, queue="orders") == (200, {"result": 2})
     assert cmd("QLEN", "orders") == 0
+
+
+async def test_a_purge_of_a_long_queue_goes_in_steps_each_on_disk_before_the_next(http, server,
+                                                                                   monkeypatch):
+    """As a client connection runs it: other clients are served between the
+    steps, and the records of each step are written before the next."""
+    cmd = add_users(server)
+    jobs = 3 * STEP_JOBS + 5
+    for i in range(jobs):
+        cmd("ADDJOB", "orders", "body %d" % i, 0)
+    steps: list[int] = []
+
+    def flush_aof_then(done):
+        steps.append(cmd("QLEN", "orders"))
+        asyncio.get_running_loop().call_soon(done)
+    monkeypatch.setattr(server, "flush_aof_then", flush_aof_then)
+    monkeypatch.setattr(actions, "SLICE_BUDGET_NS", 0)  # one step a slice
+    _, document = await login(http, OPS, OPS_PASSWORD)
+    assert await act(http, "purge", document["csrf_token"], queue="orders") == (
+        200, {"result": jobs})
+    assert cmd("QLEN", "orders") == 0
+    assert len(steps) >= 3 and steps == sorted(steps, reverse=True) and steps[-1] == 0
 
 
 async def test_a_user_without_the_right_is_refused_by_the_command_table(http, server):
