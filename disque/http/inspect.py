@@ -187,10 +187,10 @@ class Inspector:
     # ------------------------------------------------------------ helpers
 
     def _peers(self) -> list[ClusterNode]:
-        """The other nodes a request can reach (a link up, out of handshake)."""
-        state = self.state
-        return [node for node in state.membership.others()
-                if node.link and not node.flags & HANDSHAKE]
+        """The other nodes of the cluster (out of handshake): each is asked,
+        and one this node has no link to is reported as not answering (a copy
+        may be there)."""
+        return [node for node in self.state.membership.others() if not node.flags & HANDSHAKE]
 
     async def _ask_peers(self, ask: Callable[[bytes], int],
                          nodes: list[ClusterNode]) -> list[tuple[ClusterNode, object]]:
@@ -200,13 +200,16 @@ class Inspector:
         if len(answers.waiting) + len(nodes) > MAX_WAITING:
             raise ActionError(503, BUSY)
         pending = []
+        unreachable: list[tuple[ClusterNode, object]] = []
         for node in nodes:
-            request = ask(node.id)
+            request = ask(node.id) if node.link else 0
             if request:
                 pending.append((node, request, answers.expect(node.id, request)))
+            else:
+                unreachable.append((node, NO_ANSWER))
         values = await asyncio.gather(*[answers.wait(node.id, future, request)
                                         for node, request, future in pending])
-        return [(node, value) for (node, _, _), value in zip(pending, values)]
+        return [(node, value) for (node, _, _), value in zip(pending, values)] + unreachable
 
     def _known_queue_names(self) -> set[bytes]:
         """The queues of this node and of the peers' summaries (names the

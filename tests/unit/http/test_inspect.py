@@ -175,6 +175,21 @@ async def test_a_silent_node_is_reported_and_a_delete_it_may_miss_is_refused(htt
     assert server.node.state.inspection.listener.waiting == {}
 
 
+async def test_a_node_without_a_link_is_reported_and_a_delete_it_may_miss_is_refused(
+        http, server, peer):
+    """A node this one has no link to (restarting, cut off) is not asked,
+    and is reported as not answering instead of being left out."""
+    job_id = Cmd(server.node).addjob("orders", "body", "REPLICATE", 1)
+    server.node.state.membership.nodes[PEER_ID].link = False
+    token = await login(http, OPS, OPS_PASSWORD)
+    status, answer = await get(http, "/api/job", token, id=job_id.decode())
+    assert status == 200 and [copy["node"] for copy in answer["copies"]] == [
+        server.node.state.id.decode()]
+    assert [node["node"] for node in answer["unanswered"]] == [PEER_ID.decode()]
+    status, answer = await post(http, "/api/cluster/deljob", token, job=job_id.decode())
+    assert status == 504 and Cmd(server.node)("SHOW", job_id) is not None
+
+
 async def test_dead_letters_are_redriven_on_the_node_that_queues_them(http, server, peer):
     dead_letter(peer)
     token = await login(http, VIEWER, VIEWER_PASSWORD)
