@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import urllib.request
+from urllib.parse import urlencode
 
 from tests.support.dashboard import OPS, OPS_PASSWORD, USERS
 from tests.support.process import free_port, wait_until
@@ -62,6 +63,7 @@ def test_summaries_and_looking_inside_cross_the_bus(cluster_factory):
     assert [(n["node"], n["length"], len(n["jobs"])) for n in inside["nodes"]] == [
         (cluster.ids[2], 5, 5)]
     found = wait_until(lambda: (lambda r: r if not r["unanswered"] else None)(
-        page.get("/api/job?id=" + job_id)), timeout=20, message="every node's answer")
+        page.get("/api/job?" + urlencode({"id": job_id}))), timeout=20,
+        message="every node's answer")
     assert [copy["node"] for copy in found["copies"]] == [cluster.ids[2]]
     assert found["copies"][0]["job"]["body"]["text"] == "found"
