@@ -39,7 +39,10 @@ ENTRY_OVERHEAD: Final = 64  # an entry's bytes beyond its queue, ID and body, ab
 
 def entry_size(job: Job) -> int:
     """About how long ``job``'s entry is (what a reply still to send holds)."""
-    return len(job.queue or b"") + len(job.body or b"") + ENTRY_OVERHEAD
+    queue, body = job.queue, job.body
+    # ``is not None`` tests, not ``or b""``: compiled, a bytes' truth is a call
+    return ((len(queue) if queue is not None else 0) + (len(body) if body is not None else 0)
+            + ENTRY_OVERHEAD)
 
 
 class EntryStream:
