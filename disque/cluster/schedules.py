@@ -195,6 +195,7 @@ class Schedules:
         known = self.table.get(s.name)
         if known is None:
             self.table[s.name] = s
+            self.sync.wake()
             s.bucket = fingerprint(s.name) % BUCKETS
             self.buckets[s.bucket][s.name] = s
             self._definition_changed(s)

@@ -226,12 +226,17 @@ class TableSync:
         now = self.runtime.now
         if now < self.next_round:
             return
+        # Tables not in use send nothing and are looked at once a round (an
+        # idle node's pass stays a comparison); a table's new record starts
+        # the rounds at the next pass (``wake``).
+        self.next_round = now + SYNC_INTERVAL_MS
         for name, table in self.tables.items():
-            # Tables not in use send nothing, and the first record starts the
-            # rounds at the next pass.
             if table.in_use():
-                self.next_round = now + SYNC_INTERVAL_MS
                 self._round(name, table)
+
+    def wake(self) -> None:
+        """A table filed a record under a new key: a round at the next pass."""
+        self.next_round = 0
 
     def _round(self, name: bytes, table: SyncedTable) -> None:
         synced = self.synced[name]

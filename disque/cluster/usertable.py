@@ -130,6 +130,7 @@ class UserTable:
         self.records: dict[bytes, UserRecord] = {}  # tombstones included
         self.buckets: list[dict[bytes, UserRecord]] = [{} for _ in range(BUCKETS)]
         self.digest = BucketDigest(BUCKETS)
+        self.sync = sync
         sync.register(TABLE_NAME, self)
         self.refused = 0  # records peers sent while this node had no secret
         self.local_log = LogThrottle(LOCAL_LOG_INTERVAL_MS)
@@ -274,6 +275,8 @@ class UserTable:
             rec.bucket = fingerprint(name) % BUCKETS
         rec.print_ = fingerprint(b"%s\0%d\0%s" % (name, rec.version, rec.origin))
         self.digest.toggle(rec.bucket, rec.print_)
+        if known is None:
+            self.sync.wake()
         self.records[name] = rec
         self.buckets[rec.bucket][name] = rec
         self.log.put(USER_TABLE, name, rec.to_wire())
