@@ -54,6 +54,7 @@ class Measurement:
     reference: Reference | None = None
     target: Target | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    section: str = ""  # the section that measured it, set by the run
 
     @property
     def ratio(self) -> float | None:
@@ -74,6 +75,8 @@ class Measurement:
         """The JSON entry for this measurement (floats rounded for reading)."""
         out: dict[str, Any] = {"name": self.name, "description": self.description,
                                "value": _round(self.value), "unit": self.unit}
+        if self.section:
+            out["section"] = self.section
         if self.samples:
             out["samples"] = [_round(s) for s in self.samples]
         if self.reference is not None:

@@ -125,7 +125,10 @@ def run_sections(names: list[str], settings: Settings, port_base: int | None,
             started = time.monotonic()
             ticks = machine.cpu_ticks()
             try:
-                measurements.extend(sections[name](servers, settings))
+                measured = sections[name](servers, settings)
+                for measurement in measured:
+                    measurement.section = name
+                measurements.extend(measured)
             except SectionSkipped as exc:
                 log.warning("section %s skipped: %s", name, exc)
                 if skipped is not None:

@@ -1,0 +1,101 @@
+"""A report of ``make bench`` as the tables of docs/benchmarks.md.
+
+``python -m bench.report [bench/results/latest.json]`` prints, for each
+section of the run, one Markdown table: what was measured (the command or
+workload), its figure, the reference measured in the same run, their
+ratio and the target, under a line naming the run's date, commit, machine
+load and each section's CPU steal. The tables in the docs are pasted from
+it, so that every figure there is one run's, named by its commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from bench.run import DEFAULT_OUTPUT
+
+MARKS = {True: " ✓", False: " ✗", None: ""}
+
+
+def figure(value: float, unit: str) -> str:
+    """A value as the docs write it: thousands grouped, three significant decimals at most."""
+    if abs(value) >= 1000:
+        text = "{:,.0f}".format(value)
+    elif abs(value) >= 10:
+        text = "{:.1f}".format(value).rstrip("0").rstrip(".")
+    else:
+        text = "{:.3f}".format(value).rstrip("0").rstrip(".")
+    return "%s %s" % (text, unit) if unit else text
+
+
+def target_text(entry: dict[str, Any]) -> str:
+    """The target as "≥ 0.8 × reference" or "≤ 25 ms", marked met or missed."""
+    target = entry.get("target")
+    if not target:
+        return "—"
+    bound = figure(target["value"], "" if target["on"] == "ratio" else entry["unit"])
+    suffix = " ×" if target["on"] == "ratio" else ""
+    return "%s %s%s%s" % ("≥" if target["op"] == ">=" else "≤", bound, suffix,
+                          MARKS[entry.get("pass")])
+
+
+def cell(text: str) -> str:
+    """Text fit for a table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rows(entries: Iterable[dict[str, Any]]) -> Iterable[str]:
+    """One table row per measurement."""
+    for entry in entries:
+        reference = entry.get("reference")
+        same_run = ("%s: %s" % (reference["name"], figure(reference["value"], entry["unit"]))
+                    if reference else "—")
+        ratio = entry.get("ratio")
+        yield "| %s | %s | %s | %s | %s |" % (
+            cell(entry["description"]), figure(entry["value"], entry["unit"]), cell(same_run),
+            "—" if ratio is None else "%.3f" % ratio, target_text(entry))
+
+
+def render(report: dict[str, Any]) -> Iterable[str]:
+    """The run's heading line, then a table per section in run order."""
+    machine = report["machine"]
+    steal = machine.get("steal_percent_by_section", {})
+    commit = machine.get("git_commit", "")[:7] + (" (uncommitted changes)"
+                                                  if machine.get("git_dirty") else "")
+    yield ("Run of %s on %s, %s, load average %s at the start; %d of %d targets met."
+           % (machine["date"][:16].replace("T", " "), commit, machine.get("cpu_model", ""),
+              machine.get("load_average", ["?"])[0], report["summary"]["passed"],
+              report["summary"]["targets"]))
+    by_section: dict[str, list[dict[str, Any]]] = {}
+    for entry in report["measurements"]:
+        by_section.setdefault(entry.get("section", "?"), []).append(entry)
+    for name in report["sections"]:
+        entries = by_section.get(name)
+        if not entries:
+            continue
+        yield ""
+        yield "`%s` (steal %s %%):" % (name, steal.get(name, "?"))
+        yield ""
+        yield "| measured | figure | same-run reference | ratio | target |"
+        yield "|---|---:|---|---:|---|"
+        yield from rows(entries)
+    for each in report.get("skipped", []):
+        yield ""
+        yield "`%s` skipped: %s" % (each["section"], each["reason"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("report", nargs="?", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    for line in render(json.loads(args.report.read_text())):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
