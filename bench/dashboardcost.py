@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench.servers import DisqueNode, Servers, ServerError
+from bench.servers import DisqueNode, Servers, join_chain
 
 SETTLE_S = 5.0
 POLL_S = 1.0
@@ -47,14 +47,7 @@ def start_cluster(servers: Servers, size: int, metrics_port: int) -> list[Disque
         node.start()
         servers.running.append(node)
         nodes.append(node)
-    for left, right in zip(nodes, nodes[1:]):
-        left.call("CLUSTER", "MEET", "127.0.0.1", right.port)
-    deadline = time.monotonic() + 60
-    while not all(b"cluster_reachable_nodes:%d" % (size - 1) in n.call("CLUSTER", "INFO")
-                  for n in nodes):
-        if time.monotonic() > deadline:
-            raise ServerError("the %d-node cluster did not form within 60 s" % size)
-        time.sleep(0.2)
+    join_chain(nodes, timeout=60)
     return nodes
 
 

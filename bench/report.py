@@ -4,14 +4,20 @@
 section of the run, one Markdown table: what was measured (the command or
 workload), its figure, the reference measured in the same run, their
 ratio and the target, under a line naming the run's date, commit, machine
-load and each section's CPU steal. The tables in the docs are pasted from
-it, so that every figure there is one run's, named by its commit.
+load and each section's CPU steal.
+
+``--fill docs/benchmarks.md`` rewrites the tables of a page instead: each
+block between ``<!-- bench: SECTION[,SECTION...] -->`` and ``<!-- /bench -->``
+becomes those sections' tables from the report (a section the report lacks
+leaves its block as it was), so every figure there is one run's, named by
+its commit.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +25,7 @@ from typing import Any, Iterable
 from bench.run import DEFAULT_OUTPUT
 
 MARKS = {True: " ✓", False: " ✗", None: ""}
+BLOCK = re.compile(r"(<!-- bench: ([\w,]+) -->\n)(.*?)(<!-- /bench -->)", re.DOTALL)
 
 
 def figure(value: float, unit: str) -> str:
@@ -60,39 +67,69 @@ def rows(entries: Iterable[dict[str, Any]]) -> Iterable[str]:
             "—" if ratio is None else "%.3f" % ratio, target_text(entry))
 
 
-def render(report: dict[str, Any]) -> Iterable[str]:
-    """The run's heading line, then a table per section in run order."""
+def run_line(report: dict[str, Any]) -> str:
+    """The run's date, commit, machine and load."""
     machine = report["machine"]
-    steal = machine.get("steal_percent_by_section", {})
     commit = machine.get("git_commit", "")[:7] + (" (uncommitted changes)"
                                                   if machine.get("git_dirty") else "")
-    yield ("Run of %s on %s, %s, load average %s at the start; %d of %d targets met."
-           % (machine["date"][:16].replace("T", " "), commit, machine.get("cpu_model", ""),
-              machine.get("load_average", ["?"])[0], report["summary"]["passed"],
-              report["summary"]["targets"]))
+    return ("Run of %s on %s, %s, load average %s at the start; %d of %d targets met."
+            % (machine["date"][:16].replace("T", " "), commit, machine.get("cpu_model", ""),
+               machine.get("load_average", ["?"])[0], report["summary"]["passed"],
+               report["summary"]["targets"]))
+
+
+def tables(report: dict[str, Any], names: Iterable[str]) -> Iterable[str]:
+    """A table per named section the report measured, in the order named."""
+    steal = report["machine"].get("steal_percent_by_section", {})
     by_section: dict[str, list[dict[str, Any]]] = {}
     for entry in report["measurements"]:
         by_section.setdefault(entry.get("section", "?"), []).append(entry)
-    for name in report["sections"]:
+    for name in names:
         entries = by_section.get(name)
         if not entries:
             continue
         yield ""
-        yield "`%s` (steal %s %%):" % (name, steal.get(name, "?"))
+        yield "`%s`, %s (steal %s %%):" % (name, report["machine"]["date"][:10],
+                                          steal.get(name, "?"))
         yield ""
         yield "| measured | figure | same-run reference | ratio | target |"
         yield "|---|---:|---|---:|---|"
         yield from rows(entries)
+
+
+def render(report: dict[str, Any]) -> Iterable[str]:
+    """The run's line, then a table per section in run order, then what was skipped."""
+    yield run_line(report)
+    yield from tables(report, report["sections"])
     for each in report.get("skipped", []):
         yield ""
         yield "`%s` skipped: %s" % (each["section"], each["reason"])
 
 
+def fill(page: str, report: dict[str, Any]) -> str:
+    """The page with each bench block holding its sections' tables from the report."""
+    measured = {entry.get("section") for entry in report["measurements"]}
+
+    def block(match: re.Match[str]) -> str:
+        names = match.group(2).split(",")
+        if not measured.intersection(names):
+            return match.group(0)
+        lines = ["_%s_" % run_line(report), *tables(report, names), ""]
+        return match.group(1) + "\n".join(lines) + "\n" + match.group(4)
+    return BLOCK.sub(block, page)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", nargs="?", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--fill", type=Path, metavar="PAGE",
+                        help="rewrite the page's bench blocks instead of printing")
     args = parser.parse_args(argv)
-    for line in render(json.loads(args.report.read_text())):
+    report = json.loads(args.report.read_text())
+    if args.fill:
+        args.fill.write_text(fill(args.fill.read_text(), report))
+        return 0
+    for line in render(report):
         print(line)
     return 0
 

@@ -349,14 +349,7 @@ class Servers:
                 self.running.remove(node)
             raise
         try:
-            for left, right in zip(nodes, nodes[1:]):
-                left.call("CLUSTER", "MEET", "127.0.0.1", right.port)
-            deadline = time.monotonic() + 30
-            while not all(b"cluster_reachable_nodes:%d" % (size - 1) in n.call("CLUSTER", "INFO")
-                          for n in nodes):
-                if time.monotonic() > deadline:
-                    raise ServerError("the %d-node cluster did not form within 30 s" % size)
-                time.sleep(0.1)
+            join_chain(nodes, timeout=30)
             yield nodes
         finally:
             for node in nodes:
@@ -388,3 +381,16 @@ class Servers:
         self.running.append(server)
         server.start()
         return server
+
+
+def join_chain(nodes: list, timeout: float) -> None:
+    """Join the nodes by a chain of CLUSTER MEETs and wait until each reaches the others."""
+    for left, right in zip(nodes, nodes[1:]):
+        left.call("CLUSTER", "MEET", "127.0.0.1", right.port)
+    deadline = time.monotonic() + timeout
+    while not all(b"cluster_reachable_nodes:%d" % (len(nodes) - 1) in n.call("CLUSTER", "INFO")
+                  for n in nodes):
+        if time.monotonic() > deadline:
+            raise ServerError("the %d-node cluster did not form within %g s"
+                              % (len(nodes), timeout))
+        time.sleep(0.1)

@@ -11,7 +11,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
-from disque.config import Config
 from disque.http import actions
 from disque.http.actions import (BAD_CSRF, CROSS_ORIGIN, LOGIN_DISABLED, LOGIN_FAILED,
                                  NOT_LOGGED_IN, PLAIN_HTTP_REMOTE, USER_GONE, ActionError,
@@ -35,15 +34,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    config = Config()
-    config.cluster_bus_port = 0
-    config.metrics_port = 9711
-    return Server(config, ["disque-server"])
 
 
 def add_users(server: Server) -> Cmd:

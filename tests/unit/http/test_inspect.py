@@ -11,11 +11,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from disque.config import Config
 from disque.http import actions, inspect
 from disque.http.dashboard import add_routes
 from disque.http.inspect import job_json, printable
-from disque.server import Server
 from tests.unit.helpers import PEER_ID, Cmd, add_peer, deliver, make_node
 
 OPS, OPS_PASSWORD = "ops", "ops-pw"
@@ -45,15 +43,6 @@ class LoopbackBus:
 
     def reply(self, *args) -> None:
         pass
-
-
-@pytest.fixture
-def server(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    config = Config()
-    config.cluster_bus_port = 0
-    config.metrics_port = 9711
-    return Server(config, ["disque-server"])
 
 
 @pytest.fixture

@@ -105,13 +105,18 @@ def test_a_missing_file_is_written_owner_only_after_a_change(tmp_path):
     assert stat.S_IMODE(os.stat(machine.acl_path).st_mode) == 0o600
 
 
-def test_a_file_that_lags_behind_the_records_is_this_nodes_and_rewritten(tmp_path):
-    machine = Machine(tmp_path)
+def password_changed_after_the_file_caught_up(machine: Machine) -> None:
+    """w's password was "old" when the file last caught up; it is "pw" in the records."""
     node = machine.start()
     Cmd(node).ok("ACL", "SETUSER", "w", "on", ">old")
     machine.cron()
     Cmd(node).ok("ACL", "SETUSER", "w", "resetpass", ">pw")
     machine.flush()
+
+
+def test_a_file_that_lags_behind_the_records_is_this_nodes_and_rewritten(tmp_path):
+    machine = Machine(tmp_path)
+    password_changed_after_the_file_caught_up(machine)
     machine.crash()  # before the file caught up
     assert b"#" + PW_HASH not in machine.text()
     node = machine.start()
@@ -122,11 +127,7 @@ def test_a_file_that_lags_behind_the_records_is_this_nodes_and_rewritten(tmp_pat
 
 def test_a_crash_between_the_mark_and_the_rename_leaves_the_file_this_nodes(tmp_path):
     machine = Machine(tmp_path)
-    node = machine.start()
-    Cmd(node).ok("ACL", "SETUSER", "w", "on", ">old")
-    machine.cron()
-    Cmd(node).ok("ACL", "SETUSER", "w", "resetpass", ">pw")
-    machine.flush()
+    password_changed_after_the_file_caught_up(machine)
     machine.aclfile._mark(b"d" * 16)  # a write begun, its rename never done
     machine.crash()
     node = machine.start()
