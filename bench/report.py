@@ -78,29 +78,31 @@ def run_line(report: dict[str, Any]) -> str:
                report["summary"]["targets"]))
 
 
-def tables(report: dict[str, Any], names: Iterable[str]) -> Iterable[str]:
-    """A table per named section the report measured, in the order named."""
+def tables(report: dict[str, Any], names: list[str]) -> Iterable[str]:
+    """One table of the named sections' measurements, in the order named, under a
+    line giving each section's steal; nothing when the report measured none of them."""
     steal = report["machine"].get("steal_percent_by_section", {})
     by_section: dict[str, list[dict[str, Any]]] = {}
     for entry in report["measurements"]:
         by_section.setdefault(entry.get("section", "?"), []).append(entry)
-    for name in names:
-        entries = by_section.get(name)
-        if not entries:
-            continue
-        yield ""
-        yield "`%s`, %s (steal %s %%):" % (name, report["machine"]["date"][:10],
-                                          steal.get(name, "?"))
-        yield ""
-        yield "| measured | figure | same-run reference | ratio | target |"
-        yield "|---|---:|---|---:|---|"
-        yield from rows(entries)
+    measured = [name for name in names if by_section.get(name)]
+    if not measured:
+        return
+    yield ""
+    yield "Steal: %s." % ", ".join("`%s` %s %%" % (name, steal.get(name, "?"))
+                                   for name in measured)
+    yield ""
+    yield "| measured | figure | same-run reference | ratio | target |"
+    yield "|---|---:|---|---:|---|"
+    for name in measured:
+        yield from rows(by_section[name])
 
 
 def render(report: dict[str, Any]) -> Iterable[str]:
     """The run's line, then a table per section in run order, then what was skipped."""
     yield run_line(report)
-    yield from tables(report, report["sections"])
+    for name in report["sections"]:
+        yield from tables(report, [name])
     for each in report.get("skipped", []):
         yield ""
         yield "`%s` skipped: %s" % (each["section"], each["reason"])
@@ -114,7 +116,7 @@ def fill(page: str, report: dict[str, Any]) -> str:
         names = match.group(2).split(",")
         if not measured.intersection(names):
             return match.group(0)
-        lines = ["_%s_" % run_line(report), *tables(report, names), ""]
+        lines = [run_line(report), *tables(report, names), ""]
         return match.group(1) + "\n".join(lines) + "\n" + match.group(4)
     return BLOCK.sub(block, page)
 
