@@ -25,18 +25,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import (aof, cluster, compare, limits, machine, metrics, schedule, single, startup, tls,
-                   worker)
+from bench import (aof, cluster, compare, limits, machine, mesh, metrics, schedule, single, startup,
+                   tls, worker)
 from bench.measurement import Measurement, Section, SectionSkipped
 from bench.servers import Servers
 from bench.settings import Settings
 
 SECTIONS: dict[str, Section] = {**startup.SECTIONS, **single.SECTIONS, **cluster.SECTIONS,
+                                **mesh.SECTIONS,
                                 **aof.SECTIONS, **metrics.SECTIONS, **worker.SECTIONS,
                                 **tls.SECTIONS, **limits.SECTIONS, **schedule.SECTIONS}
 GROUPS: dict[str, list[str]] = {"startup": list(startup.SECTIONS),
                                 "single": list(single.SECTIONS),
-                                "cluster": list(cluster.SECTIONS),
+                                "cluster": [*cluster.SECTIONS, *mesh.SECTIONS],
                                 "aof": list(aof.SECTIONS),
                                 "metrics": list(metrics.SECTIONS),
                                 "worker": list(worker.SECTIONS),
