@@ -15,7 +15,8 @@ from disque.net.connection import REQUEST_TIMEOUT_LOG
 if TYPE_CHECKING:
     from disque.config import Config
     from disque.context.clients import ClientState
-    from disque.net.connection import ClientConnection, LimitCounters
+    from disque.net.clientoutput import LimitCounters
+    from disque.net.connection import ClientConnection
 
 
 class ClientControl:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from disque.aof.service import AofService
     from disque.config import Config
     from disque.net.bus import ClusterBus
-    from disque.net.connection import ClientConnection, LimitCounters
+    from disque.net.clientoutput import LimitCounters
+    from disque.net.connection import ClientConnection
     from disque.process.listeners import Listeners
 
 GIT_SHA1 = "00000000"       # not built from a git checkout, as the C server reports then

@@ -2,7 +2,7 @@
 
 The nodes' bus traffic goes through ``disque.net.bus`` (frames of
 msgpack, partial reads, connect timeouts) and their clients' through
-``disque.net.connection`` (RESP parsing, the reply batch), over the loopback
+``disque.net.connection`` and the modules it is built on (RESP parsing, the reply batch), over the loopback
 transport of ``tests.sim.harness.wire``. Some scenarios of the message
 level simulation run here unchanged, with ``Sim`` switched to wire mode;
 the others are about what only the wire has: frames cut across reads,

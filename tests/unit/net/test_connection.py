@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from disque.config import Config
-from disque.net.connection import WRITE_HIGH_WATER, ClientConnection
+from disque.net.clientoutput import WRITE_HIGH_WATER
+from disque.net.connection import ClientConnection
 from disque.server import Server
 
 PING = b"*1\r\n$4\r\nPING\r\n"

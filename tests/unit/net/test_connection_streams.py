@@ -11,7 +11,9 @@ import itertools
 import pytest
 
 from disque.commands.streams import INLINE_JOBS
-from disque.net.connection import SLICE_BUDGET_NS, WRITE_HIGH_WATER, ClientConnection
+from disque.net.clientcommands import SLICE_BUDGET_NS
+from disque.net.clientoutput import WRITE_HIGH_WATER
+from disque.net.connection import ClientConnection
 from disque.net.replymemory import ReplyMemory
 from tests.unit.helpers import Cmd
 from tests.unit.net.test_connection import (PING, CountingWriter, FakeTransport, command,
