@@ -185,7 +185,7 @@ def test_measurement_ratio_target_and_json():
 
 def test_select_sections_by_group_name_and_order():
     cluster = ["cluster_addjob", "federation", "cluster_secret", "original_latency",
-               "original_replicate", "original_federation"]
+               "original_replicate", "original_federation", "original_mesh"]
     assert select_sections(None) == ["startup", "ping", "addjob", "extensions", "bulk_add",
                                      "cycle", "memory", *cluster, "aof_addjob", "aof_load",
                                      "metrics", "worker", "tls", "limits",
