@@ -77,10 +77,10 @@ def federation(servers: Servers, settings: Settings) -> list[Measurement]:
     out = []
     with servers.cluster(CLUSTER_SIZE) as nodes:
         a, b = nodes[0], nodes[1]
-        before = _node_counters(nodes)
+        before, traffic = _node_counters(nodes), original.bus_traffic(nodes)
         local = loadgen.run(loadgen.DisqueDialect(b"bench:local", replicate=3), [a.port],
                             [a.port], full)
-        local_costs = _costs_per_job(nodes, before, local)
+        local_costs = _costs_per_job(nodes, before, traffic, local)
         log.info("  local cycle REPLICATE 3: %8.0f jobs/s p50 %.2f ms p99 %.2f ms", local.rate,
                  local.latency_ms(50), local.latency_ms(99))
         local_entries = _single(_cycle_measurements("cluster_cycle", "REPLICATE 3, producers and "
@@ -89,10 +89,10 @@ def federation(servers: Servers, settings: Settings) -> list[Measurement]:
         local_entries[0].details.update(local_costs)
         out.extend(local_entries)
         for mode, config in (("full", full), ("rate", paced)):
-            before = _node_counters(nodes)
+            before, traffic = _node_counters(nodes), original.bus_traffic(nodes)
             got = loadgen.run(loadgen.DisqueDialect(b"bench:fed:" + mode.encode(), replicate=3),
                               [a.port], [b.port], config)
-            costs = _costs_per_job(nodes, before, got)
+            costs = _costs_per_job(nodes, before, traffic, got)
             log.info("  federation %-4s %8.0f jobs/s p50 %.2f ms p99 %.2f ms", mode, got.rate,
                      got.latency_ms(50), got.latency_ms(99))
             shape = "producers on node A (REPLICATE 3), consumers on node B; " + _cycle_shape(config)
@@ -147,7 +147,8 @@ def cluster_secret(servers: Servers, settings: Settings) -> list[Measurement]:
 
 
 def _node_counters(nodes) -> list[tuple[float, int]]:
-    """Each node's CPU seconds and bus messages sent so far."""
+    """Each node's CPU seconds and bus messages its core sent so far (a
+    message per job: CLUSTER INFO's count, before batching)."""
     counters = []
     for node in nodes:
         info = node.call("CLUSTER", "INFO")
@@ -158,16 +159,18 @@ def _node_counters(nodes) -> list[tuple[float, int]]:
     return counters
 
 
-def _costs_per_job(nodes, before: list[tuple[float, int]], got: loadgen.CycleResult
-                   ) -> dict[str, object]:
-    """CPU microseconds per delivered job on each node and bus messages per job over a run:
-    what tells a slow run that does more work per job from one that got less CPU."""
+def _costs_per_job(nodes, before: list[tuple[float, int]], traffic: tuple[int, int] | None,
+                   got: loadgen.CycleResult) -> dict[str, object]:
+    """CPU microseconds per delivered job on each node, and bus messages (as they
+    travel, and as the cores sent them) and frames per job over a run: what tells
+    a slow run that does more work per job from one that got less CPU."""
     after = _node_counters(nodes)
     jobs = max(got.delivered, 1)
     return {"node_cpu_us_per_job": [round((a[0] - b[0]) / jobs * 1e6, 1)
                                     for a, b in zip(after, before)],
-            "bus_messages_per_job": round(sum(a[1] - b[1] for a, b in zip(after, before)) / jobs,
-                                          2)}
+            **original.bus_per_job(traffic, original.bus_traffic(nodes), jobs),
+            "bus_core_messages_per_job": round(sum(a[1] - b[1] for a, b in zip(after, before))
+                                               / jobs, 2)}
 
 
 def _single(measurements: list[Measurement]) -> list[Measurement]:

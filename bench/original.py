@@ -101,6 +101,31 @@ def _rounds(settings: Settings, clusters: dict[str, list[DisqueNode]], name: str
     return got
 
 
+def bus_traffic(nodes: list[DisqueNode]) -> tuple[int, int] | None:
+    """Bus messages (as they travel: a batch is one) and frames the nodes sent
+    so far, summed (INFO bus); None for nodes without these counters (the
+    original, a version from before them)."""
+    messages = frames = 0
+    for node in nodes:
+        info = node.call("INFO", "bus")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if "bus_messages_sent" not in fields or "bus_frames_sent" not in fields:
+            return None
+        messages += int(fields["bus_messages_sent"])
+        frames += int(fields["bus_frames_sent"])
+    return messages, frames
+
+
+def bus_per_job(before: tuple[int, int] | None, after: tuple[int, int] | None,
+                jobs: int) -> dict[str, float]:
+    """Bus messages and frames per job between two ``bus_traffic`` readings."""
+    if before is None or after is None:
+        return {}
+    return {"bus_messages_per_job": round((after[0] - before[0]) / max(jobs, 1), 2),
+            "bus_frames_per_job": round((after[1] - before[1]) / max(jobs, 1), 2)}
+
+
 def _cpu_split(nodes: list[DisqueNode]) -> tuple[float, float]:
     """User and system CPU seconds of ``nodes`` so far, summed."""
     splits = [node.cpu_split() for node in nodes]
@@ -189,10 +214,13 @@ def original_federation(servers: Servers, settings: Settings) -> list[Measuremen
                                  consumers=FEDERATION_CONSUMERS, batch=FEDERATION_BATCH)
 
     def sample(nodes: list[DisqueNode]) -> tuple[float, int, dict[str, float]]:
+        traffic = bus_traffic(nodes)
         got = loadgen.run(loadgen.DisqueDialect(b"q", replicate=CLUSTER_SIZE),
                           [nodes[0].port], [nodes[1].port], config)
         return got.rate, got.delivered, {"p50_ms": got.latency_ms(50),
-                                         "p99_ms": got.latency_ms(99)}
+                                         "p99_ms": got.latency_ms(99),
+                                         **bus_per_job(traffic, bus_traffic(nodes),
+                                                       got.delivered)}
 
     shape = ("%d producers on node A each pipelining %d ADDJOB q <%d-byte body> 0 REPLICATE 3, "
              "%d consumers on node B (GETJOB TIMEOUT 100 COUNT 16 FROM q, then ACKJOB), %g s "

@@ -360,6 +360,9 @@ class Node:
         routes = self.bus_routes
         for i in range(1, len(frame)):
             msg = frame[i]
+            if type(msg) is list:  # bus format 2's batch of messages of one type
+                self._receive_batch(sender, msg, link)
+                continue
             problem = m.body_problem(msg)  # compiled: a direct call (a local alias is not)
             if problem is not None:
                 logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", problem)
@@ -374,6 +377,25 @@ class Node:
                 continue
             route.handler(sender, msg, link)
         state.after_input()
+
+    def _receive_batch(self, sender: bytes, batch: list, link: Link) -> None:
+        """The messages of one batch (``messages.batch_messages``), handed over
+        in order as the maps they stand for would be."""
+        msgs = m.batch_messages(batch)
+        if isinstance(msgs, str):
+            logger.warning("Bad bus message from %s: %s", link.peer_ip or "?", msgs)
+            return
+        if not msgs:
+            return
+        membership = self.state.membership
+        route = self.bus_routes[msgs[0][m.TYPE]]
+        membership.messages_received += len(msgs)
+        route.received += len(msgs)
+        handler = route.handler
+        nodes = membership.nodes
+        for msg in msgs:
+            if sender in nodes:  # job messages from an unknown sender are ignored
+                handler(sender, msg, link)
 
     def receive_bus(self, link: Link, msg: object) -> None:
         """Handle one decoded message that carries its own header (the

@@ -139,10 +139,29 @@ def _job_payload(rng: ByteRandom) -> list:
 FIELDS: list = []  # message keys, filled by build() from disque.cluster.messages
 
 
+def _batch(rng: ByteRandom) -> list:
+    """A bus format 2 batch: a type's code (messages.BATCH_CODES) and flags,
+    then each message's fields, mostly of the right types."""
+    code = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 10, -1, "1", None])
+    batch: list = [code, rng.choice([0, 0, 1, 2, 4, -1, 1 << 40, b"0"])]
+    for _ in range(rng.randrange(5)):
+        batch.append(_job_payload(rng) if code == 1 else rng.choice(JOB_IDS))
+        if code in (3, 8):
+            batch.append(rng.choice([0, 1, 2, -1, 1 << 40]))
+        elif code == 7:
+            batch.append(rng.randrange(4))
+            batch.append(rng.choice([None, [b"feedbeef" + b"1" * 32], [], _value(rng)]))
+        if rng.random() < 0.1:
+            batch.append(_value(rng))
+    return batch
+
+
 def _message(rng: ByteRandom, types: list[str], schemas: dict) -> object:
     roll = rng.random()
     if roll < 0.05:
         return _value(rng)
+    if roll < 0.2:
+        return _batch(rng)
     kind = rng.choice(types)
     msg: dict = {"type": kind}
     for key, what in schemas.get(kind, {}).items():

@@ -266,7 +266,8 @@ def is_node_id(value: object) -> bool:
 _VALID_IDS: Final[set[bytes]] = set()
 
 
-def _is_job_id(value: object) -> bool:
+def is_job_id(value: object) -> bool:
+    """A job ID as the bus checks it: 40 bytes, D-xxxxxxxx-...-xxxx."""
     return (type(value) is bytes and len(value) == 40 and value[0] == 68 and value[1] == 45
             and value[10] == 45 and value[35] == 45)
 
@@ -284,7 +285,7 @@ def _is_bytes(value: object) -> bool:
 
 
 _CHECKS: Final[dict[object, Callable[[object], bool]]] = {
-           _JOB_ID: _is_job_id, _NODE_ID: is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
+           _JOB_ID: is_job_id, _NODE_ID: is_node_id, list: _is_list, int: _is_int, bytes: _is_bytes}
 
 
 def _fields_validator(schema: dict[str, object]) -> Callable[[dict], str | None]:
@@ -363,6 +364,89 @@ def body_problem(body: object) -> str | None:
     if validate is None:
         return "unknown message type %r" % (kind,)
     return validate(body)
+
+
+# Bus format 2 (disque.cluster.wire) carries the messages about jobs that
+# a peer gets in a row, of one type and the same MFLAGS, as one batch: a
+# msgpack array [code, mflags, then each message's fields in a fixed order]:
+#   REPLJOB                                  job, job, ...
+#   GOTJOB, QUEUED, WORKING, WILLQUEUE, DELJOB   id, id, ...
+#   ENQUEUE (DELAY), GOTACK (KNOWN)          id, int, id, int, ...
+#   SETACK                                   id, may_have, holders or nil, ...
+# A message with another field (a job's generation, say) travels as a map,
+# as in format 1, and so does every other type. The codes are format 2's:
+# never reused nor renumbered.
+BATCH_CODES: Final[dict[str, int]] = {
+    REPLJOB: 1, GOTJOB: 2, ENQUEUE: 3, QUEUED: 4, WORKING: 5, WILLQUEUE: 6, SETACK: 7,
+    GOTACK: 8, DELJOB: 9}
+BATCH_KINDS: Final[dict[int, str]] = {code: kind for kind, code in BATCH_CODES.items()}
+REPLJOB_CODE: Final = 1
+SETACK_CODE: Final = 7
+# The types whose messages are a job ID and one integer: that integer's field.
+BATCH_INT_FIELD: Final[dict[int, str]] = {3: DELAY, 8: KNOWN}
+
+
+def batch_messages(batch: list) -> list[dict] | str:
+    """The messages a format-2 batch carries, each as its map would decode
+    (an MFLAGS of 0 left out), or why the batch cannot be used (then none
+    of it is)."""
+    size = len(batch)
+    if size < 2:
+        return "short batch"
+    code = batch[0]
+    kind = BATCH_KINDS.get(code) if type(code) is int else None
+    if kind is None:
+        return "unknown batch type %r" % (code,)
+    mflags = batch[1]
+    if type(mflags) is not int:
+        return "bad flags"
+    msgs: list[dict] = []
+    if code == REPLJOB_CODE:
+        for i in range(2, size):
+            job = batch[i]
+            if type(job) is not list:
+                return "bad %s" % JOB
+            msgs.append({TYPE: kind, JOB: job, MFLAGS: mflags} if mflags
+                        else {TYPE: kind, JOB: job})
+        return msgs
+    if code == SETACK_CODE:
+        if (size - 2) % 3:
+            return "batch of %s cut short" % kind
+        for i in range(2, size, 3):
+            job_id, may_have, holders = batch[i], batch[i + 1], batch[i + 2]
+            if not is_job_id(job_id):
+                return "bad %s" % ID
+            if type(may_have) is not int:
+                return "bad %s" % MAY_HAVE
+            msg = {TYPE: kind, ID: job_id, MAY_HAVE: may_have}
+            if holders is not None:
+                if type(holders) is not list:
+                    return "bad %s" % HOLDERS
+                msg[HOLDERS] = holders
+            if mflags:
+                msg[MFLAGS] = mflags
+            msgs.append(msg)
+        return msgs
+    field = BATCH_INT_FIELD.get(code)
+    if field is not None:
+        if (size - 2) % 2:
+            return "batch of %s cut short" % kind
+        for i in range(2, size, 2):
+            job_id, value = batch[i], batch[i + 1]
+            if not is_job_id(job_id):
+                return "bad %s" % ID
+            if type(value) is not int:
+                return "bad %s" % field
+            msgs.append({TYPE: kind, ID: job_id, field: value, MFLAGS: mflags} if mflags
+                        else {TYPE: kind, ID: job_id, field: value})
+        return msgs
+    for i in range(2, size):
+        job_id = batch[i]
+        if not is_job_id(job_id):
+            return "bad %s" % ID
+        msgs.append({TYPE: kind, ID: job_id, MFLAGS: mflags} if mflags
+                    else {TYPE: kind, ID: job_id})
+    return msgs
 
 
 def gossip_problem(entry: object) -> str | None:

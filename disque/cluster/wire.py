@@ -12,13 +12,22 @@ the header, ``decode_frames`` cuts a link's input into decoded frames.
 The layout described here is bus format 1. Two ends of a link agree on the
 highest format both speak when the link opens (``disque.net.busformat``);
 a format this version adds is listed in ``BUS_FORMATS`` and gets its
-packing and decoding here, chosen per link by the format agreed.
+packing and decoding here, chosen per link by the format agreed
+(``PeerOutput.format``).
+
+Format 2 frames are format 1's but for the messages about jobs: those a
+peer gets in a row, of one type and the same MFLAGS, travel as one batch,
+a msgpack array of the type's code, the flags and each message's fields
+in a fixed order (listed in ``messages``); anything else is a map as in
+format 1. The order of a peer's messages is kept, and a loop turn of a
+pipelined producer or of an ACKJOB of many jobs costs a peer one message
+per type instead of one per job.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final, Protocol
 
 import msgpack  # type: ignore[import-untyped]  # no stubs; the bus's own encoding
@@ -42,7 +51,14 @@ _GOTACK_KNOWN: Final = [_pack_value(m.KNOWN) + _pack_value(known) for known in (
 # The bus formats this version speaks, oldest first. Format 1 is the one
 # every version reads: versions from before the agreement speak it alone,
 # and the frames that agree a link's format are written in it.
-BUS_FORMATS: Final = (1,)
+BUS_FORMATS: Final = (1, 2)
+BATCHING_FORMAT: Final = 2  # the first format that batches messages about jobs
+# A batch is closed once this large, so that a few big jobs make several
+# messages: a frame too large for the peer drops one message, not a batch.
+BATCH_BYTES: Final = 64 * 1024
+_BIN40: Final = b"\xc4\x28"  # msgpack's head of a 40-byte bin: a job ID
+_POSITIVE: Final = [_pack_value(n) for n in range(128)]  # small ints, packed
+_NIL: Final = _pack_value(None)
 
 # Why decode_frames stopped before the end of the buffer (besides a partial frame).
 FRAME_OK: Final = 0
@@ -54,21 +70,54 @@ FRAME_BAD_MAC: Final = 4
 
 class PeerOutput:
     """The packed messages for one link not yet written: they leave as one
-    frame at the end of the loop turn, or once ``early_flush`` wait."""
+    frame at the end of the loop turn, or once ``early_flush`` wait. In
+    format 2 the last of them may be a batch still open (``batch``: its
+    packed pieces, the first one its code and flags)."""
 
-    __slots__ = ("out", "size", "handle")
+    __slots__ = ("out", "size", "handle", "format", "count", "batch", "batch_key", "batch_items",
+                 "batch_size")
 
     def __init__(self, handle: object) -> None:
         self.out: list[bytes] | None = None
-        self.size = 0  # bytes in out
+        self.size = 0  # bytes in out and in the open batch
         self.handle = handle  # the transport's connection (None once it closed)
+        self.format = 1  # the bus format of the link's frames (agreed as it opens)
+        self.count = 0  # the core's messages in out and the batch
+        self.batch: list[bytes] | None = None
+        self.batch_key = 0  # the open batch's code and flags (code | flags << 8)
+        self.batch_items = 0  # its array's elements
+        self.batch_size = 0  # and its bytes
+
+    def close_batch(self) -> None:
+        """Add the open batch, if any, to ``out`` as one message."""
+        batch = self.batch
+        if batch is None:
+            return
+        self.batch = None
+        head = _array_head(self.batch_items)
+        batch[0] = head + batch[0]
+        self.size += len(head)
+        out = self.out
+        assert out is not None  # a batch opens in a queue that has messages
+        out.append(b"".join(batch))
 
     def take(self) -> list[bytes] | None:
         """The waiting messages (None when there are none); the queue is left empty."""
+        self.close_batch()
         out = self.out
         self.out = None
         self.size = 0
+        self.count = 0
         return out
+
+
+def _array_head(items: int) -> bytes:
+    """The msgpack head of an array of ``items`` elements."""
+    if items < 16:
+        return _FIXARRAY[items]
+    if items < 0x10000:
+        return b"\xdc" + items.to_bytes(2, "big")
+    return _ARRAY32.pack(0xDD, items)
 
 
 class Peer(Protocol):
@@ -80,22 +129,31 @@ class Peer(Protocol):
 class Wire:
     """Packs the core's messages and queues them per peer; the transport
     is told once per loop turn that frames wait (``on_first``) and once
-    per ``early_flush`` messages for one peer (``on_full``)."""
+    per ``early_flush`` messages for one peer (``on_full``). ``messages``
+    counts the messages queued as they travel (a format 2 batch is one)."""
 
-    __slots__ = ("peers", "dirty", "early_flush", "on_first", "on_full", "_pack", "_msg",
-                 "_packed")
+    __slots__ = ("peers", "dirty", "early_flush", "on_first", "on_full", "messages", "_pack",
+                 "_msg", "_packed", "_piece_of", "_piece", "_piece_key", "_piece_items")
 
-    def __init__(self, peers: Mapping[bytes, Peer], on_first: Callable[[], None],
+    def __init__(self, peers: dict, on_first: Callable[[], None],
                  on_full: Callable[[PeerOutput], None], early_flush: int) -> None:
-        self.peers = peers  # node ID -> its outbound link: the transport's own table
+        # Node ID -> its outbound link (a Peer): the transport's own table. A
+        # dict, not a Mapping: compiled, its get is then a direct lookup.
+        self.peers = peers
         self.dirty: list[PeerOutput] = []  # queues with messages, in the order they got them
         self.early_flush = early_flush
         self.on_first = on_first
         self.on_full = on_full
+        self.messages = 0
         # One reusable packer: msgpack.packb builds a new one per call.
         self._pack: Callable[[object], bytes] = msgpack.Packer(use_bin_type=True).pack
         self._msg: dict | None = None
         self._packed = b""
+        # The last message's batch piece, kept as _msg/_packed are.
+        self._piece_of: dict | None = None
+        self._piece = b""
+        self._piece_key = -1  # -1: the message travels as a map
+        self._piece_items = 0
 
     def pack(self, msg: dict) -> bytes:
         """``msg`` packed; the same dict sent to several nodes in a row is packed
@@ -112,30 +170,149 @@ class Wire:
 
     def send(self, node_id: bytes, msg: dict) -> None:
         """Queue ``msg`` for the outbound link of ``node_id`` (dropped without one)."""
-        link = self.peers.get(node_id)
-        if link is not None:
-            self.write(link.output, self.pack(msg))
+        link: Peer | None = self.peers.get(node_id)
+        if link is None:
+            return
+        output = link.output
+        if output.format >= BATCHING_FORMAT:
+            self.add(output, msg)
+        else:
+            self.write(output, self.pack(msg))
 
     def write(self, peer: PeerOutput, packed: bytes) -> None:
         """Queue a packed message for ``peer``."""
+        self.messages += 1
         out = peer.out
         peer.size += len(packed)
         if out is None:
             peer.out = [packed]
+            peer.count = 1
             dirty = self.dirty
             dirty.append(peer)
             if len(dirty) == 1:
                 self.on_first()
         else:
+            peer.close_batch()
             out.append(packed)
-            if len(out) >= self.early_flush:
+            peer.count += 1
+            if peer.count >= self.early_flush:
                 self.on_full(peer)
+
+    def add(self, peer: PeerOutput, msg: dict) -> None:
+        """Queue ``msg`` for ``peer`` in format 2: in the batch open there when it
+        is of the same type and flags, else in a batch of its own, or as a map."""
+        if msg is not self._piece_of:
+            self._piece_of = msg
+            self._piece_key = batch_piece_key(msg)
+            if self._piece_key >= 0:
+                self._piece, self._piece_items = batch_piece(msg, self._piece_key, self._pack)
+        key = self._piece_key
+        if key < 0:
+            self.write(peer, self.pack(msg))
+            return
+        piece = self._piece
+        batch = peer.batch
+        if batch is not None and peer.batch_key == key and peer.batch_size < BATCH_BYTES:
+            batch.append(piece)
+            peer.batch_items += self._piece_items
+            peer.batch_size += len(piece)
+            peer.size += len(piece)
+            peer.count += 1
+            if peer.count >= self.early_flush:
+                self.on_full(peer)
+            return
+        self.messages += 1
+        mflags = key >> 8
+        head = _POSITIVE[key & 0xFF] + (_POSITIVE[mflags] if mflags < 128 else _pack_value(mflags))
+        peer.size += len(head) + len(piece)
+        out = peer.out
+        if out is None:
+            peer.out = []
+            peer.count = 1
+        else:
+            peer.close_batch()
+            peer.count += 1
+        peer.batch = [head, piece]
+        peer.batch_key = key
+        peer.batch_items = 2 + self._piece_items
+        peer.batch_size = len(piece)
+        if out is None:
+            dirty = self.dirty
+            dirty.append(peer)
+            if len(dirty) == 1:
+                self.on_first()
+        elif peer.count >= self.early_flush:
+            self.on_full(peer)
 
     def take_dirty(self) -> list[PeerOutput]:
         """The queues that got messages since the last call."""
         dirty = self.dirty
         self.dirty = []
         return dirty
+
+
+def batch_piece_key(msg: dict) -> int:
+    """The batch a message joins in format 2 (its type's code | its MFLAGS << 8),
+    or -1 when it travels as a map: another type, a field the batch has no
+    place for, or a field of another type than the batch's."""
+    kind = msg.get(m.TYPE)
+    if type(kind) is not str:
+        return -1
+    code = m.BATCH_CODES.get(kind)
+    if code is None:
+        return -1
+    size = len(msg)
+    mflags = 0
+    if m.MFLAGS in msg:
+        flags = msg[m.MFLAGS]
+        if type(flags) is not int or not 0 <= flags < 0x1000000:
+            return -1
+        mflags = flags
+        size -= 1
+    if code == m.REPLJOB_CODE:
+        return code | mflags << 8 if size == 2 and type(msg.get(m.JOB)) is list else -1
+    if not m.is_job_id(msg.get(m.ID)):
+        return -1
+    if code == m.SETACK_CODE:
+        holders = msg.get(m.HOLDERS)
+        if type(msg.get(m.MAY_HAVE)) is not int:
+            return -1
+        if not (size == 3 if holders is None and m.HOLDERS not in msg
+                else size == 4 and type(holders) is list):
+            return -1
+        return code | mflags << 8
+    field = m.BATCH_INT_FIELD.get(code)
+    if field is not None:
+        return code | mflags << 8 if size == 3 and type(msg.get(field)) is int else -1
+    return code | mflags << 8 if size == 2 else -1
+
+
+def _packed_int(value: int) -> bytes:
+    return _POSITIVE[value] if 0 <= value < 128 else _pack_value(value)
+
+
+def batch_piece(msg: dict, key: int, pack: Callable[[object], bytes]) -> tuple[bytes, int]:
+    """A batchable message's fields (``batch_piece_key`` gave ``key``) as its
+    batch carries them, packed, and how many elements they add to the batch."""
+    code = key & 0xFF
+    if code == m.REPLJOB_CODE:
+        return pack(msg[m.JOB]), 1
+    piece = _BIN40 + msg[m.ID]
+    if code == m.SETACK_CODE:
+        holders = msg.get(m.HOLDERS)
+        return piece + _packed_int(msg[m.MAY_HAVE]) + (
+            _NIL if holders is None else _packed_ids(holders, pack)), 3
+    field = m.BATCH_INT_FIELD.get(code)
+    if field is not None:
+        return piece + _packed_int(msg[field]), 2
+    return piece, 1
+
+
+def _packed_ids(ids: list, pack: Callable[[object], bytes]) -> bytes:
+    """A list of node IDs (40 bytes each) packed, as msgpack packs it."""
+    if len(ids) < 16 and all(type(i) is bytes and len(i) == 40 for i in ids):
+        return _FIXARRAY[len(ids)] + b"".join([_BIN40 + i for i in ids])
+    return pack(ids)
 
 
 def pack_job_message(msg: dict) -> bytes | None:

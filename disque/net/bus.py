@@ -133,6 +133,7 @@ class ClusterBus(BusTransport):
         self.frames_too_large = 0
         self.messages_too_large = 0
         self.handshake_timeouts = 0
+        self.frames_sent = 0  # and frames written (the messages they carried: wire.messages)
         self.rejected_connections = 0  # links refused by protected mode, either way
         self.formats: tuple[int, ...] = BUS_FORMATS  # the bus formats this node speaks
         self.format_refusals = 0  # links with a peer that shares no bus format

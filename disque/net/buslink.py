@@ -66,6 +66,7 @@ class LinkOwner(Protocol):
     frames_too_large: int
     messages_too_large: int
     handshake_timeouts: int
+    frames_sent: int
 
     def refuses(self, host: str) -> bool:
         """Protected mode keeps a link with ``host`` out."""
@@ -257,6 +258,8 @@ class BusConnection(asyncio.Protocol):
             return False
         if reply is not None:
             self._send_fields(reply)
+        # Frames sent from now on are in the format agreed (the same until it is).
+        self.output.format = self.link_format.sending
         return True
 
     def _send_fields(self, fields: dict) -> None:
@@ -280,6 +283,7 @@ class BusConnection(asyncio.Protocol):
 
     def flush(self) -> None:
         output = self.output
+        output.close_batch()
         size = output.size
         out = output.take()
         if not out or self.transport is None or self.closed:
@@ -301,6 +305,7 @@ class BusConnection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None  # flush writes only on an open transport
         transport.write(data)
+        self.bus.frames_sent += 1
 
     def _write_split(self, out: list[bytes], header: bytes) -> None:
         """Send messages that together exceed the frame cap in several frames;

@@ -184,7 +184,9 @@ def _bus_fields(server: InfoServer) -> InfoFields:
             ("bus_frames_too_large", bus.frames_too_large),
             ("bus_messages_too_large", bus.messages_too_large),
             ("bus_handshake_timeouts", bus.handshake_timeouts),
-            ("bus_rejected_connections", bus.rejected_connections)]
+            ("bus_rejected_connections", bus.rejected_connections),
+            ("bus_messages_sent", bus.wire.messages),
+            ("bus_frames_sent", bus.frames_sent)]
 
 
 def _security_fields(server: InfoServer) -> InfoFields:

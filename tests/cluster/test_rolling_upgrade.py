@@ -279,7 +279,8 @@ def test_a_peer_of_an_unknown_bus_format_is_refused_with_a_log_line(server):
     wait_until(lambda: line in server.log_path.read_text(), message="the refusal logged")
     info = server.call("INFO", "bus")
     assert info["bus_format_refusals"] == 1
-    assert str(info["bus_formats"]) == ",".join(map(str, BUS_FORMATS))
+    formats = info["bus_formats"]  # redis-py reads "1,2" as a list, "1" as an int
+    assert (formats if isinstance(formats, list) else [formats]) == list(BUS_FORMATS)
     assert server.call("PING") is True  # and it keeps running
 
 

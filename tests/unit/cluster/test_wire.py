@@ -107,3 +107,80 @@ def test_decode_frames_checks_each_frames_mac_before_decoding_it():
     checked.clear()
     frames, used, problem, _ = decode_frames(stream[:whole - 1], 1 << 20, 16, check)
     assert (frames, used, problem, checked) == ([], 0, FRAME_OK, [])
+
+
+class Format2Link:
+    def __init__(self) -> None:
+        self.output = PeerOutput(self)
+        self.output.format = 2
+
+
+def sent_in_format_2(msgs: list[dict], early_flush: int = 100) -> list[object]:
+    """What one peer's frame carries of ``msgs`` in bus format 2, decoded."""
+    links = {NODE_ID: Format2Link()}
+    wire = Wire(links, lambda: None, lambda output: None, early_flush)
+    for msg in msgs:
+        wire.send(NODE_ID, msg)
+    out = links[NODE_ID].output.take()
+    assert out is not None
+    frame = frame_bytes(out, reference({}), sum(map(len, out)))
+    return msgpack.unpackb(frame[4:], raw=False)[1:]
+
+
+def job_id(n: int) -> bytes:
+    return b"D-0123abcd-" + b"%024d" % n + b"-05a1"
+
+
+def test_format_2_sends_a_run_of_messages_of_one_type_as_one_batch():
+    ids = [job_id(n) for n in range(20)]
+    sent = sent_in_format_2([m.job_message(m.GOTJOB, i) for i in ids])
+    assert sent == [[m.BATCH_CODES[m.GOTJOB], 0, *ids]]
+    assert m.batch_messages(sent[0]) == [m.job_message(m.GOTJOB, i) for i in ids]
+
+
+def test_format_2_keeps_the_order_of_a_peer_s_messages():
+    msgs = [m.job_message(m.QUEUED, job_id(1)), m.job_message(m.QUEUED, job_id(2)),
+            {m.TYPE: m.SETACK, m.ID: job_id(3), m.MAY_HAVE: 2, m.HOLDERS: [NODE_ID]},
+            {m.TYPE: m.SETACK, m.ID: job_id(4), m.MAY_HAVE: 0},
+            {m.TYPE: m.NEEDJOBS, m.QUEUE: b"q", m.COUNT: 3},  # not batched: a map
+            m.job_message(m.QUEUED, job_id(5), m.MFLAG_INCR_NACKS),
+            {**m.job_message(m.QUEUED, job_id(6)), m.MOVES: 1},  # a field batches have not
+            {m.TYPE: m.REPLJOB, m.JOB: [job_id(7), b"q"], m.MFLAGS: 0},
+            {m.TYPE: m.REPLJOB, m.JOB: [job_id(8), b"q"], m.MFLAGS: 0},
+            {m.TYPE: m.REPLJOB, m.JOB: [job_id(9), b"q"], m.MFLAGS: m.MFLAG_NOREPLY}]
+    sent = sent_in_format_2(msgs)
+    assert sent == [[m.BATCH_CODES[m.QUEUED], 0, job_id(1), job_id(2)],
+                    [m.BATCH_CODES[m.SETACK], 0, job_id(3), 2, [NODE_ID], job_id(4), 0, None],
+                    msgs[4],
+                    [m.BATCH_CODES[m.QUEUED], m.MFLAG_INCR_NACKS, job_id(5)],
+                    msgs[6],
+                    [m.BATCH_CODES[m.REPLJOB], 0, [job_id(7), b"q"], [job_id(8), b"q"]],
+                    [m.BATCH_CODES[m.REPLJOB], m.MFLAG_NOREPLY, [job_id(9), b"q"]]]
+    decoded = []
+    for msg in sent:
+        decoded.extend(m.batch_messages(msg) if isinstance(msg, list) else [msg])
+    # As the maps would decode, but for an MFLAGS of 0, which a batch leaves out.
+    msgs[7].pop(m.MFLAGS)
+    msgs[8].pop(m.MFLAGS)
+    assert decoded == msgs
+
+
+def test_format_2_counts_messages_as_they_travel_and_flushes_by_the_core_s_count():
+    links = {NODE_ID: Format2Link()}
+    full: list[PeerOutput] = []
+    wire = Wire(links, lambda: None, full.append, 3)
+    for n in range(3):
+        wire.send(NODE_ID, m.job_message(m.DELJOB, job_id(n)))
+    assert full == [links[NODE_ID].output] and wire.messages == 1
+
+
+def test_a_batch_that_is_not_well_formed_is_refused_whole():
+    good = job_id(1)
+    assert m.batch_messages([m.BATCH_CODES[m.DELJOB], 0, good, b"x"]) == "bad id"
+    assert m.batch_messages([99, 0, good]) == "unknown batch type 99"
+    assert m.batch_messages([m.BATCH_CODES[m.GOTACK], 0, good]) == "batch of GOTACK cut short"
+    assert m.batch_messages([m.BATCH_CODES[m.GOTACK], b"0", good, 1]) == "bad flags"
+    assert m.batch_messages([m.BATCH_CODES[m.GOTACK], 0, good, b"1"]) == "bad known"
+    assert m.batch_messages([m.BATCH_CODES[m.SETACK], 0, good, 1, {}]) == "bad holders"
+    assert m.batch_messages([m.BATCH_CODES[m.REPLJOB], 0, good]) == "bad job"
+    assert m.batch_messages([1]) == "short batch"

@@ -8,6 +8,7 @@ import struct
 
 import msgpack
 
+from disque.cluster.wire import BUS_FORMATS
 from disque.net import bus as busmod
 from disque.net.bus import EARLY_FLUSH, BusConnection, ClusterBus
 from tests.unit.net.test_connection import FakeLoop, FakeTransport
@@ -42,7 +43,7 @@ def make_bus() -> tuple[ClusterBus, BusConnection, FakeTransport, FakeLoop, list
     transport = FakeTransport()
     conn.connection_made(transport)
     # An outbound link opens with its hello (the bus formats it speaks).
-    assert frames(b"".join(transport.writes)) == [[{**HEADER, "formats": [1]}]]
+    assert frames(b"".join(transport.writes)) == [[{**HEADER, "formats": list(BUS_FORMATS)}]]
     transport.writes.clear()
     node.header_calls = 0
     bus.outbound[PEER] = conn
