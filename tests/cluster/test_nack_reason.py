@@ -38,6 +38,7 @@ def test_replicas_show_the_reason(cluster_factory):
     cluster.kill(2)
     cluster.restart(2)
     cluster.wait_joined(20)
+    cluster.wait_linked(20)  # the move below reaches a copy only over a link
     assert _reason(cluster, 2, job_id) == first
     # The second failure moves the job: every copy follows, with the last reason.
     last = b"TimeoutError: upstream"

@@ -277,6 +277,17 @@ class Cluster:
                        for i in indexes)
         wait_until(joined, timeout, interval=0.1, message="a full mesh of %d nodes" % size)
 
+    def wait_linked(self, timeout: float = JOIN_TIMEOUT_S) -> None:
+        """Every node's CLUSTER NODES shows a connected link to every other node. A
+        node counts a peer reachable before its link to a restarted peer is back (a
+        TLS link with a secret takes a moment longer), and a message sent meanwhile
+        is lost, as in the original."""
+        def linked() -> bool:
+            return all(line.split()[-1] == b"connected"
+                       for i in range(len(self))
+                       for line in self.call(i, "CLUSTER", "NODES").splitlines())
+        wait_until(linked, timeout, interval=0.05, message="every link connected")
+
     def kill(self, i: int) -> None:
         """SIGKILL node ``i`` (a crash)."""
         self._drop_client(i)
