@@ -3,11 +3,14 @@ the loop runs the read callbacks and written once per client per turn."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from disque.config import Config
-from disque.net.clientoutput import WRITE_HIGH_WATER
+from disque.serving.output import WRITE_HIGH_WATER
 from disque.net.connection import ClientConnection
+from disque.serving.commands import ClientCommands
 from disque.server import Server
 
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -80,6 +83,14 @@ def connect(server: Server) -> tuple[ClientConnection, FakeTransport]:
     transport = FakeTransport()
     client.connection_made(transport)
     return client, transport
+
+
+def test_the_protocol_reads_with_the_cores_callback():
+    """asyncio.Protocol has a data_received of its own that does nothing:
+    the core's comes first in the connection's bases, or nothing runs."""
+    assert ClientConnection.data_received is ClientCommands.data_received
+    assert ClientConnection.__mro__.index(ClientCommands) < ClientConnection.__mro__.index(
+        asyncio.Protocol)
 
 
 def test_replies_wait_for_the_end_of_the_loop_turn(server):
