@@ -329,7 +329,10 @@ class ClientCommands(ClientOutput):
         """Run the commands that waited while the client was blocked (or
         the rest of a pipeline that yielded, or a command going on in
         steps), then read again."""
-        if self.closing or self.blocked is not None:
+        # Read into a local: a test of the attribute itself would let the
+        # compiled code take ``blocked`` for None after running the commands.
+        blocked = self.blocked
+        if self.closing or blocked is not None:
             return
         if self.stream is not None:
             if not self.paused_for_output:
@@ -345,8 +348,8 @@ class ClientCommands(ClientOutput):
                 self._set_reading(True)
 
     def _take_pending(self) -> list[list[bytes]] | None:
-        """The commands waiting, no longer held. (A method of its own: the
-        compiled caller must read ``pending`` again after running them.)"""
+        """The commands waiting, no longer held (a method of its own, for the
+        same reason as ``blocked`` above: ``pending`` is read again after)."""
         pending = self.pending
         self.pending = None
         self.read_ahead = 0

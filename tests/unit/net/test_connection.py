@@ -236,3 +236,30 @@ def test_a_pipeline_past_the_high_water_mark_writes_the_aof_first(server):
     assert order == ["aof", "reply %d" % (early * reply_size)]
     server.loop.end_turn()
     assert order[2:] == ["aof", "reply %d" % ((count - early) * reply_size)]
+
+
+GETJOB_FOREVER = [b"GETJOB", b"TIMEOUT", b"0", b"FROM", b"q"]
+
+
+def _command(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+
+
+def test_a_command_that_waited_behind_a_blocked_one_may_block_in_turn(server):
+    """Two pipelined GETJOBs on an empty queue: the first blocks, the second
+    waits; a job releases the first, and the second, run then, blocks in turn
+    (compiled, the connection must read ``blocked`` again after running it)."""
+    getjob = _command(*GETJOB_FOREVER)
+    addjob = _command(b"ADDJOB", b"q", b"body", b"0")
+    consumer, consumer_transport = connect(server)
+    producer, _ = connect(server)
+    consumer.data_received(getjob + getjob)
+    assert consumer.blocked is not None and consumer.pending == [GETJOB_FOREVER]
+    producer.data_received(addjob)
+    server.loop.end_turn()  # the replies, then the waiting GETJOB, which blocks
+    server.loop.end_turn()
+    assert len(consumer_transport.writes) == 1 and consumer.blocked is not None
+    assert not consumer.pending  # nothing more waits behind it
+    producer.data_received(addjob)
+    server.loop.end_turn()
+    assert len(consumer_transport.writes) == 2 and consumer.blocked is None
