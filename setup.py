@@ -31,8 +31,7 @@ PACKAGE = "disque"
 
 # Core modules left interpreted, and why. Everything else in the core is compiled.
 INTERPRETED = {
-    # Native classes cannot be subclassed by interpreted code: these three are.
-    "disque/context/clients.py": "ClientState is extended by the connection adapter and the simulator",
+    # Native classes cannot be subclassed by interpreted code: these two are.
     "disque/state/host.py": "Host is extended by the server and the simulator",
     "disque/cluster/transport.py": "BusTransport is extended by the cluster bus and test transports",
 }

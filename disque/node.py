@@ -178,7 +178,7 @@ class Node:
         first command not executed (``start`` when the run path does not apply).
 
         The limit keeps one run short enough for the connection to let other
-        clients in between runs (``net/clientcommands.py``, ``SLICE_BUDGET_NS``).
+        clients in between runs (``serving/commands.py``, ``SLICE_BUDGET_NS``).
 
         Checked once for the run instead of once per command: nothing that
         ``call`` could refuse or must see (AUTH pending, MISCONF, LOADING,

@@ -39,9 +39,9 @@ from disque.net.bus import BusConfigError, ClusterBus, frame_cap
 from disque.cluster.membership import BUS_PORT_OFFSET
 from disque.cluster.gossip import random_node_id
 from disque.config import Config, ConfigSetError
-from disque.net.clientoutput import LimitCounters
+from disque.serving.interfaces import LimitCounters
 from disque.net.connection import ClientConnection
-from disque.net.outputbatch import OutputBatch
+from disque.serving.batch import OutputBatch
 from disque.net.replymemory import ReplyMemory
 from disque.process.clientcontrol import ClientControl
 from disque.process.clusterconfig import ClusterConfigFile

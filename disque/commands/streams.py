@@ -3,7 +3,7 @@ to build at once and commands about too many jobs to handle in one go.
 
 A connection runs one step after another for about its slice of a loop
 turn, then lets the other clients in, and stops while its peer does not
-read (net/clientcommands.py): one client's QPEEK of a million jobs neither
+read (serving/commands.py): one client's QPEEK of a million jobs neither
 holds up the others nor makes the node build its whole reply in memory.
 What a command answers at once when small (the first INLINE_JOBS jobs, the
 first INLINE_IDS IDs) is unchanged, and a reply in steps has the same bytes.

@@ -7,7 +7,9 @@ The server's connection class extends ClientState and overrides ``send``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
+
+from mypy_extensions import mypyc_attr
 
 if TYPE_CHECKING:
     from disque.config.users import User
@@ -53,8 +55,8 @@ class Block:
     __slots__ = ("kind", "queues", "deadline", "count", "withcounters", "withheaders", "job_id",
                  "last_repl", "batch")
 
-    GETJOB = 1
-    ADDJOB = 2
+    GETJOB: Final = 1
+    ADDJOB: Final = 2
 
     def __init__(self, kind: int, deadline: int) -> None:
         self.kind = kind
@@ -68,6 +70,9 @@ class Block:
         self.batch: ReplyBatch | None = None  # an ADDJOBS's jobs (job_id is then None)
 
 
+# Extended by the connection's core (``serving/output.ClientOutput``, itself
+# extended by the asyncio protocol) and by the simulator's clients.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ClientState:
     """Per-connection state used by command handlers."""
 

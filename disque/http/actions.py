@@ -35,7 +35,7 @@ from disque.config.users import DEFAULT_USER
 from disque.context.clients import ClientState
 from disque.context.log import logger
 from disque.http.sessions import LoginLimiter, Session, SessionStore, credentials_of
-from disque.net.clientcommands import SLICE_BUDGET_NS
+from disque.serving.commands import SLICE_BUDGET_NS
 from disque.protocol.argsplit import quote_arg
 from disque.protocol.resp import OK
 

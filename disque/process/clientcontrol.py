@@ -15,7 +15,7 @@ from disque.net.connection import REQUEST_TIMEOUT_LOG
 if TYPE_CHECKING:
     from disque.config import Config
     from disque.context.clients import ClientState
-    from disque.net.clientoutput import LimitCounters
+    from disque.serving.interfaces import LimitCounters
     from disque.net.connection import ClientConnection
 
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from disque.aof.service import AofService
     from disque.config import Config
     from disque.net.bus import ClusterBus
-    from disque.net.clientoutput import LimitCounters
+    from disque.serving.interfaces import LimitCounters
     from disque.net.connection import ClientConnection
     from disque.process.listeners import Listeners
 

@@ -37,6 +37,7 @@ CORE_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("command interface", ("disque.commands.access", "disque.commands.args")),
     ("commands", ("disque.commands",)),
     ("node", ("disque.node",)),
+    ("serving", ("disque.serving",)),
 ]
 # Below everything: the package itself and the build selector it runs first.
 BOOT = ("disque", "disque.build")

@@ -40,9 +40,9 @@ import inspect
 import weakref
 
 from disque.net.bus import ClusterBus
-from disque.net.clientoutput import LimitCounters
+from disque.serving.interfaces import LimitCounters
 from disque.net.connection import ClientConnection
-from disque.net.outputbatch import OutputBatch
+from disque.serving.batch import OutputBatch
 from disque.net.replymemory import ReplyMemory
 from disque.tools.resp_client import encode_command
 

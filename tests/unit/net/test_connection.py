@@ -3,11 +3,14 @@ the loop runs the read callbacks and written once per client per turn."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from disque.config import Config
-from disque.net.clientoutput import WRITE_HIGH_WATER
+from disque.serving.output import WRITE_HIGH_WATER
 from disque.net.connection import ClientConnection
+from disque.serving.commands import ClientCommands
 from disque.server import Server
 
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -80,6 +83,14 @@ def connect(server: Server) -> tuple[ClientConnection, FakeTransport]:
     transport = FakeTransport()
     client.connection_made(transport)
     return client, transport
+
+
+def test_the_protocol_reads_with_the_cores_callback():
+    """asyncio.Protocol has a data_received of its own that does nothing:
+    the core's comes first in the connection's bases, or nothing runs."""
+    assert ClientConnection.data_received is ClientCommands.data_received
+    assert ClientConnection.__mro__.index(ClientCommands) < ClientConnection.__mro__.index(
+        asyncio.Protocol)
 
 
 def test_replies_wait_for_the_end_of_the_loop_turn(server):
@@ -225,3 +236,30 @@ def test_a_pipeline_past_the_high_water_mark_writes_the_aof_first(server):
     assert order == ["aof", "reply %d" % (early * reply_size)]
     server.loop.end_turn()
     assert order[2:] == ["aof", "reply %d" % ((count - early) * reply_size)]
+
+
+GETJOB_FOREVER = [b"GETJOB", b"TIMEOUT", b"0", b"FROM", b"q"]
+
+
+def _command(*args: bytes) -> bytes:
+    return b"*%d\r\n" % len(args) + b"".join([b"$%d\r\n%s\r\n" % (len(a), a) for a in args])
+
+
+def test_a_command_that_waited_behind_a_blocked_one_may_block_in_turn(server):
+    """Two pipelined GETJOBs on an empty queue: the first blocks, the second
+    waits; a job releases the first, and the second, run then, blocks in turn
+    (compiled, the connection must read ``blocked`` again after running it)."""
+    getjob = _command(*GETJOB_FOREVER)
+    addjob = _command(b"ADDJOB", b"q", b"body", b"0")
+    consumer, consumer_transport = connect(server)
+    producer, _ = connect(server)
+    consumer.data_received(getjob + getjob)
+    assert consumer.blocked is not None and consumer.pending == [GETJOB_FOREVER]
+    producer.data_received(addjob)
+    server.loop.end_turn()  # the replies, then the waiting GETJOB, which blocks
+    server.loop.end_turn()
+    assert len(consumer_transport.writes) == 1 and consumer.blocked is not None
+    assert not consumer.pending  # nothing more waits behind it
+    producer.data_received(addjob)
+    server.loop.end_turn()
+    assert len(consumer_transport.writes) == 2 and consumer.blocked is None

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import socket
 
-from disque.net.clientoutput import LimitCounters
+from disque.serving.interfaces import LimitCounters
 from disque.net.connection import ClientConnection
-from disque.net.outputbatch import OutputBatch
+from disque.serving.batch import OutputBatch
 from disque.net.replymemory import ReplyMemory
 from disque.node import Node
 from tests.unit.helpers import make_node

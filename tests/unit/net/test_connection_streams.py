@@ -11,8 +11,8 @@ import itertools
 import pytest
 
 from disque.commands.streams import INLINE_JOBS
-from disque.net.clientcommands import SLICE_BUDGET_NS
-from disque.net.clientoutput import WRITE_HIGH_WATER
+from disque.serving.commands import SLICE_BUDGET_NS
+from disque.serving.output import WRITE_HIGH_WATER
 from disque.net.connection import ClientConnection
 from disque.net.replymemory import ReplyMemory
 from tests.unit.helpers import Cmd

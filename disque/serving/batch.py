@@ -12,12 +12,18 @@ wake-up for each one.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Callable, Protocol
 
 
+class TurnLoop(Protocol):
+    """What the batch asks of the event loop."""
+
+    def call_soon(self, callback: Callable[[], None]) -> object:
+        """Run ``callback`` once the callbacks of this loop turn have run."""
+
+
 class BatchedClient(Protocol):
-    """A connection with replies in the batch (``net/clientoutput.ClientOutput``)."""
+    """A connection with replies in the batch (``serving/output.ClientOutput``)."""
 
     @property
     def output(self) -> list[bytes] | None:
@@ -28,7 +34,7 @@ class BatchedClient(Protocol):
 
 
 class ResumedClient(Protocol):
-    """A connection unblocked in the turn (``net/clientcommands.ClientCommands``)."""
+    """A connection unblocked in the turn (``serving/commands.ClientCommands``)."""
 
     def resume_pending(self) -> None:
         """Run the commands it read while blocked."""
@@ -42,7 +48,7 @@ class OutputBatch:
 
     __slots__ = ("loop", "before_write", "clients", "resumed")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, before_write: Callable[[], None]) -> None:
+    def __init__(self, loop: TurnLoop, before_write: Callable[[], None]) -> None:
         self.loop = loop
         self.before_write = before_write  # writes pending AOF records
         self.clients: list[BatchedClient] = []

@@ -1,5 +1,5 @@
 """A client's replies on their way out: collected for the loop turn's
-``OutputBatch``, written to the transport, and bounded.
+``OutputBatch`` (``serving/batch``), written to the transport, and bounded.
 
 Output that must leave before the turn ends (``close``, a pipeline of big
 replies) goes through ``_flush_now``, which writes the AOF first too (spec:
@@ -11,85 +11,35 @@ client-output-buffer-limit (and the MONITOR class's limit).
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Protocol
+from typing import Final
+
+from mypy_extensions import mypyc_attr
 
 from disque.context.clients import ClientState
 from disque.context.log import logger
-from disque.net.outputbatch import OutputBatch
-from disque.net.replymemory import ReplyMemory
+from disque.serving.batch import OutputBatch
+from disque.serving.interfaces import ClientTransport, ReplyAccount, ServingNode, ServingServer
 
-if TYPE_CHECKING:
-    from disque.config import Config
-    from disque.state.nodestate import NodeState
-
-WRITE_HIGH_WATER = 256 * 1024
+WRITE_HIGH_WATER: Final = 256 * 1024
 
 
-class LimitCounters:
-    """Connections closed by a limit (INFO limits, docs/security.md "Limits")."""
-
-    __slots__ = ("query_buffer", "unauthenticated_buffer", "request_timeout", "output_normal",
-                 "output_monitor", "client_memory")
-
-    def __init__(self) -> None:
-        self.query_buffer = 0            # client-query-buffer-limit
-        self.unauthenticated_buffer = 0  # unauthenticated-query-buffer-limit
-        self.request_timeout = 0         # client-request-timeout
-        self.output_normal = 0           # client-output-buffer-limit, normal clients
-        self.output_monitor = 0          # client-output-buffer-limit / the cap, MONITOR clients
-        self.client_memory = 0           # maxmemory-clients (the client holding the most)
-
-
-class OutputNode(Protocol):
-    """What a client's output reads of the node: the time of the input."""
-
-    @property
-    def state(self) -> NodeState:
-        """The node's parts."""
-
-
-class OutputServer(Protocol):
-    """What a client's output needs of the server (``ConnectionServer``)."""
-
-    net_output_bytes: int  # counted by the connection (INFO stats)
-
-    @property
-    def config(self) -> Config:
-        """The output limits."""
-
-    @property
-    def output_batch(self) -> OutputBatch:
-        """This loop turn's replies, which the connection's join."""
-
-    @property
-    def reply_memory(self) -> ReplyMemory:
-        """What all clients' replies not yet sent hold (maxmemory-clients)."""
-
-    @property
-    def limits(self) -> LimitCounters:
-        """Connections closed by a limit."""
-
-    @property
-    def output_limited(self) -> bool:
-        """client-output-buffer-limit sets a limit."""
-
-
+# The connection's asyncio protocol (``net/connection.ClientConnection``) extends it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ClientOutput(ClientState):
     """The output side of a client connection."""
 
     __slots__ = ("server", "node", "batch", "memory", "transport", "output", "noted_memory",
                  "soft_limit_since", "closing")
 
-    def __init__(self, client_id: int, now_ms: int, server: OutputServer,
-                 node: OutputNode) -> None:
+    def __init__(self, client_id: int, now_ms: int, server: ServingServer,
+                 node: ServingNode) -> None:
         ClientState.__init__(self, client_id, "", now_ms)
         self.server = server
         self.node = node
         self.batch: OutputBatch = server.output_batch
-        self.memory = server.reply_memory
+        self.memory: ReplyAccount = server.reply_memory
         self.noted_memory = 0  # this client's figure in ``memory``
-        self.transport: asyncio.Transport | None = None
+        self.transport: ClientTransport | None = None
         self.output: list[bytes] | None = None  # replies waiting for the end of the loop turn
         self.soft_limit_since = 0
         self.closing = False
@@ -140,7 +90,7 @@ class ClientOutput(ClientState):
             transport.write(b"".join(small))
         self._after_write(transport)
 
-    def _after_write(self, transport: asyncio.Transport) -> None:
+    def _after_write(self, transport: ClientTransport) -> None:
         held = transport.get_write_buffer_size()
         stream = self.stream
         if stream is not None:
