@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import Protocol, cast
 
 from disque.protocol import errors
 from disque.commands.access import PROTECTED_MODE_DENIED, is_loopback, protected_mode_refuses
 from disque.serving.commands import MAX_PENDING_COMMANDS, ClientCommands
 from disque.serving.interfaces import ServingNode, ServingServer
 from disque.serving.output import WRITE_HIGH_WATER
-
-if TYPE_CHECKING:
-    from disque.config import Config
 
 REQUEST_TIMEOUT_LOG = "Closing client %s: no byte of its unfinished request for %d s"
 
@@ -40,10 +37,6 @@ class ConnectionServer(ServingServer, Protocol):
     @property
     def node(self) -> ServingNode:
         """The node the commands run on."""
-
-    @property
-    def config(self) -> Config:
-        """Limits, protected mode, the unix socket's path."""
 
     @property
     def clients(self) -> dict[int, ClientConnection]:

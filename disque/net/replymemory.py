@@ -23,23 +23,11 @@ from typing import Protocol
 
 from disque.config import Config
 from disque.context.log import LogThrottle, logger
+from disque.serving.interfaces import MemoryHolder
 
 CLOSE_LOG_INTERVAL_MS = 1000
 CLOSED_LOG = ("Client %s closed: its replies not yet sent held %d bytes, the most of any client, "
               "while all clients' held %d, more than maxmemory-clients (%d)%s")
-
-
-class HoldingClient(Protocol):
-    """A connection as the account sees it (``net/connection.ClientConnection``)."""
-
-    addr: str
-    noted_memory: int  # its figure in the account
-
-    def reply_memory(self) -> int:
-        """What its replies not yet sent hold now (bytes)."""
-
-    def close_for_memory(self) -> None:
-        """Close it at once, its replies dropped."""
 
 
 class ClosedCounter(Protocol):
@@ -65,12 +53,12 @@ class ReplyMemory:
         self.loop = loop
         self.config = config
         self.counters = counters
-        self.holding: set[HoldingClient] = set()  # clients whose figure is not 0
+        self.holding: set[MemoryHolder] = set()  # clients whose figure is not 0
         self.total = 0
         self.check_due = False
         self.log = LogThrottle(CLOSE_LOG_INTERVAL_MS)
 
-    def note(self, client: HoldingClient, held: int) -> None:
+    def note(self, client: MemoryHolder, held: int) -> None:
         """``client``'s replies hold ``held`` bytes now (after a write to it)."""
         self._set(client, held)
         if not self.check_due and self.total > memory_limit(self.config) > 0:
@@ -84,7 +72,7 @@ class ReplyMemory:
         if self.total > memory_limit(self.config) > 0:
             self.enforce()
 
-    def forget(self, client: HoldingClient) -> None:
+    def forget(self, client: MemoryHolder) -> None:
         """``client`` is gone, with what it held."""
         self.total -= client.noted_memory
         client.noted_memory = 0
@@ -111,7 +99,7 @@ class ReplyMemory:
                                if unlogged else "")
             client.close_for_memory()
 
-    def _set(self, client: HoldingClient, held: int) -> None:
+    def _set(self, client: MemoryHolder, held: int) -> None:
         self.total += held - client.noted_memory
         client.noted_memory = held
         if held:
@@ -120,5 +108,5 @@ class ReplyMemory:
             self.holding.discard(client)
 
 
-def _held(client: HoldingClient) -> int:
+def _held(client: MemoryHolder) -> int:
     return client.noted_memory

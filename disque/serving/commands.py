@@ -309,14 +309,8 @@ class ClientCommands(ClientOutput):
 
     def unblocked(self, reply: bytes | None) -> None:
         """``send`` and ``resume`` in one call (the node's unblocking path)."""
-        if reply and (self.reply_mode != 1 or self.monitor) and not self.closing:
-            self.server.net_output_bytes += len(reply)
-            output = self.output
-            if output is None:
-                self.output = [reply]
-                self.batch.add(self)
-            else:
-                output.append(reply)
+        if reply:
+            self.send(reply)
         if self.closing:
             return
         if not self.pending and self.reading and self.protocol_error is None:
